@@ -1,0 +1,43 @@
+"""Hexatag core: trees, hexatags, decoding. Pure Python (no torch, no fairseq).
+
+>>> encode([3, 3, 0, 3, 3])
+[('l', 'L1'), ('l', 'R1'), ('r', 'L0'), ('r', 'L0'), ('r', 'EOS')]
+"""
+from .errors import ConlluError, HexatagError, NonProjectiveError, TreeError
+from .tags import EOS, NONTERMINALS, TERMINALS, decode, encode
+from .tree import check_tree, is_projective, nonprojective_arcs, projectivize
+
+
+def encode_tree(heads, strict: bool = False):
+    """Check, projectivize (unless ``strict``) and encode: returns ``(tags, heads_used, n_lifts)``."""
+    proj, lifts = projectivize(heads, strict=strict)
+    return encode(proj), proj, lifts
+
+
+def format_tags(tags) -> str:
+    """``[("l", "L1"), ("r", "EOS")]`` -> ``"l/L1 r/EOS"`` (the ``sipe-hexatag`` line format)."""
+    return " ".join(f"{t}/{n}" for t, n in tags)
+
+
+def parse_tags(line: str):
+    """Inverse of :func:`format_tags`; raises :class:`HexatagError` on a malformed pair."""
+    out = []
+    for k, item in enumerate(line.split(), 1):
+        t, sep, n = item.partition("/")
+        if not sep:
+            raise HexatagError(f"item {k} {item!r}: expected TERMINAL/NONTERMINAL")
+        out.append((t, n))
+    return out
+
+
+def read_conllu(*args, **kwargs):  # imported lazily: conllu is the only third-party need
+    from .conllu_io import read_conllu as _read
+
+    return _read(*args, **kwargs)
+
+
+__all__ = [
+    "TERMINALS", "NONTERMINALS", "EOS", "encode", "decode", "encode_tree", "format_tags",
+    "parse_tags", "check_tree", "is_projective", "nonprojective_arcs", "projectivize",
+    "read_conllu", "HexatagError", "TreeError", "NonProjectiveError", "ConlluError",
+]

@@ -1,0 +1,89 @@
+"""Dependency-tree checks and projectivization (pure Python).
+
+Heads are 1-based, 0 marks the root: ``heads[i - 1]`` is the head of word ``i``.
+"""
+from typing import List, Sequence, Tuple
+
+from .errors import NonProjectiveError, TreeError
+
+
+def check_tree(heads: Sequence[int]) -> None:
+    """Raise :class:`TreeError` unless ``heads`` is a tree: heads in range, one root, no cycle."""
+    n = len(heads)
+    if n == 0:
+        raise TreeError("empty sentence")
+    for i, h in enumerate(heads, 1):
+        if not isinstance(h, int) or h < 0 or h > n:
+            raise TreeError(f"word {i}: head {h!r} out of range 0..{n}")
+        if h == i:
+            raise TreeError(f"word {i} is its own head")
+    roots = [i for i, h in enumerate(heads, 1) if h == 0]
+    if len(roots) != 1:
+        raise TreeError(f"expected exactly one root, found {len(roots)} (words {roots})")
+    # every word must reach the root; a word on a cycle never does
+    state = [0] * (n + 1)  # 0 unknown, 1 on current path, 2 reaches root
+    state[0] = 2
+    for start in range(1, n + 1):
+        path, i = [], start
+        while state[i] == 0:
+            state[i] = 1
+            path.append(i)
+            i = heads[i - 1]
+        if state[i] == 1:
+            raise TreeError(f"cycle through word {i}")
+        for j in path:
+            state[j] = 2
+
+
+def _dominated(heads: Sequence[int], ancestor: int, word: int) -> bool:
+    while word != 0:
+        if word == ancestor:
+            return True
+        word = heads[word - 1]
+    return False
+
+
+def nonprojective_arcs(heads: Sequence[int]) -> List[int]:
+    """Dependents ``d`` whose arc ``heads[d] -> d`` is crossed (some word strictly between
+    head and dependent is not dominated by the head)."""
+    bad = []
+    for d, h in enumerate(heads, 1):
+        if h == 0:
+            continue
+        lo, hi = min(h, d), max(h, d)
+        if any(not _dominated(heads, h, k) for k in range(lo + 1, hi)):
+            bad.append(d)
+    return bad
+
+
+def is_projective(heads: Sequence[int]) -> bool:
+    """True when every subtree covers a contiguous span (O(n * depth))."""
+    n = len(heads)
+    lo, hi, size = list(range(n + 1)), list(range(n + 1)), [1] * (n + 1)
+    for w in range(1, n + 1):
+        h = heads[w - 1]
+        while h != 0:  # propagate w into every ancestor
+            lo[h], hi[h], size[h] = min(lo[h], w), max(hi[h], w), size[h] + 1
+            h = heads[h - 1]
+    return all(hi[w] - lo[w] + 1 == size[w] for w in range(1, n + 1))
+
+
+def projectivize(heads: Sequence[int], strict: bool = False) -> Tuple[List[int], int]:
+    """Return ``(projective_heads, n_lifts)``.
+
+    Lifting (Nivre & Nilsson 2005): while a non-projective arc exists, the shortest one is
+    lifted, i.e. its dependent is re-attached to its head's head. In ``strict`` mode a
+    non-projective tree raises :class:`NonProjectiveError` instead.
+    """
+    check_tree(heads)
+    heads = list(heads)
+    lifts = 0
+    while True:
+        bad = [] if is_projective(heads) else nonprojective_arcs(heads)
+        if not bad:
+            return heads, lifts
+        if strict:
+            raise NonProjectiveError(f"non-projective arcs into words {bad}")
+        d = min(bad, key=lambda w: (abs(heads[w - 1] - w), w))
+        heads[d - 1] = heads[heads[d - 1] - 1]
+        lifts += 1
