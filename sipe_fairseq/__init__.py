@@ -1,0 +1,19 @@
+"""sipe_fairseq: Syntax-informed Positional Embeddings as a fairseq plugin.
+
+``--user-dir sipe_fairseq`` imports this package after fairseq; fairseq auto-imports only the
+``tasks``/``models`` of a user dir, so :func:`register` imports the criterions too. Importing
+``sipe_fairseq.hexatag`` alone stays free of torch and fairseq (nothing is registered then);
+scripts that load checkpoints call :func:`register` first.
+"""
+import sys
+
+__version__ = "0.1.0"
+
+
+def register() -> None:
+    """Import the fairseq-registered modules (tasks, models, criterions); idempotent."""
+    from . import criterions, models, tasks  # noqa: F401
+
+
+if "fairseq" in sys.modules:  # loaded as a fairseq --user-dir (or after fairseq)
+    register()

@@ -1,0 +1,84 @@
+"""Criterion ``hexatag_lm``: L = L_LM + lambda_T L_T + lambda_NT L_NT.
+
+Logged (base 2, summed across workers before dividing): ``nll_loss``/``ppl`` from the LM term
+alone (p(x | tags)), ``terminal_loss``/``nonterminal_loss`` per tagged target, tag accuracies, and
+``joint_loss``/``joint_ppl`` = (LM + tag NLL) per token, the bound on -log p(x) that compares with
+a model that sees no tags.
+"""
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from fairseq import metrics, utils
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.dataclass import FairseqDataclass
+
+from ..modules.tag_embedding import FIRST_TAG_ID
+
+TAG_HEADS = (("terminal", 2), ("nonterminal", 5))
+
+
+def tag_nll(logits, target_ids, n_classes):
+    """Summed NLL, number of scored positions and number correct for one tag head."""
+    cls = target_ids - FIRST_TAG_ID
+    valid = (cls >= 0) & (cls < n_classes)
+    lp = F.log_softmax(logits[valid].float(), dim=-1)
+    tgt = cls[valid]
+    nll = F.nll_loss(lp, tgt, reduction="sum")
+    correct = (lp.argmax(-1) == tgt).sum()
+    return nll, int(valid.sum()), int(correct)
+
+
+@dataclass
+class HexatagLMCriterionConfig(FairseqDataclass):
+    terminal_weight: float = field(default=1.0, metadata={"help": "lambda_T, weight of the terminal-tag loss"})
+    nonterminal_weight: float = field(default=1.0, metadata={"help": "lambda_NT, weight of the non-terminal-tag loss"})
+
+
+@register_criterion("hexatag_lm", dataclass=HexatagLMCriterionConfig)
+class HexatagLMCriterion(FairseqCriterion):
+    def __init__(self, task, terminal_weight=1.0, nonterminal_weight=1.0):
+        super().__init__(task)
+        self.weights = {"terminal": terminal_weight, "nonterminal": nonterminal_weight}
+
+    def forward(self, model, sample, reduce=True):
+        net_output = model(**sample["net_input"])
+        lprobs = model.get_normalized_probs(net_output, log_probs=True)
+        target = model.get_targets(sample, net_output)
+        lm = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1), ignore_index=self.padding_idx, reduction="sum")
+        loss = lm
+        ntokens = sample["ntokens"]
+        log = {"lm_loss": lm.data, "ntokens": ntokens, "nsentences": sample["target"].size(0), "sample_size": ntokens}
+        tag_total = lm.new_zeros(())
+        for kind, n in TAG_HEADS:
+            logits = net_output[1].get(f"{kind}_logits")
+            if logits is None or f"{kind}_target" not in sample:
+                continue
+            nll, count, correct = tag_nll(logits, sample[f"{kind}_target"], n)
+            loss = loss + self.weights[kind] * nll
+            tag_total = tag_total + nll.data
+            log.update({f"{kind}_loss": nll.data, f"{kind}_count": count, f"{kind}_correct": correct})
+        log["loss"] = loss.data
+        log["joint_loss"] = lm.data + tag_total
+        return loss, ntokens, log
+
+    @staticmethod
+    def reduce_metrics(logging_outputs) -> None:
+        total = lambda key: sum(log.get(key, 0) for log in logging_outputs)  # noqa: E731
+        ntokens = total("ntokens")
+        ln2 = math.log(2)
+        metrics.log_scalar("loss", total("loss") / ntokens / ln2, ntokens, round=3)
+        metrics.log_scalar("nll_loss", total("lm_loss") / ntokens / ln2, ntokens, round=3)
+        metrics.log_derived("ppl", lambda m: utils.get_perplexity(m["nll_loss"].avg))
+        metrics.log_scalar("joint_loss", total("joint_loss") / ntokens / ln2, ntokens, round=3)
+        metrics.log_derived("joint_ppl", lambda m: utils.get_perplexity(m["joint_loss"].avg))
+        for kind, _ in TAG_HEADS:
+            count = total(f"{kind}_count")
+            if count:
+                metrics.log_scalar(f"{kind}_loss", total(f"{kind}_loss") / count / ln2, count, round=3)
+                metrics.log_scalar(f"{kind}_acc", 100.0 * total(f"{kind}_correct") / count, count, round=2)
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True

@@ -1,0 +1,137 @@
+"""Token and hexatag streams kept in step for causal LM training and evaluation.
+
+The tag streams go through the same :class:`~fairseq.data.TokenBlockDataset` as the tokens (same
+sizes, same break mode), so blocking, shuffling and batching cannot separate them. Tag targets
+(appendix A.1): each tagged position ``q`` of the *target* stream is predicted by exactly one
+earlier "anchor" position, and every other position is ignored (pad):
+
+* ``first_subword`` (default): the nearest position ``p <= q`` whose input token is a word's first
+  subword or a sentence start (``</s>``/``<s>``); so heads run at first subwords and the sentence
+  start predicts the first word's tags;
+* ``last_subword``: position ``q`` itself, the last position before the word (most context).
+  ``first_subword`` also falls back to ``q`` for a word with no anchor inside its block.
+
+Each anchor predicts at most one target and uses only its left context, so
+``-log p(x, tags) = LM loss + tag losses`` is a proper joint score.
+"""
+import numpy as np
+import torch
+from fairseq.data import LMContextWindowDataset, MonolingualDataset, data_utils
+
+from .tag_dictionary import FIRST_TAG_ID
+
+TAG_KINDS = ("terminal", "nonterminal")
+
+
+def tag_targets(src_tokens: torch.Tensor, src_tags: torch.Tensor, future_tags: torch.Tensor,
+                starts, pad: int, placement: str = "first_subword") -> torch.Tensor:
+    """Tag target ids per position (``pad`` where ignored) for one 1-D sample."""
+    targets = torch.full_like(future_tags, pad)
+    q = (future_tags >= FIRST_TAG_ID).nonzero().squeeze(-1)
+    if q.numel() == 0:
+        return targets
+    if placement == "last_subword":
+        targets[q] = future_tags[q]
+        return targets
+    if placement != "first_subword":
+        raise ValueError(f"unknown tag head placement {placement!r}")
+    anchor = src_tags >= FIRST_TAG_ID
+    for s in starts:
+        anchor |= src_tokens == s
+    idx = torch.arange(len(src_tokens))
+    prev = torch.where(anchor, idx, torch.full_like(idx, -1)).cummax(0).values[q]
+    # a block that starts mid-sentence has no anchor before its first word: predict it from q
+    prev = torch.where(prev >= 0, prev, q)
+    targets[prev] = future_tags[q]
+    return targets
+
+
+class HexatagLMDataset(MonolingualDataset):
+    """A :class:`MonolingualDataset` whose samples also carry ``src_{kind}`` (tags of the input
+    tokens, in ``net_input``) and ``{kind}_target`` (tag targets) for kind in terminal/nonterminal."""
+
+    def __init__(self, dataset, tag_blocks, tag_pad: int, placement: str = "first_subword", **kwargs):
+        super().__init__(dataset, dataset.sizes, **kwargs)
+        self.tag_blocks, self.tag_pad, self.placement = tag_blocks, tag_pad, placement
+
+    def __getitem__(self, index):
+        item = super().__getitem__(index)
+        src = item["source"]
+        starts = (self.vocab.eos(), self.vocab.bos())
+        for kind, blocks in self.tag_blocks.items():
+            t_src, t_future, _ = blocks[index]
+            if self.add_bos_token:
+                t_src = torch.cat([t_src.new([self.tag_pad]), t_src])
+                t_future = torch.cat([t_future.new([self.tag_pad]), t_future])
+            assert len(t_src) == len(src), f"tag block {index} of {kind} is out of step with the tokens"
+            item[f"src_{kind}"] = t_src
+            item[f"{kind}_target"] = tag_targets(src, t_src, t_future, starts, self.tag_pad, self.placement)
+        return item
+
+    def _collate_tags(self, samples, key, width):
+        return data_utils.collate_tokens([s[key] for s in samples], self.tag_pad, left_pad=False,
+                                         pad_to_length=width, pad_to_bsz=self.pad_to_bsz)
+
+    def collater(self, samples):
+        batch = super().collater(samples)
+        if not samples:
+            return batch
+        width = batch["net_input"]["src_tokens"].size(1)
+        for kind in self.tag_blocks:
+            batch["net_input"][f"src_{kind}"] = self._collate_tags(samples, f"src_{kind}", width)
+            batch[f"{kind}_target"] = self._collate_tags(samples, f"{kind}_target", width)
+        return batch
+
+
+class HexatagContextWindowDataset(LMContextWindowDataset):
+    """fairseq's context-window evaluation, with the tags carried along the same context.
+
+    Every position of the prepended context has its token target and tag targets set to pad, so
+    each token (and tag) is scored exactly once, with up to ``context_window`` extra tokens of left
+    context and their tags."""
+
+    def __init__(self, dataset, tokens_per_sample, context_window, pad_idx, tag_pad):
+        super().__init__(dataset, tokens_per_sample, context_window, pad_idx)
+        self.tag_pad = tag_pad
+        self.kinds = list(dataset.tag_blocks)
+        self.prev = np.empty([0, 1 + len(self.kinds)], dtype=np.int64)  # columns: token, tags...
+
+    def collater(self, samples):
+        sample = self.dataset.collater(samples)
+        if not samples:
+            return sample
+        pad, window = self.pad_idx, self.context_window
+        max_len = self.tokens_per_sample + window
+        net = sample["net_input"]
+        toks, tgt = net["src_tokens"], sample["target"]
+        bsz, tsz = toks.shape
+        streams = [toks] + [net[f"src_{k}"] for k in self.kinds]
+        fills = [pad] + [self.tag_pad] * len(self.kinds)
+        new_in = [np.full([bsz, tsz + window], f, dtype=np.int64) for f in fills]
+        new_tgt = [np.full([bsz, tsz + window], pad, dtype=np.int64)] + \
+                  [np.full([bsz, tsz + window], self.tag_pad, dtype=np.int64) for _ in self.kinds]
+        targets = [tgt] + [sample[f"{k}_target"] for k in self.kinds]
+        starts = []
+        lengths = toks.ne(pad).long().sum(dim=1)
+        for i in range(bsz):
+            n = int(lengths[i])
+            extra = len(self.prev) + n - max_len
+            if extra > 0:
+                self.prev = self.prev[extra:]
+            c = len(self.prev)
+            cur = np.stack([s[i, :n].numpy() for s in streams], axis=1)
+            for s, arr in enumerate(new_in):
+                arr[i, :c] = self.prev[:, s]
+                arr[i, c:c + tsz] = streams[s][i].numpy()
+            for s, arr in enumerate(new_tgt):
+                arr[i, c:c + tsz] = targets[s][i].numpy()
+            starts.append(c)
+            net["src_lengths"][i] += c
+            self.prev = np.concatenate([self.prev, cur])[-window:]
+        net["src_tokens"] = torch.from_numpy(new_in[0])
+        sample["target"] = torch.from_numpy(new_tgt[0])
+        for s, k in enumerate(self.kinds, 1):
+            net[f"src_{k}"] = torch.from_numpy(new_in[s])
+            sample[f"{k}_target"] = torch.from_numpy(new_tgt[s])
+        sample["start_indices"] = starts
+        return sample

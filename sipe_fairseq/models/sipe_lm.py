@@ -1,0 +1,188 @@
+"""Decoder LMs with SiPE: ``sipe_txl`` (Transformer-XL relative attention, paper section 3.3) and
+``sipe_rope`` (rotary attention, Eq. 14-16). Both use one decoder class; the positional family
+and the injection are config switches.
+
+Transformer-XL here follows the paper's setting: no memory (mem_len 0), causal, a tied output
+projection instead of the adaptive softmax.
+"""
+import logging
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel, register_model, register_model_architecture
+from omegaconf import II
+
+from ..modules import HexatagEmbedding, SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_classes
+from ..modules.assembly import INJECTION_CHOICES
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SiPEDecoderConfig(FairseqDataclass):
+    dropout: float = field(default=0.1, metadata={"help": "dropout on embeddings, residuals"})
+    attention_dropout: float = field(default=0.0, metadata={"help": "dropout on attention probabilities"})
+    activation_dropout: float = field(default=0.0, metadata={"help": "dropout inside the FFN"})
+    activation_fn: ChoiceEnum(["relu", "gelu"]) = field(default="relu", metadata={"help": "FFN activation"})
+    decoder_embed_dim: int = field(default=512, metadata={"help": "model dimension d_model"})
+    decoder_ffn_embed_dim: int = field(default=2048, metadata={"help": "FFN inner dimension"})
+    decoder_layers: int = field(default=6, metadata={"help": "number of layers"})
+    decoder_attention_heads: int = field(default=8, metadata={"help": "number of attention heads"})
+    decoder_normalize_before: bool = field(default=False, metadata={"help": "pre-norm (default: post-norm as Transformer-XL)"})
+    position_encoding: ChoiceEnum(["relative", "rotary"]) = field(
+        default="relative", metadata={"help": "relative: Transformer-XL sinusoidal relative attention (Eq. 3); rotary: RoPE"})
+    sipe_injection: ChoiceEnum(list(INJECTION_CHOICES)) = field(
+        default="none", metadata={"help": "where the hexatag embedding enters: none | input (Eq. 4) | position "
+                                          "(Eq. 5-6; rotary: Eq. 14-16) | disentangled (Eq. 7) | attention-bias "
+                                          "(Eq. 8-9) | input+attention-bias | position+attention-bias"})
+    sipe_projection_sharing: ChoiceEnum(["auto", "layer", "shared"]) = field(
+        default="auto", metadata={"help": "tag projections per layer or shared across layers (auto: per layer, appendix A.2-A.4)"})
+    sipe_projection_target: ChoiceEnum(["auto", "d_model", "d_head"]) = field(
+        default="auto", metadata={"help": "project tags into d_model (split into heads) or one head's d_head "
+                                          "(auto: position d_model, disentangled d_head, attention-bias d_model)"})
+    sipe_first_layer: int = field(default=1, metadata={"help": "inject into attention layers K..N (section 5 sweep)"})
+    sipe_proj_init_std: float = field(default=1e-3, metadata={"help": "init std of W_E (small: starts as the vanilla model, footnote 3)"})
+    sipe_tag_heads: ChoiceEnum(["auto", "on", "off"]) = field(
+        default="auto", metadata={"help": "auxiliary tag prediction heads (auto: on unless --sipe-injection none)"})
+    tie_adaptive_weights: bool = field(default=True, metadata={"help": "unused; output projection is always tied"})
+    tokens_per_sample: int = II("task.tokens_per_sample")
+    max_target_positions: Optional[int] = II("task.max_target_positions")
+
+
+class SiPEDecoder(FairseqIncrementalDecoder):
+    """Token embedding (+ tag embedding for ``input``), N SiPE layers, tied output, tag heads."""
+
+    def __init__(self, cfg, dictionary):
+        super().__init__(dictionary)
+        d = cfg.decoder_embed_dim
+        self.cfg = cfg
+        self.parts = parse_injection(cfg.sipe_injection)
+        self.padding_idx = dictionary.pad()
+        self.embed_tokens = nn.Embedding(len(dictionary), d, padding_idx=self.padding_idx)
+        nn.init.normal_(self.embed_tokens.weight, std=d ** -0.5)
+        nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
+        self.embed_scale = d ** 0.5
+        self.layers = nn.ModuleList(
+            SiPETransformerLayer(d, cfg.decoder_attention_heads, cfg.decoder_ffn_embed_dim, cfg.dropout,
+                                 cfg.attention_dropout, cfg.activation_dropout, cfg.activation_fn,
+                                 cfg.decoder_normalize_before, cfg.position_encoding)
+            for _ in range(cfg.decoder_layers))
+        self.final_norm = nn.LayerNorm(d) if cfg.decoder_normalize_before else None
+        self.tags = HexatagEmbedding(d) if self.parts else None
+        attach_injections([layer.attn for layer in self.layers], [p for p in self.parts if p != "input"], d,
+                          sharing=cfg.sipe_projection_sharing, target=cfg.sipe_projection_target,
+                          first_layer=cfg.sipe_first_layer, init_std=cfg.sipe_proj_init_std)
+        heads = cfg.sipe_tag_heads == "on" or (cfg.sipe_tag_heads == "auto" and bool(self.parts))
+        self.terminal_head = nn.Linear(d, 2) if heads else None
+        self.nonterminal_head = nn.Linear(d, 5) if heads else None
+
+    @property
+    def needs_tags(self) -> bool:
+        return self.tags is not None
+
+    def forward(self, prev_output_tokens, src_lengths=None, src_terminals=None, src_nonterminals=None,
+                features_only: bool = False, return_all_hiddens: bool = False, need_attn: bool = False, **unused):
+        x, extra = self.extract_features(prev_output_tokens, src_terminals, src_nonterminals, return_all_hiddens, need_attn)
+        if not features_only:
+            x = self.output_layer(x)
+        return x, extra
+
+    def extract_features(self, tokens, terminals=None, nonterminals=None, return_all_hiddens=False, need_attn=False, **unused):
+        tag_ctx = None
+        x = self.embed_tokens(tokens)
+        if self.tags is not None:
+            if terminals is None or nonterminals is None:
+                raise ValueError(f"this model (--sipe-injection {self.cfg.sipe_injection}) needs hexatags: pass "
+                                 "src_terminals/src_nonterminals (use --task hexatag_lm on a sipe-preprocess directory)")
+            if terminals.shape != tokens.shape or nonterminals.shape != tokens.shape:
+                raise ValueError(f"tag shapes {tuple(terminals.shape)}/{tuple(nonterminals.shape)} differ from tokens {tuple(tokens.shape)}")
+            cls = tag_classes(terminals, nonterminals)
+            tag_ctx = TagContext(cls=cls, table=self.tags.class_table())
+            if "input" in self.parts:
+                x = x + F.embedding(cls, tag_ctx.table)  # Eq. 4 (m_p = 0 rows are zero)
+        x = F.dropout(x * self.embed_scale, self.cfg.dropout, self.training)
+        inner, attn = [x], None
+        for layer in self.layers:
+            x, attn = layer(x, tag_ctx, causal=True, need_weights=need_attn)
+            if return_all_hiddens:
+                inner.append(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        extra = {"attn": [attn], "inner_states": inner}
+        if self.terminal_head is not None:
+            extra["terminal_logits"] = self.terminal_head(x)
+            extra["nonterminal_logits"] = self.nonterminal_head(x)
+        return x, extra
+
+    def output_layer(self, features, **kwargs):
+        return F.linear(features, self.embed_tokens.weight)  # tied (section 3.3)
+
+    def max_positions(self):
+        return self.cfg.max_target_positions or self.cfg.tokens_per_sample
+
+
+class _SiPELanguageModel(FairseqLanguageModel):
+    @classmethod
+    def build_model(cls, args, task):
+        decoder = SiPEDecoder(args, task.target_dictionary)
+        n = sum(p.numel() for p in decoder.parameters())
+        sipe = sum(p.numel() for name, p in decoder.named_parameters() if name.startswith("tags.") or "injections" in name)
+        logger.info(f"{cls.__name__}: {n:,} parameters ({sipe:,} SiPE: tag tables and projections)")
+        return cls(decoder)
+
+
+@register_model("sipe_txl", dataclass=SiPEDecoderConfig)
+class SiPETransformerXLModel(_SiPELanguageModel):
+    """Transformer-XL decoder (relative attention, no memory) with SiPE injections."""
+
+
+@dataclass
+class SiPERopeConfig(SiPEDecoderConfig):
+    position_encoding: ChoiceEnum(["relative", "rotary"]) = field(default="rotary", metadata={"help": "rotary for this model"})
+    decoder_normalize_before: bool = field(default=True, metadata={"help": "pre-norm, as current rotary LLMs"})
+    activation_fn: ChoiceEnum(["relu", "gelu"]) = field(default="gelu", metadata={"help": "FFN activation"})
+
+
+@register_model("sipe_rope", dataclass=SiPERopeConfig)
+class SiPERopeModel(_SiPELanguageModel):
+    """Rotary decoder: ``input`` injection or ``position`` as per-frequency phase offsets."""
+
+
+def _set(args, **defaults):
+    for k, v in defaults.items():
+        setattr(args, k, getattr(args, k, v))
+
+
+@register_model_architecture("sipe_txl", "sipe_txl_tiny")
+def sipe_txl_tiny(args):
+    """Tests and the demo: 2 layers, d 64, 4 heads."""
+    _set(args, decoder_embed_dim=64, decoder_ffn_embed_dim=256, decoder_layers=2, decoder_attention_heads=4, dropout=0.1)
+
+
+@register_model_architecture("sipe_txl", "sipe_txl_small")
+def sipe_txl_small(args):
+    """Walkthrough size for CPU: 4 layers, d 256, 4 heads."""
+    _set(args, decoder_embed_dim=256, decoder_ffn_embed_dim=1024, decoder_layers=4, decoder_attention_heads=4)
+
+
+@register_model_architecture("sipe_txl", "sipe_txl_16l")
+def sipe_txl_16l(args):
+    """Section 5's 16-layer decoder. The paper takes its hyperparameters from Transformer Grammars
+    (Sartran et al. 2022) / Dependency TGs (Zhao et al. 2024): 16 layers, 8 heads, d_model 1024,
+    FFN 4096, dropout 0.1 -- see docs in README (sizes as reported by Sartran et al., 2022)."""
+    _set(args, decoder_embed_dim=1024, decoder_ffn_embed_dim=4096, decoder_layers=16, decoder_attention_heads=8,
+         dropout=0.1, attention_dropout=0.0)
+
+
+@register_model_architecture("sipe_rope", "sipe_rope_tiny")
+def sipe_rope_tiny(args):
+    sipe_txl_tiny(args)
+
+
+@register_model_architecture("sipe_rope", "sipe_rope_small")
+def sipe_rope_small(args):
+    sipe_txl_small(args)

@@ -1,0 +1,6 @@
+"""Attention and injection building blocks (torch only, no fairseq registration)."""
+from .assembly import INJECTION_CHOICES, attach_injections, parse_injection
+from .attention import SiPEAttention
+from .injections import AttentionBias, DisentangledBias, Injection, PositionCoupling, RotaryPhase, TagContext, TagProjection
+from .layer import SiPETransformerLayer
+from .tag_embedding import FIRST_TAG_ID, NO_TAG_CLASS, HexatagEmbedding, tag_classes

@@ -1,0 +1,85 @@
+"""One multi-head attention with pluggable score terms.
+
+The positional mechanism is chosen by ``position``:
+  * ``"relative"``: Transformer-XL (Eq. 3): A = AC + BD with content bias u and position bias v;
+  * ``"rotary"``: RoPE on q and k (A = q k^T / sqrt(d));
+  * ``"none"``: plain dot product (absolute positions are added to the input elsewhere).
+SiPE injections (``injections.py``) are appended to ``self.injections`` and hook into the score.
+Attention is causal (decoder) unless ``causal=False`` is passed with a key padding mask.
+"""
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .injections import TagContext
+from .positional import RelativePosition, Rotary
+
+
+class SiPEAttention(nn.Module):
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, position: str = "relative", bias: bool = False):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.scale = self.head_dim ** -0.5
+        self.dropout, self.position = dropout, position
+        self.qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.relative = self.rotary = None
+        if position == "relative":
+            self.relative = RelativePosition(embed_dim, num_heads)
+            self.u_bias = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # u (Eq. 3)
+            nn.init.normal_(self.u_bias, std=0.02)
+        elif position == "rotary":
+            self.rotary = Rotary(self.head_dim)
+        elif position != "none":
+            raise ValueError(f"unknown attention position mechanism {position!r}")
+        self.injections = nn.ModuleList()
+
+    def forward(self, x: torch.Tensor, tags: Optional[TagContext] = None, causal: bool = True,
+                key_padding_mask: Optional[torch.Tensor] = None, need_weights: bool = False):
+        """x: (B, T, C) -> (B, T, C) [, attention probabilities (B, H, T, T)]."""
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        hooks = list(self.injections) if tags is not None else []
+
+        if self.rotary is not None:
+            angles = self.rotary.angles(t, x.device)[None, None]  # (1, 1, T, d/2)
+            for inj in hooks:
+                phase = inj.rotary_phase(tags)
+                if phase is not None:
+                    angles = angles + phase  # Eq. 15-16
+            q, k = Rotary.rotate(q, angles), Rotary.rotate(k, angles)
+
+        q_content = q + self.u_bias[None, :, None, :] if self.relative is not None else q
+        scores = torch.matmul(q_content, k.transpose(-1, -2)) * self.scale  # AC
+        q_pos = q
+        if self.relative is not None:
+            q_pos = self.relative.effective_query(q)  # q + v
+            bd = self.relative.score(q_pos, self.scale)  # BD
+            gates = [g for g in (inj.position_scale(q, q_pos, tags, self.scale) for inj in hooks) if g is not None]
+            if gates:
+                bd = bd * (1 + sum(gates))  # Eq. 6
+            scores = scores + bd
+        for inj in hooks:
+            bias = inj.score_bias(q, q_pos, tags, self.scale)  # Eq. 7, 8
+            if bias is not None:
+                scores = scores + bias
+
+        if causal:
+            future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu_(1)
+            scores = scores.masked_fill(future, float("-inf"))
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+        probs = F.softmax(scores.float(), dim=-1).to(q.dtype)
+        probs_drop = F.dropout(probs, p=self.dropout, training=self.training)
+
+        out = torch.matmul(probs_drop, v)
+        for inj in hooks:
+            extra = inj.value_bias(probs_drop, tags)  # Eq. 9
+            if extra is not None:
+                out = out + extra
+        out = self.out_proj(out.transpose(1, 2).reshape(b, t, c))
+        return (out, probs) if need_weights else (out, None)

@@ -1,0 +1,67 @@
+"""Positional mechanisms used inside attention: Transformer-XL's relative term and RoPE."""
+import torch
+import torch.nn as nn
+
+
+def sinusoid(positions: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sinusoidal vectors (len, dim) for (float) positions, [sin | cos] halves as in Transformer-XL."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, device=positions.device, dtype=torch.float) / dim))
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+def rel_shift(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, T) scores over distances ``T-1 .. 0`` -> scores indexed by key ``j`` (distance
+    ``i - j``). Entries with ``j > i`` are garbage and must be masked (causal)."""
+    b, h, q, k = x.shape
+    x = torch.cat([x.new_zeros(b, h, q, 1), x], dim=-1).view(b, h, k + 1, q)
+    return x[:, :, 1:].view(b, h, q, k)
+
+
+class RelativePosition(nn.Module):
+    """Transformer-XL position term (Eq. 3): BD_ij = <q_i + v, W_R r_{i-j}> / sqrt(d_head)."""
+
+    def __init__(self, embed_dim: int, num_heads: int):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.r_proj = nn.Linear(embed_dim, embed_dim, bias=False)  # W_R
+        self.v_bias = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # v
+        nn.init.normal_(self.v_bias, std=0.02)
+
+    def effective_query(self, q: torch.Tensor) -> torch.Tensor:
+        """q + v, (B, H, T, d_head)."""
+        return q + self.v_bias[None, :, None, :]
+
+    def score(self, q_v: torch.Tensor, scale: float) -> torch.Tensor:
+        """BD (B, H, T, T) for causal attention without memory."""
+        t = q_v.size(2)
+        dist = torch.arange(t - 1, -1, -1, device=q_v.device)
+        r = self.r_proj(sinusoid(dist, self.r_proj.in_features).to(q_v.dtype))
+        r = r.view(t, self.num_heads, self.head_dim).transpose(0, 1)  # (H, T, d_head)
+        return rel_shift(torch.matmul(q_v, r.transpose(-1, -2)) * scale)
+
+
+class Rotary(nn.Module):
+    """RoPE (Su et al.): pair t of a head is rotated by angle ``p * w_t`` (rotate-half layout).
+
+    ``phase`` (B, T, H or 1, d_head/2) adds a per-position, per-frequency offset to the angle
+    (Eq. 14-16); the query and key of a position get the same offset.
+    """
+
+    def __init__(self, head_dim: int, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"rotary attention needs an even head dimension, got {head_dim}")
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def angles(self, seq_len: int, device, offset: int = 0) -> torch.Tensor:
+        pos = torch.arange(offset, offset + seq_len, device=device, dtype=torch.float)
+        return pos[:, None] * self.inv_freq[None, :]  # (T, d_head/2)
+
+    @staticmethod
+    def rotate(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+        """x (B, H, T, d_head); angles broadcastable to (B, H, T, d_head/2)."""
+        x1, x2 = x.chunk(2, dim=-1)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
