@@ -171,9 +171,12 @@ def sipe_txl_small(args):
 
 @register_model_architecture("sipe_txl", "sipe_txl_16l")
 def sipe_txl_16l(args):
-    """Section 5's 16-layer decoder. The paper takes its hyperparameters from Transformer Grammars
-    (Sartran et al. 2022) / Dependency TGs (Zhao et al. 2024): 16 layers, 8 heads, d_model 1024,
-    FFN 4096, dropout 0.1 -- see docs in README (sizes as reported by Sartran et al., 2022)."""
+    """Section 5's 16-layer decoder. The paper trains "with the hyperparameters of" Sartran et al.
+    (2022) / Zhao et al. (2024); their released Transformer-XL configs (google-deepmind/
+    transformer_grammars ``configs/config_txl.py``; zhaoyd1/Dep_Transformer_Grammars
+    ``scripts/train_bllip_txl_dep.sh``) use d_model 1024, 16 layers, 8 heads (d_head 128),
+    FFN 4096, dropout 0.1, tied embeddings, 256-token segments; optimizer settings in
+    ``examples/txl_16l/README.md``."""
     _set(args, decoder_embed_dim=1024, decoder_ffn_embed_dim=4096, decoder_layers=16, decoder_attention_heads=8,
          dropout=0.1, attention_dropout=0.0)
 
