@@ -3,6 +3,7 @@
 >>> encode([3, 3, 0, 3, 3])
 [('l', 'L1'), ('l', 'R1'), ('r', 'L0'), ('r', 'L0'), ('r', 'EOS')]
 """
+from .conllu_io import Sentence, read_conllu
 from .errors import ConlluError, HexatagError, NonProjectiveError, TreeError
 from .tags import EOS, NONTERMINALS, TERMINALS, decode, encode
 from .tree import check_tree, is_projective, nonprojective_arcs, projectivize
@@ -25,19 +26,13 @@ def parse_tags(line: str):
     for k, item in enumerate(line.split(), 1):
         t, sep, n = item.partition("/")
         if not sep:
-            raise HexatagError(f"item {k} {item!r}: expected TERMINAL/NONTERMINAL")
+            raise HexatagError(f"word {k}: {item!r} is not a TERMINAL/NONTERMINAL pair")
         out.append((t, n))
     return out
-
-
-def read_conllu(*args, **kwargs):  # imported lazily: conllu is the only third-party need
-    from .conllu_io import read_conllu as _read
-
-    return _read(*args, **kwargs)
 
 
 __all__ = [
     "TERMINALS", "NONTERMINALS", "EOS", "encode", "decode", "encode_tree", "format_tags",
     "parse_tags", "check_tree", "is_projective", "nonprojective_arcs", "projectivize",
-    "read_conllu", "HexatagError", "TreeError", "NonProjectiveError", "ConlluError",
+    "read_conllu", "Sentence", "HexatagError", "TreeError", "NonProjectiveError", "ConlluError",
 ]

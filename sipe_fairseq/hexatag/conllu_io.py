@@ -1,5 +1,8 @@
-"""CoNLL-U reading with the ``conllu`` library, with errors that name the file and line.
+"""CoNLL-U reading with the ``conllu`` library's field parsers, with errors naming file and line.
 
+Only what hexatags need is parsed (ID, FORM, HEAD, DEPREL, ``sent_id``/``text``). Lines are split
+on tabs here and each field goes through ``conllu``'s own value parsers: ``conllu.parse`` would
+also split columns on two spaces, which misreads such forms, and it does not report line numbers.
 Hexatags are per *syntactic word*: multiword-token lines (``3-4 don't``) are kept only as a
 record of the surface form, and the syntactic words (``do``, ``n't``) are what gets tagged and
 tokenized. Empty nodes (``8.1``) take no part in the basic tree and are skipped (counted).
@@ -7,9 +10,10 @@ tokenized. Empty nodes (``8.1``) take no part in the basic tree and are skipped 
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-import conllu
+from conllu.exceptions import ParseException
+from conllu.parser import parse_comment_line, parse_id_value, parse_int_value
 
 from .errors import ConlluError, TreeError
 from .tree import check_tree
@@ -28,72 +32,77 @@ class Sentence:
     empty_nodes: int = 0
 
 
-def _blocks(lines, path) -> Iterator[Tuple[int, str]]:
-    start, buf = None, []
+def sentence_blocks(lines: Iterable[str]) -> Iterator[Tuple[int, List[str]]]:
+    """Split lines at blank lines: yields ``(first line number, lines)`` per sentence."""
+    start, buf = 0, []
     for lineno, raw in enumerate(lines, 1):
-        line = raw.rstrip("\n").rstrip("\r")
-        if line.strip() == "":
+        line = raw.rstrip("\r\n")
+        if lineno == 1:
+            line = line.lstrip("\ufeff")
+        if not line.strip():
             if buf:
-                yield start, "\n".join(buf) + "\n\n"
+                yield start, buf
                 buf = []
             continue
         if not buf:
             start = lineno
         buf.append(line)
     if buf:
-        yield start, "\n".join(buf) + "\n\n"
+        yield start, buf
 
 
-def parse_sentence(block: str, path, start: int) -> Sentence:
-    """Parse one CoNLL-U sentence block that starts at line ``start`` of ``path``."""
-    lines = block.rstrip("\n").split("\n")
-    for k, line in enumerate(lines):
-        if not line.startswith("#") and line.count("\t") != 9:
-            raise ConlluError(path, start + k, f"expected 10 tab-separated columns, got {line.count(chr(9)) + 1}")
-    try:
-        (tokens,) = conllu.parse(block)
-    except Exception as e:  # conllu raises several exception types
-        raise ConlluError(path, start, f"cannot parse sentence: {e}") from e
-    token_lines = [start + k for k, line in enumerate(lines) if not line.startswith("#")]
-    words, heads, deprels, mwt, empty = [], [], [], [], 0
-    for tok, lineno in zip(tokens, token_lines):
-        tid = tok["id"]
-        if isinstance(tid, tuple):
-            if len(tid) == 3 and tid[1] == "-":
-                mwt.append((tid[0], tid[2], tok["form"]))
-            elif len(tid) == 3 and tid[1] == ".":
-                empty += 1
-            else:
-                raise ConlluError(path, lineno, f"unsupported ID {tid!r}")
-            continue
-        if not isinstance(tid, int) or tid != len(words) + 1:
-            raise ConlluError(path, lineno, f"word ID {tid!r} out of sequence (expected {len(words) + 1})")
-        head = tok["head"]
-        if not isinstance(head, int):
-            raise ConlluError(path, lineno, f"word {tid}: HEAD must be an integer, got {head!r}")
-        words.append(tok["form"])
+def parse_sentence(block: Union[str, Sequence[str]], path, start: int) -> Sentence:
+    """Parse one CoNLL-U sentence (a string or its lines) that starts at line ``start`` of ``path``."""
+    lines = block.rstrip("\n").split("\n") if isinstance(block, str) else block
+    words, heads, deprels, head_lines, mwt, empty, meta = [], [], [], [], [], 0, {}
+    for lineno, line in enumerate(lines, start):
+        try:
+            if line.startswith("#"):
+                for key, value in parse_comment_line(line):
+                    meta.setdefault(key, value)
+                continue
+            cols = line.split("\t")
+            if len(cols) != 10:
+                raise ConlluError(path, lineno, f"expected 10 tab-separated columns, got {len(cols)}")
+            tid = parse_id_value(cols[0])
+            if isinstance(tid, tuple):  # (3, "-", 4): multiword token; (8, ".", 1): empty node
+                if tid[1] == "-":
+                    mwt.append((tid[0], tid[2], cols[1]))
+                else:
+                    empty += 1
+                continue
+            if tid != len(words) + 1:
+                raise ConlluError(path, lineno, f"word ID {tid} out of sequence (expected {len(words) + 1})")
+            head = parse_int_value(cols[6])
+        except ParseException as e:
+            raise ConlluError(path, lineno, str(e)) from e
+        if head is None or head < 0:
+            raise ConlluError(path, lineno, f"word {tid}: HEAD must be a non-negative integer, got {cols[6]!r}")
+        words.append(cols[1])
         heads.append(head)
-        deprels.append(tok["deprel"] or "_")
+        deprels.append(cols[7] or "_")
+        head_lines.append(lineno)
     if not words:
         raise ConlluError(path, start, "sentence has no words")
+    for i, h in enumerate(heads):
+        if h > len(words):
+            raise ConlluError(path, head_lines[i], f"word {i + 1}: HEAD {h} out of range 0..{len(words)}")
     try:
         check_tree(heads)
     except TreeError as e:
         raise ConlluError(path, start, f"invalid tree: {e}") from e
-    meta = tokens.metadata
     return Sentence(words, heads, deprels, start, meta.get("sent_id"), meta.get("text"), mwt, empty)
 
 
 def read_conllu(source: Union[str, Path, io.TextIOBase]) -> Iterator[Sentence]:
     """Yield :class:`Sentence` objects from a CoNLL-U file (or open text stream)."""
     if isinstance(source, (str, Path)):
-        path = str(source)
         with open(source, encoding="utf-8") as f:
-            yield from read_conllu_lines(f, path)
+            yield from read_conllu_lines(f, str(source))
     else:
         yield from read_conllu_lines(source, getattr(source, "name", "<stream>"))
 
 
-def read_conllu_lines(lines, path="<stream>") -> Iterator[Sentence]:
-    for start, block in _blocks(lines, path):
+def read_conllu_lines(lines: Iterable[str], path="<stream>") -> Iterator[Sentence]:
+    for start, block in sentence_blocks(lines):
         yield parse_sentence(block, path, start)

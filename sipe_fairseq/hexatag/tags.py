@@ -13,7 +13,7 @@ the last word, so every word carries one pair ``(t_i, n_i)``.
 from typing import List, Sequence, Tuple
 
 from .errors import HexatagError, NonProjectiveError
-from .tree import check_tree, is_projective
+from .tree import _spans, check_tree
 
 TERMINALS: Tuple[str, ...] = ("l", "r")
 NONTERMINALS: Tuple[str, ...] = ("L0", "L1", "R0", "R1", "EOS")
@@ -29,9 +29,10 @@ def encode(heads: Sequence[int]) -> List[Tag]:
     BHT of a non-projective tree would put tags on the wrong words.
     """
     check_tree(heads)
-    if not is_projective(heads):
-        raise NonProjectiveError("tree is not projective; projectivize() it before encoding")
     n = len(heads)
+    lo, hi, size = _spans(heads)  # subtree spans place the gap nodes
+    if any(hi[w] - lo[w] + 1 != size[w] for w in range(1, n + 1)):
+        raise NonProjectiveError("tree is not projective; projectivize() it before encoding")
     left = [[] for _ in range(n + 1)]
     right = [[] for _ in range(n + 1)]
     for d, h in enumerate(heads, 1):
@@ -42,13 +43,6 @@ def encode(heads: Sequence[int]) -> List[Tag]:
         side[d] = "L" if (h == 0 or d < h) else "R"
     term = [""] * (n + 1)
     nonterm = [EOS] * (n + 1)
-    # span of each word's full subtree, needed to place gap nodes
-    lo, hi = list(range(n + 1)), list(range(n + 1))
-    for w in range(1, n + 1):
-        h = heads[w - 1]
-        while h != 0:
-            lo[h], hi[h] = min(lo[h], w), max(hi[h], w)
-            h = heads[h - 1]
     for h in range(1, n + 1):
         deps = sorted(left[h], reverse=True)  # nearest first
         rdeps = sorted(right[h])

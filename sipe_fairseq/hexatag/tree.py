@@ -43,9 +43,30 @@ def _dominated(heads: Sequence[int], ancestor: int, word: int) -> bool:
     return False
 
 
-def nonprojective_arcs(heads: Sequence[int]) -> List[int]:
-    """Dependents ``d`` whose arc ``heads[d] -> d`` is crossed (some word strictly between
-    head and dependent is not dominated by the head)."""
+def _spans(heads: Sequence[int]) -> Tuple[List[int], List[int], List[int]]:
+    """``(lo, hi, size)`` of each word's subtree (index 0 unused), in O(n); ``heads`` must be a tree."""
+    n = len(heads)
+    children = [[] for _ in range(n + 1)]
+    for d, h in enumerate(heads, 1):
+        children[h].append(d)
+    order, k = [0], 0  # breadth-first: heads before their dependents
+    while k < len(order):
+        order.extend(children[order[k]])
+        k += 1
+    lo, hi, size = list(range(n + 1)), list(range(n + 1)), [1] * (n + 1)
+    for w in reversed(order[1:]):
+        h = heads[w - 1]
+        if h:
+            lo[h], hi[h], size[h] = min(lo[h], lo[w]), max(hi[h], hi[w]), size[h] + size[w]
+    return lo, hi, size
+
+
+def _projective(heads: Sequence[int]) -> bool:
+    lo, hi, size = _spans(heads)
+    return all(hi[w] - lo[w] + 1 == size[w] for w in range(1, len(heads) + 1))
+
+
+def _nonprojective_arcs(heads: Sequence[int]) -> List[int]:
     bad = []
     for d, h in enumerate(heads, 1):
         if h == 0:
@@ -56,16 +77,17 @@ def nonprojective_arcs(heads: Sequence[int]) -> List[int]:
     return bad
 
 
+def nonprojective_arcs(heads: Sequence[int]) -> List[int]:
+    """Dependents ``d`` whose arc ``heads[d] -> d`` is crossed (some word strictly between
+    head and dependent is not dominated by the head). Raises :class:`TreeError` for a non-tree."""
+    check_tree(heads)
+    return _nonprojective_arcs(heads)
+
+
 def is_projective(heads: Sequence[int]) -> bool:
-    """True when every subtree covers a contiguous span (O(n * depth))."""
-    n = len(heads)
-    lo, hi, size = list(range(n + 1)), list(range(n + 1)), [1] * (n + 1)
-    for w in range(1, n + 1):
-        h = heads[w - 1]
-        while h != 0:  # propagate w into every ancestor
-            lo[h], hi[h], size[h] = min(lo[h], w), max(hi[h], w), size[h] + 1
-            h = heads[h - 1]
-    return all(hi[w] - lo[w] + 1 == size[w] for w in range(1, n + 1))
+    """True when every subtree covers a contiguous span. Raises :class:`TreeError` for a non-tree."""
+    check_tree(heads)
+    return _projective(heads)
 
 
 def projectivize(heads: Sequence[int], strict: bool = False) -> Tuple[List[int], int]:
@@ -79,7 +101,7 @@ def projectivize(heads: Sequence[int], strict: bool = False) -> Tuple[List[int],
     heads = list(heads)
     lifts = 0
     while True:
-        bad = [] if is_projective(heads) else nonprojective_arcs(heads)
+        bad = [] if _projective(heads) else _nonprojective_arcs(heads)
         if not bad:
             return heads, lifts
         if strict:

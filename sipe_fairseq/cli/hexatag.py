@@ -1,0 +1,160 @@
+"""``sipe-hexatag``: dependency trees <-> hexatags, one line per sentence.
+
+    sipe-hexatag encode en_ewt-ud-train.conllu -o train.hexatag   # l/L1 l/R1 r/L0 r/L0 r/EOS
+    sipe-hexatag decode train.hexatag                             # 3 3 0 3 3
+
+Exit status: 0 on success, 1 if errors were skipped with ``--keep-going``, 2 on the first error
+otherwise (or a usage error).
+"""
+import argparse
+import contextlib
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence, TextIO
+
+from sipe_fairseq.hexatag import ConlluError, HexatagError, decode, encode_tree, format_tags, parse_tags
+from sipe_fairseq.hexatag.conllu_io import parse_sentence, sentence_blocks
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Stats:
+    sentences: int = 0  # all sentences read, including bad ones (= output lines)
+    words: int = 0
+    lifted_trees: int = 0
+    lifted_arcs: int = 0
+    errors: int = 0
+
+
+class _Stop(Exception):
+    """Stop processing: the first bad sentence without ``--keep-going``, or an unreadable file."""
+
+
+def get_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
+    common.add_argument("--keep-going", action="store_true",
+                        help="report a bad sentence, print an empty line in its place and go on")
+    parser = argparse.ArgumentParser(prog="sipe-hexatag", description="Dependency trees <-> hexatags.",
+                                     epilog="Exit status: 0 ok, 1 errors skipped (--keep-going), 2 error.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    enc = sub.add_parser("encode", parents=[common], help="CoNLL-U -> one line of T/N tags per sentence")
+    enc.add_argument("files", nargs="+", metavar="FILE", help="CoNLL-U file(s), - for stdin")
+    enc.add_argument("--strict", action="store_true",
+                     help="fail on non-projective trees instead of projectivizing them by lifting")
+    dec = sub.add_parser("decode", parents=[common], help="tag lines -> one line of 1-based heads (0 = root)")
+    dec.add_argument("files", nargs="+", metavar="FILE", help="tag file(s) as written by encode, - for stdin")
+    return parser
+
+
+def _name(path: str) -> str:
+    return "<stdin>" if path == "-" else path
+
+
+@contextlib.contextmanager
+def _open(path: str) -> Iterator[TextIO]:
+    try:
+        f = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    except OSError as e:
+        raise _Stop(f"{path}: {e.strerror}") from e
+    try:
+        yield f
+    except UnicodeDecodeError as e:
+        raise _Stop(f"{_name(path)}: not UTF-8 text ({e.reason})") from e
+    finally:
+        if f is not sys.stdin:
+            f.close()
+
+
+def _bad(message: str, out: TextIO, stats: Stats, keep_going: bool) -> None:
+    stats.errors += 1
+    logger.error(message)
+    if not keep_going:
+        raise _Stop()
+    out.write("\n")
+
+
+def encode_files(args, out: TextIO, stats: Stats) -> None:
+    for path in args.files:
+        with _open(path) as f:
+            for start, block in sentence_blocks(f):
+                stats.sentences += 1
+                try:
+                    sent = parse_sentence(block, _name(path), start)
+                    tags, _, lifts = encode_tree(sent.heads, strict=args.strict)
+                except ConlluError as e:
+                    _bad(str(e), out, stats, args.keep_going)
+                except HexatagError as e:  # NonProjectiveError with --strict
+                    _bad(f"{_name(path)}:{start}: {e}", out, stats, args.keep_going)
+                else:
+                    stats.words += len(tags)
+                    stats.lifted_trees += int(lifts > 0)
+                    stats.lifted_arcs += lifts
+                    out.write(format_tags(tags) + "\n")
+
+
+def decode_files(args, out: TextIO, stats: Stats) -> None:
+    for path in args.files:
+        with _open(path) as f:
+            for lineno, line in enumerate(f, 1):
+                stats.sentences += 1
+                try:
+                    heads = decode(parse_tags(line))
+                except HexatagError as e:
+                    _bad(f"{_name(path)}:{lineno}: {e}", out, stats, args.keep_going)
+                else:
+                    stats.words += len(heads)
+                    out.write(" ".join(map(str, heads)) + "\n")
+
+
+@contextlib.contextmanager
+def _log_to_stderr():
+    """Send this module's log records to the current stderr while ``main`` runs."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("sipe-hexatag: %(levelname)s: %(message)s"))
+    saved = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.level, logger.propagate = saved
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = get_parser().parse_args(argv)
+    run = encode_files if args.command == "encode" else decode_files
+    stats, status = Stats(), 0
+    with _log_to_stderr():
+        try:
+            out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+        except OSError as e:
+            logger.error(f"{args.output}: {e.strerror}")
+            return 2
+        try:
+            run(args, out, stats)
+        except _Stop as e:
+            if e.args:
+                logger.error(e.args[0])
+            status = 2
+        except BrokenPipeError:  # e.g. piped into head: stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+        finally:
+            if out is not sys.stdout:
+                out.close()
+        status = status or (1 if stats.errors else 0)
+        summary = f"sentences: {stats.sentences}, words: {stats.words}"
+        if args.command == "encode":
+            summary += f", non-projective trees lifted: {stats.lifted_trees} (arcs: {stats.lifted_arcs})"
+        logger.info(f"{summary}, errors: {stats.errors}" + (" (stopped at the first error)" if status == 2 else ""))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
