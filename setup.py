@@ -12,6 +12,7 @@ setup(
         "console_scripts": [
             "sipe-hexatag=sipe_fairseq.cli.hexatag:main",
             "sipe-preprocess=sipe_fairseq.cli.preprocess:main",
+            "sipe-eval-lm=sipe_fairseq.cli.eval_lm:main",
         ]
     },
 )

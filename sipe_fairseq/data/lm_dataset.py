@@ -23,6 +23,11 @@ from .tag_dictionary import FIRST_TAG_ID
 TAG_KINDS = ("terminal", "nonterminal")
 
 
+def input_key(kind: str) -> str:
+    """``net_input`` key of a tag stream: ``src_terminals`` / ``src_nonterminals``."""
+    return f"src_{kind}s"
+
+
 def tag_targets(src_tokens: torch.Tensor, src_tags: torch.Tensor, future_tags: torch.Tensor,
                 starts, pad: int, placement: str = "first_subword") -> torch.Tensor:
     """Tag target ids per position (``pad`` where ignored) for one 1-D sample."""
@@ -47,8 +52,10 @@ def tag_targets(src_tokens: torch.Tensor, src_tags: torch.Tensor, future_tags: t
 
 
 class HexatagLMDataset(MonolingualDataset):
-    """A :class:`MonolingualDataset` whose samples also carry ``src_{kind}`` (tags of the input
-    tokens, in ``net_input``) and ``{kind}_target`` (tag targets) for kind in terminal/nonterminal."""
+    """A :class:`MonolingualDataset` whose samples also carry ``src_{kind}s`` (tags of the input
+    tokens, in ``net_input``) and ``{kind}_target`` (tag targets) for kind in terminal/nonterminal,
+    plus ``word_start_target`` (1 where the target token is a word's first subword) for scoring
+    by position type."""
 
     def __init__(self, dataset, tag_blocks, tag_pad: int, placement: str = "first_subword", **kwargs):
         super().__init__(dataset, dataset.sizes, **kwargs)
@@ -64,8 +71,9 @@ class HexatagLMDataset(MonolingualDataset):
                 t_src = torch.cat([t_src.new([self.tag_pad]), t_src])
                 t_future = torch.cat([t_future.new([self.tag_pad]), t_future])
             assert len(t_src) == len(src), f"tag block {index} of {kind} is out of step with the tokens"
-            item[f"src_{kind}"] = t_src
+            item[input_key(kind)] = t_src
             item[f"{kind}_target"] = tag_targets(src, t_src, t_future, starts, self.tag_pad, self.placement)
+            item["word_start_target"] = (t_future >= FIRST_TAG_ID).long()
         return item
 
     def _collate_tags(self, samples, key, width):
@@ -78,8 +86,10 @@ class HexatagLMDataset(MonolingualDataset):
             return batch
         width = batch["net_input"]["src_tokens"].size(1)
         for kind in self.tag_blocks:
-            batch["net_input"][f"src_{kind}"] = self._collate_tags(samples, f"src_{kind}", width)
+            batch["net_input"][input_key(kind)] = self._collate_tags(samples, input_key(kind), width)
             batch[f"{kind}_target"] = self._collate_tags(samples, f"{kind}_target", width)
+        batch["word_start_target"] = data_utils.collate_tokens([s["word_start_target"] for s in samples], 0, left_pad=False,
+                                                               pad_to_length=width, pad_to_bsz=self.pad_to_bsz)
         return batch
 
 
@@ -100,38 +110,34 @@ class HexatagContextWindowDataset(LMContextWindowDataset):
         sample = self.dataset.collater(samples)
         if not samples:
             return sample
-        pad, window = self.pad_idx, self.context_window
-        max_len = self.tokens_per_sample + window
+        window, max_len = self.context_window, self.tokens_per_sample + self.context_window
         net = sample["net_input"]
-        toks, tgt = net["src_tokens"], sample["target"]
-        bsz, tsz = toks.shape
-        streams = [toks] + [net[f"src_{k}"] for k in self.kinds]
-        fills = [pad] + [self.tag_pad] * len(self.kinds)
-        new_in = [np.full([bsz, tsz + window], f, dtype=np.int64) for f in fills]
-        new_tgt = [np.full([bsz, tsz + window], pad, dtype=np.int64)] + \
-                  [np.full([bsz, tsz + window], self.tag_pad, dtype=np.int64) for _ in self.kinds]
-        targets = [tgt] + [sample[f"{k}_target"] for k in self.kinds]
+        # inputs get the previous context prepended; targets get fill values over the context
+        inputs = [("src_tokens", self.pad_idx)] + [(input_key(k), self.tag_pad) for k in self.kinds]
+        targets = [("target", self.pad_idx), ("word_start_target", 0)] + [(f"{k}_target", self.tag_pad) for k in self.kinds]
+        bsz, tsz = net["src_tokens"].shape
+        new_in = {k: np.full([bsz, tsz + window], f, dtype=np.int64) for k, f in inputs}
+        new_tgt = {k: np.full([bsz, tsz + window], f, dtype=np.int64) for k, f in targets}
+        lengths = net["src_tokens"].ne(self.pad_idx).long().sum(dim=1)
         starts = []
-        lengths = toks.ne(pad).long().sum(dim=1)
         for i in range(bsz):
             n = int(lengths[i])
             extra = len(self.prev) + n - max_len
             if extra > 0:
                 self.prev = self.prev[extra:]
             c = len(self.prev)
-            cur = np.stack([s[i, :n].numpy() for s in streams], axis=1)
-            for s, arr in enumerate(new_in):
-                arr[i, :c] = self.prev[:, s]
-                arr[i, c:c + tsz] = streams[s][i].numpy()
-            for s, arr in enumerate(new_tgt):
-                arr[i, c:c + tsz] = targets[s][i].numpy()
+            for s, (key, _) in enumerate(inputs):
+                new_in[key][i, :c] = self.prev[:, s]
+                new_in[key][i, c:c + tsz] = net[key][i].numpy()
+            for key, _ in targets:
+                new_tgt[key][i, c:c + tsz] = sample[key][i].numpy()
             starts.append(c)
             net["src_lengths"][i] += c
+            cur = np.stack([net[key][i, :n].numpy() for key, _ in inputs], axis=1)
             self.prev = np.concatenate([self.prev, cur])[-window:]
-        net["src_tokens"] = torch.from_numpy(new_in[0])
-        sample["target"] = torch.from_numpy(new_tgt[0])
-        for s, k in enumerate(self.kinds, 1):
-            net[f"src_{k}"] = torch.from_numpy(new_in[s])
-            sample[f"{k}_target"] = torch.from_numpy(new_tgt[s])
+        for key, _ in inputs:
+            net[key] = torch.from_numpy(new_in[key])
+        for key, _ in targets:
+            sample[key] = torch.from_numpy(new_tgt[key])
         sample["start_indices"] = starts
         return sample

@@ -60,7 +60,7 @@ class SiPEDecoder(FairseqIncrementalDecoder):
         super().__init__(dictionary)
         d = cfg.decoder_embed_dim
         self.cfg = cfg
-        self.parts = parse_injection(cfg.sipe_injection)
+        self.parts = parse_injection(str(cfg.sipe_injection))
         self.padding_idx = dictionary.pad()
         self.embed_tokens = nn.Embedding(len(dictionary), d, padding_idx=self.padding_idx)
         nn.init.normal_(self.embed_tokens.weight, std=d ** -0.5)
@@ -68,15 +68,15 @@ class SiPEDecoder(FairseqIncrementalDecoder):
         self.embed_scale = d ** 0.5
         self.layers = nn.ModuleList(
             SiPETransformerLayer(d, cfg.decoder_attention_heads, cfg.decoder_ffn_embed_dim, cfg.dropout,
-                                 cfg.attention_dropout, cfg.activation_dropout, cfg.activation_fn,
-                                 cfg.decoder_normalize_before, cfg.position_encoding)
+                                 cfg.attention_dropout, cfg.activation_dropout, str(cfg.activation_fn),
+                                 cfg.decoder_normalize_before, str(cfg.position_encoding))
             for _ in range(cfg.decoder_layers))
         self.final_norm = nn.LayerNorm(d) if cfg.decoder_normalize_before else None
         self.tags = HexatagEmbedding(d) if self.parts else None
         attach_injections([layer.attn for layer in self.layers], [p for p in self.parts if p != "input"], d,
-                          sharing=cfg.sipe_projection_sharing, target=cfg.sipe_projection_target,
+                          sharing=str(cfg.sipe_projection_sharing), target=str(cfg.sipe_projection_target),
                           first_layer=cfg.sipe_first_layer, init_std=cfg.sipe_proj_init_std)
-        heads = cfg.sipe_tag_heads == "on" or (cfg.sipe_tag_heads == "auto" and bool(self.parts))
+        heads = str(cfg.sipe_tag_heads) == "on" or (str(cfg.sipe_tag_heads) == "auto" and bool(self.parts))
         self.terminal_head = nn.Linear(d, 2) if heads else None
         self.nonterminal_head = nn.Linear(d, 5) if heads else None
 

@@ -1,0 +1,79 @@
+"""``sipe-eval-lm``: conditional perplexity, the joint bound and the position-type breakdown for
+one or several checkpoints on the same ``sipe-preprocess`` directory, side by side.
+
+    sipe-eval-lm DATA --path none=ckpt_none/checkpoint_best.pt --path position=ckpt_pos/checkpoint_best.pt
+
+Works for ``hexatag_lm`` checkpoints and for stock ``language_modeling`` ones (no tags): every
+model is scored through a ``hexatag_lm`` task built from its own task settings, so all see the
+same blocks and the same position types.
+"""
+import argparse
+import json
+import logging
+import sys
+
+import fairseq  # noqa: F401
+import torch
+from fairseq import checkpoint_utils, utils
+from omegaconf import OmegaConf
+
+import sipe_fairseq
+from sipe_fairseq.eval.lm_scores import markdown, score_batches, summarize
+
+logger = logging.getLogger(__name__)
+
+
+def load(path: str, data: str, context_window: int = 0):
+    """(model, hexatag_lm task) for a checkpoint, scored on ``data``."""
+    from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    saved = OmegaConf.to_container(state["cfg"]["task"], resolve=True)
+    fields = set(HexatagLMConfig.__dataclass_fields__)
+    cfg = OmegaConf.merge(OmegaConf.structured(HexatagLMConfig), {k: v for k, v in saved.items() if k in fields})
+    cfg.data = data
+    cfg.tokens_per_sample -= context_window  # as fairseq-eval-lm does
+    task = HexatagLanguageModelingTask.setup_task(cfg)
+    models, _ = checkpoint_utils.load_model_ensemble([path], arg_overrides={"data": data}, task=task)
+    return models[0], task
+
+
+def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None):
+    model, task = load(path, data, context_window)
+    task.load_dataset(split)
+    itr = task.eval_lm_dataloader(dataset=task.dataset(split), max_tokens=max_tokens, batch_size=batch_size,
+                                  max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+                                  context_window=context_window)
+    d = task.source_dictionary
+    return summarize(score_batches(model, itr, eos=d.eos(), pad=d.pad()))
+
+
+def main(argv=None):
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    p = argparse.ArgumentParser(prog="sipe-eval-lm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data", help="a sipe-preprocess data directory")
+    p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT", help="checkpoint (repeatable)")
+    p.add_argument("--gen-subset", default="valid", help="split to score (default: valid)")
+    p.add_argument("--context-window", type=int, default=0, help="as fairseq-eval-lm --context-window")
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--json", help="also write the scores as JSON here")
+    p.add_argument("--threads", type=int, default=None, help="torch threads")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sipe_fairseq.register()
+    results = {}
+    for spec in args.path:
+        name, sep, path = spec.partition("=")
+        name, path = (name, path) if sep else (spec, spec)
+        results[name] = evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size)
+    print(markdown(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""``sipe-preprocess``: CoNLL-U -> fairseq data directory with aligned hexatag streams.
+
+    sipe-preprocess --train en_ewt-ud-train.conllu --valid en_ewt-ud-dev.conllu \\
+        --test en_ewt-ud-test.conllu --destdir data-bin/ewt
+
+Exit status: 0 on success, 1 on an error (including any refused sentence with --fail-on-refusal).
+See :mod:`sipe_fairseq.data.preprocess` for the directory layout.
+"""
+import argparse
+import logging
+import os
+import sys
+from typing import Optional, Sequence
+
+logger = logging.getLogger(__name__)
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sipe-preprocess", description=__doc__.split("\n")[0].split(": ", 1)[1])
+    io = p.add_argument_group("input/output")
+    io.add_argument("--train", required=True, metavar="FILE", help="training CoNLL-U (dictionaries come from it)")
+    io.add_argument("--valid", metavar="FILE[,FILE2]", help="validation CoNLL-U; more files -> valid1, valid2..")
+    io.add_argument("--test", metavar="FILE[,FILE2]", help="test CoNLL-U; more files -> test1, test2..")
+    io.add_argument("--destdir", required=True, metavar="DIR", help="output data directory")
+    io.add_argument("--keep-text", action="store_true", help="also write the subword text as {split}.tok")
+    sw = p.add_argument_group("subwords")
+    sw.add_argument("--spm-model", metavar="FILE", help="use this sentencepiece model instead of training one")
+    sw.add_argument("--spm-vocab-size", type=int, default=8000, metavar="N", help="pieces of the trained model (default 8000)")
+    sw.add_argument("--spm-model-type", choices=("unigram", "bpe"), default="unigram")
+    sw.add_argument("--no-split", action="store_true", help="no subwords: each (already tokenized) word is one token")
+    tr = p.add_argument_group("trees and tags")
+    tr.add_argument("--deprel", action="store_true", help="also write a UD deprel stream (dict.deprel.txt)")
+    tr.add_argument("--strict", action="store_true", help="refuse non-projective trees instead of lifting them")
+    tr.add_argument("--fail-on-refusal", action="store_true", help="exit with an error if any sentence is refused")
+    fs = p.add_argument_group("fairseq passthrough")
+    fs.add_argument("--workers", type=int, default=1, metavar="N", help="processes for reading/encoding")
+    fs.add_argument("--thresholdsrc", type=int, default=0, metavar="N", help="map tokens seen < N times to <unk>")
+    fs.add_argument("--nwordssrc", type=int, default=-1, metavar="N", help="number of tokens to keep (with specials)")
+    fs.add_argument("--padding-factor", type=int, default=8, metavar="N", help="pad dict.txt to a multiple of N")
+    return p
+
+
+def _files(value: Optional[str]):
+    return [v for v in value.split(",") if v] if value else []
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = get_parser().parse_args(argv)
+    logging.basicConfig(
+        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+        level=os.environ.get("LOGLEVEL", "INFO").upper(), stream=sys.stderr,
+    )
+    from sipe_fairseq.data.preprocess import PreprocessError, PreprocessOptions, preprocess
+
+    opts = PreprocessOptions(
+        train=args.train, destdir=args.destdir, valid=_files(args.valid), test=_files(args.test),
+        spm_model=args.spm_model, spm_vocab_size=args.spm_vocab_size, spm_model_type=args.spm_model_type,
+        no_split=args.no_split, deprel=args.deprel, strict=args.strict, fail_on_refusal=args.fail_on_refusal,
+        keep_text=args.keep_text, workers=max(1, args.workers), thresholdsrc=args.thresholdsrc,
+        nwordssrc=args.nwordssrc, padding_factor=args.padding_factor,
+    )
+    try:
+        preprocess(opts)
+    except (PreprocessError, OSError, UnicodeDecodeError) as e:
+        logger.error("%s", e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,450 @@
+"""CoNLL-U -> fairseq data directory with aligned hexatag streams (``sipe-preprocess``).
+
+Layout of the destination directory (splits ``train``, ``valid``, ``valid1``.., ``test``, ``test1``..,
+named as ``fairseq-preprocess`` names them)::
+
+    dict.txt              {split}.bin/.idx               subword tokens (+ </s> per sentence)
+    dict.terminal.txt     {split}.terminal.bin/.idx      one tag id per token position
+    dict.nonterminal.txt  {split}.nonterminal.bin/.idx
+    dict.deprel.txt       {split}.deprel.bin/.idx        only with --deprel
+    spm.model, spm.vocab                                 unless --no-split
+    {split}.tok                                          subword text, only with --keep-text
+    manifest.json                                        counts per split and settings
+
+*Byte identity.* ``dict.txt`` and the token ``.bin/.idx`` equal what ``fairseq-preprocess
+--only-source`` (mmap) writes for the ``{split}.tok`` text, so stock ``language_modeling`` trains a
+baseline on the same directory. They are built with fairseq's own pieces: ``Dictionary``
+(``add_symbol`` in sorted order and ``finalize``, with one ``</s>`` counted per line as
+``add_file_to_dictionary`` does), ``best_fitting_int_dtype`` and the mmap builder. Pieces never
+contain whitespace, so fairseq's ``tokenize_line`` of a text line gives back exactly the pieces.
+
+*Syntactic words.* Tags belong to syntactic words: a CoNLL-U multiword token (``3-4 don't``) is
+represented by its syntactic words (``do`` ``n't``); its surface line is only counted, as are empty
+nodes (``8.1``), which are not part of the basic tree. Whitespace inside a word is replaced by
+U+2581 (an empty word becomes U+2581), counted, so one word never becomes two text tokens.
+
+*Alignment* (paper appendix A.1). Each word is tokenized on its own, so pieces never cross words.
+A sentence's token sequence is its pieces plus the ``</s>`` that fairseq appends; every tag stream
+has exactly one id per position: the word's tag on its first piece, ``<notag>`` on continuation
+pieces and on ``</s>`` (see :mod:`sipe_fairseq.data.tag_dictionary`).
+
+*Refusals.* Non-projective trees are lifted (counted), or refused with ``strict``. Sentences that
+cannot be processed are refused: logged with ``file:line``, counted per reason in the manifest
+(``malformed``, ``invalid-tree``, ``non-projective``, ``encoding-error``); nothing is dropped
+silently, and ``fail_on_refusal`` turns any refusal into an error before anything is written.
+
+*Determinism.* Re-running on the same input gives identical bytes for every file: sentencepiece is
+trained single-threaded from memory (the model holds no paths), the manifest has sorted keys and
+no timestamps, and worker count does not change the output.
+"""
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import chain
+from multiprocessing import Pool
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from tqdm import tqdm
+
+from ..hexatag import encode, encode_tree
+from ..hexatag.conllu_io import parse_sentence, sentence_blocks
+from ..hexatag.errors import ConlluError, HexatagError, NonProjectiveError, TreeError
+from .tag_dictionary import (
+    FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_label_dictionary, build_tag_dictionary, tag_classes,
+)
+
+logger = logging.getLogger(__name__)
+
+SPACE_MARK = "\u2581"
+REFUSAL_REASONS = ("malformed", "invalid-tree", "non-projective", "encoding-error")
+_WS = re.compile(r"\s")  # the same notion of whitespace as fairseq's tokenize_line and str.split
+_TAG_IDS = {kind: {t: FIRST_TAG_ID + i for i, t in enumerate(tag_classes(kind))} for kind in TAG_KINDS}
+
+
+class PreprocessError(RuntimeError):
+    """Preprocessing cannot go on (bad options, missing input, refusals with fail_on_refusal)."""
+
+
+@dataclass
+class PreprocessOptions:
+    """Settings of :func:`preprocess` (the ``sipe-preprocess`` options)."""
+
+    train: str
+    destdir: str
+    valid: Sequence[str] = ()
+    test: Sequence[str] = ()
+    spm_model: Optional[str] = None
+    spm_vocab_size: int = 8000
+    spm_model_type: str = "unigram"
+    no_split: bool = False
+    deprel: bool = False
+    strict: bool = False
+    fail_on_refusal: bool = False
+    keep_text: bool = False
+    workers: int = 1
+    thresholdsrc: int = 0
+    nwordssrc: int = -1
+    padding_factor: int = 8
+
+
+def split_inputs(train: str, valid: Sequence[str] = (), test: Sequence[str] = ()) -> List[Tuple[str, str]]:
+    """``[(split, path)]`` with fairseq's names: train, valid, valid1, .., test, test1, .."""
+    out = [("train", train)]
+    for base, paths in (("valid", valid), ("test", test)):
+        out += [(base + (str(k) if k else ""), p) for k, p in enumerate(paths)]
+    return out
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+@dataclass
+class _Refusal:
+    reason: str
+    message: str
+
+
+def clean_word(word: str) -> Tuple[str, int, int]:
+    """``(word with whitespace -> U+2581, 1 if replaced, 1 if empty -> U+2581)``."""
+    if not word:
+        return SPACE_MARK, 0, 1
+    if _WS.search(word):
+        return _WS.sub(SPACE_MARK, word), 1, 0
+    return word, 0, 0
+
+
+def _process_block(item):
+    """Worker: one block -> ``(words, deprels, terminal ids, nonterminal ids, counts)`` or a refusal."""
+    path, start, lines, strict = item
+    try:
+        sent = parse_sentence(lines, path, start)
+    except ConlluError as e:
+        return _Refusal("invalid-tree" if isinstance(e.__cause__, TreeError) else "malformed", str(e))
+    where = f"{path}:{start}" + (f" (sent_id {sent.sent_id})" if sent.sent_id else "")
+    lifts = 0
+    try:
+        try:
+            tags = encode(sent.heads)
+        except NonProjectiveError:
+            tags, _, lifts = encode_tree(sent.heads, strict=strict)
+    except NonProjectiveError as e:
+        return _Refusal("non-projective", f"{where}: {e}")
+    except HexatagError as e:
+        return _Refusal("encoding-error", f"{where}: {e}")
+    words, n_ws, n_empty = sent.words, 0, 0
+    if not all(words) or _WS.search("".join(words)):  # rare: clean word by word
+        cleaned = [clean_word(w) for w in words]
+        words = [c[0] for c in cleaned]
+        n_ws, n_empty = sum(c[1] for c in cleaned), sum(c[2] for c in cleaned)
+    t_ids, n_ids = _TAG_IDS["terminal"], _TAG_IDS["nonterminal"]
+    counts = (lifts, len(sent.multiword), sent.empty_nodes, n_ws, n_empty)
+    return words, sent.deprels, [t_ids[t] for t, _ in tags], [n_ids[n] for _, n in tags], counts
+
+
+@dataclass
+class SplitData:
+    """Sentences kept from one CoNLL-U file, word-level, plus counts."""
+
+    path: str
+    words: List[List[str]] = field(default_factory=list)
+    deprels: List[List[str]] = field(default_factory=list)
+    terminal: List[List[int]] = field(default_factory=list)
+    nonterminal: List[List[int]] = field(default_factory=list)
+    stats: Counter = field(default_factory=Counter)
+    refused: Counter = field(default_factory=Counter)
+
+
+def read_split(path: str, strict: bool = False, workers: int = 1, desc: str = "") -> SplitData:
+    """Read, check and hexatag-encode a CoNLL-U file; refusals are logged and counted."""
+    try:
+        return _read_split(path, strict, workers, desc)
+    except UnicodeDecodeError as e:
+        raise PreprocessError(f"{path}: not UTF-8 text ({e.reason})") from e
+
+
+def _read_split(path, strict, workers, desc) -> SplitData:
+    data = SplitData(path)
+    with open(path, encoding="utf-8") as f:
+        items = ((path, start, lines, strict) for start, lines in sentence_blocks(f))
+        pool = Pool(workers) if workers > 1 else None
+        try:
+            results = pool.imap(_process_block, items, chunksize=128) if pool else map(_process_block, items)
+            for r in tqdm(results, desc=f"read {desc}".strip(), unit=" sent", disable=None):
+                data.stats["sentences_read"] += 1
+                if isinstance(r, _Refusal):
+                    data.refused[r.reason] += 1
+                    logger.warning("refused (%s): %s", r.reason, r.message)
+                    continue
+                words, deprels, term, nonterm, (lifts, mwt, empty, n_ws, n_empty) = r
+                data.words.append(words)
+                data.deprels.append(deprels)
+                data.terminal.append(term)
+                data.nonterminal.append(nonterm)
+                st = data.stats
+                st["trees_lifted"] += lifts > 0
+                st["arcs_lifted"] += lifts
+                st["multiword_tokens"] += mwt
+                st["empty_nodes_skipped"] += empty
+                st["words_whitespace_replaced"] += n_ws
+                st["words_empty_replaced"] += n_empty
+        finally:
+            if pool:
+                pool.close()
+                pool.join()
+    return data
+
+
+# ----------------------------------------------------------------------------- subwords
+
+
+def train_spm(sentences, vocab_size: int = 8000, model_type: str = "unigram") -> bytes:
+    """Train sentencepiece on space-joined sentences; returns the serialized model (deterministic:
+    single thread, trained from memory so the model records no file names)."""
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=buf, vocab_size=vocab_size, model_type=model_type,
+        num_threads=1, hard_vocab_limit=False, minloglevel=1,
+    )
+    return buf.getvalue()
+
+
+def spm_vocab_text(sp) -> str:
+    """The ``.vocab`` file sentencepiece writes next to a model (``piece<TAB>score``)."""
+    return "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size()))
+
+
+def segment_words(words: Sequence[str], sp=None, threads: int = 1) -> Tuple[Dict[str, List[str]], int]:
+    """Map each distinct word to its pieces (``sp=None``: the word itself). A word that yields no
+    piece gets ``[U+2581]``; returns ``(mapping, number of such distinct words)``."""
+    uniq = list(dict.fromkeys(words))
+    if sp is None:
+        return {w: [w] for w in uniq}, 0
+    encoded = sp.encode(uniq, out_type=str, enable_sampling=False, emit_unk_piece=False, num_threads=threads)
+    out, n_none = {}, 0
+    for w, pieces in zip(uniq, encoded):
+        if " ".join(pieces).split() != pieces:  # no piece may be empty or hold whitespace
+            pieces = [clean_word(p)[0] for p in pieces if p]
+        if not pieces:
+            pieces, n_none = [SPACE_MARK], n_none + 1
+        out[w] = pieces
+    return out, n_none
+
+
+def build_token_dictionary(words_per_sentence, pieces: Dict[str, List[str]], threshold=0, nwords=-1, padding_factor=8):
+    """fairseq's ``build_dictionary`` for the text of these sentences, without the text file:
+    piece counts plus one ``</s>`` per line, ``add_symbol`` in sorted order, ``finalize``."""
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    word_counts = Counter(chain.from_iterable(words_per_sentence))
+    counter = Counter()
+    for w, c in word_counts.items():
+        for p in pieces[w]:
+            counter[p] += c
+    counter[d.eos_word] += len(words_per_sentence)
+    for sym, c in sorted(counter.items()):
+        d.add_symbol(sym, c)
+    d.finalize(threshold=threshold, nwords=nwords, padding_factor=padding_factor)
+    return d
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def write_stream(prefix: str, flat: np.ndarray, sizes: np.ndarray, vocab_size: int) -> None:
+    """Write ``{prefix}.bin/.idx`` exactly as fairseq's mmap builder does for the sentences of
+    ``flat`` split by ``sizes`` (dtype from ``best_fitting_int_dtype(vocab_size)``, items
+    concatenated, fairseq's index writer), but in one write instead of one per sentence."""
+    from fairseq.data.indexed_dataset import MMapIndexedDataset, best_fitting_int_dtype, data_file_path, index_file_path
+
+    dtype = best_fitting_int_dtype(vocab_size)
+    with open(data_file_path(prefix), "wb") as f:
+        f.write(np.asarray(flat).astype(dtype).tobytes(order="C"))
+    with MMapIndexedDataset.Index.writer(index_file_path(prefix), dtype) as index:
+        index.write(sizes.tolist())
+
+
+def _layout(data: SplitData, pieces: Dict[str, List[str]]):
+    """Flat word list and position arithmetic: ``(flat_words, npieces, first_pos, sizes, piece_pos)``."""
+    sent_len = np.fromiter((len(w) for w in data.words), dtype=np.int64, count=len(data.words))
+    flat_words = list(chain.from_iterable(data.words))
+    npieces = np.fromiter((len(pieces[w]) for w in flat_words), dtype=np.int64, count=len(flat_words))
+    word_sent = np.repeat(np.arange(len(sent_len)), sent_len)
+    first_pos = np.cumsum(npieces) - npieces + word_sent  # +1 per earlier sentence for its </s>
+    starts = np.cumsum(sent_len) - sent_len
+    sizes = (np.add.reduceat(npieces, starts) if len(starts) else np.zeros(0, np.int64)) + 1
+    piece_pos = np.arange(int(npieces.sum())) + np.repeat(word_sent, npieces)
+    return flat_words, npieces, first_pos, sizes, piece_pos
+
+
+def _word_stream(total: int, first_pos: np.ndarray, word_ids) -> np.ndarray:
+    out = np.full(total, NOTAG_ID, dtype=np.int64)
+    out[first_pos] = np.fromiter(word_ids, dtype=np.int64, count=len(first_pos))
+    return out
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _versions() -> Dict[str, str]:
+    import importlib.metadata as md
+
+    import fairseq
+    import sentencepiece
+
+    try:
+        sipe = md.version("sipe_fairseq")
+    except md.PackageNotFoundError:
+        sipe = "unknown"
+    return {"fairseq": fairseq.__version__, "sentencepiece": sentencepiece.__version__, "sipe_fairseq": sipe}
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+
+
+# ----------------------------------------------------------------------------- main entry
+
+
+def preprocess(opts: PreprocessOptions) -> dict:
+    """Build the data directory described in the module docstring; returns the manifest."""
+    if opts.no_split and opts.spm_model:
+        raise PreprocessError("--no-split and --spm-model exclude each other")
+    if opts.spm_model_type not in ("unigram", "bpe"):
+        raise PreprocessError(f"--spm-model-type must be unigram or bpe, got {opts.spm_model_type!r}")
+    splits = split_inputs(opts.train, opts.valid, opts.test)
+    for name, path in splits + ([("spm-model", opts.spm_model)] if opts.spm_model else []):
+        if not os.path.isfile(path):
+            raise PreprocessError(f"{name}: no such file: {path}")
+    dest = opts.destdir
+    if os.path.exists(os.path.join(dest, "dict.txt")):
+        raise FileExistsError(f"{os.path.join(dest, 'dict.txt')} exists; use a new --destdir")
+
+    data = {name: read_split(path, opts.strict, opts.workers, name) for name, path in splits}
+    for name, d in data.items():
+        if not d.words:
+            logger.warning("[%s] %s: no sentence kept; the split will be empty (fairseq cannot load it)", name, d.path)
+    refused = {name: sum(d.refused.values()) for name, d in data.items() if d.refused}
+    if refused and opts.fail_on_refusal:
+        detail = ", ".join(f"{n}: {dict(sorted(data[n].refused.items()))}" for n in refused)
+        raise PreprocessError(f"refused sentences ({detail}); nothing written (--fail-on-refusal)")
+    train = data["train"]
+    if not train.words:
+        raise PreprocessError(f"{opts.train}: no usable training sentence")
+    os.makedirs(dest, exist_ok=True)
+
+    # subword model
+    sp, spm_info = None, None
+    if not opts.no_split:
+        import sentencepiece as spm
+
+        if opts.spm_model:
+            with open(opts.spm_model, "rb") as f:
+                model = f.read()
+        else:
+            logger.info("training sentencepiece (%s, %d pieces) on %s", opts.spm_model_type, opts.spm_vocab_size, opts.train)
+            model = train_spm((" ".join(s) for s in train.words), opts.spm_vocab_size, opts.spm_model_type)
+        sp = spm.SentencePieceProcessor(model_proto=model)
+        if not opts.spm_model and sp.get_piece_size() < opts.spm_vocab_size:
+            logger.warning("sentencepiece: only %d pieces (asked %d): small training data", sp.get_piece_size(), opts.spm_vocab_size)
+        with open(os.path.join(dest, "spm.model"), "wb") as f:
+            f.write(model)
+        _write_text(os.path.join(dest, "spm.vocab"), spm_vocab_text(sp))
+        spm_info = {
+            "source": opts.spm_model or "trained", "pieces": sp.get_piece_size(),
+            "sha256": hashlib.sha256(model).hexdigest(),
+            "model_type": None if opts.spm_model else opts.spm_model_type,
+            "vocab_size": None if opts.spm_model else opts.spm_vocab_size,
+        }
+    all_words = chain.from_iterable(chain.from_iterable(d.words for d in data.values()))
+    pieces, n_nopiece = segment_words(all_words, sp, max(1, opts.workers))
+    if n_nopiece:
+        logger.warning("%d distinct words have no subword piece; each is written as %s", n_nopiece, SPACE_MARK)
+
+    # dictionaries (built from train)
+    tok_dict = build_token_dictionary(train.words, pieces, opts.thresholdsrc, opts.nwordssrc, opts.padding_factor)
+    tok_dict.save(os.path.join(dest, "dict.txt"))
+    layouts = {name: _layout(d, pieces) for name, d in data.items()}
+    train_notag = int(layouts["train"][3].sum()) - len(list(chain.from_iterable(train.words)))
+    dicts = {}
+    for kind in TAG_KINDS:
+        counts = Counter(tag_classes(kind)[i - FIRST_TAG_ID] for i in chain.from_iterable(getattr(train, kind)))
+        counts[NOTAG] = train_notag
+        dicts[kind] = build_tag_dictionary(kind, counts)
+    if opts.deprel:
+        dicts["deprel"] = build_label_dictionary(Counter(chain.from_iterable(train.deprels)), train_notag)
+    for kind, d in dicts.items():
+        d.save(os.path.join(dest, f"dict.{kind}.txt"))
+
+    # streams
+    stats = {}
+    ids = {w: [tok_dict.index(p) for p in ps] for w, ps in pieces.items()}
+    unk_in = {w: n for w, ps in pieces.items() if (n := sum(p not in tok_dict.indices for p in ps))}
+    for name, d in data.items():
+        flat_words, npieces, first_pos, sizes, piece_pos = layouts[name]
+        total = int(sizes.sum())
+        tokens = np.full(total, tok_dict.eos(), dtype=np.int64)
+        tokens[piece_pos] = np.fromiter(chain.from_iterable(ids[w] for w in flat_words), np.int64, len(piece_pos))
+        n_unk = sum(unk_in.get(w, 0) for w in flat_words)  # as fairseq's "replaced" count
+        prefix = os.path.join(dest, name)
+        streams = {"": (tokens, len(tok_dict))}
+        for kind in TAG_KINDS:
+            streams["." + kind] = (_word_stream(total, first_pos, chain.from_iterable(getattr(d, kind))), len(dicts[kind]))
+        n_bad_deprel = 0
+        if opts.deprel:
+            dd = dicts["deprel"]
+            dep_ids = [dd.index(r) for r in chain.from_iterable(d.deprels)]
+            n_bad_deprel = sum(i == dd.unk() for i in dep_ids)
+            streams[".deprel"] = (_word_stream(total, first_pos, dep_ids), len(dd))
+        for suffix, (flat, vocab_size) in tqdm(streams.items(), desc=f"write {name}", unit=" stream", disable=None):
+            write_stream(prefix + suffix, flat, sizes, vocab_size)
+        if opts.keep_text:
+            _write_text(prefix + ".tok", "".join(" ".join(chain.from_iterable(pieces[w] for w in s)) + "\n" for s in d.words))
+        st = dict(d.stats)
+        st.update(
+            sentences=len(d.words), words=len(flat_words), subwords=total, tagged_positions=len(flat_words),
+            notag_positions=total - len(flat_words), unk_tokens=n_unk,
+            refused={r: d.refused.get(r, 0) for r in REFUSAL_REASONS},
+        )
+        st["sentences_refused"] = sum(d.refused.values())
+        if opts.deprel:
+            st["deprels_unknown"] = n_bad_deprel
+        for key in ("sentences_read", "trees_lifted", "arcs_lifted", "multiword_tokens", "empty_nodes_skipped",
+                    "words_whitespace_replaced", "words_empty_replaced"):
+            st[key] = int(st.get(key, 0))
+        stats[name] = st
+        logger.info(
+            "[%s] %s: %d sents, %d tokens, %d unk, %d lifted trees, %d refused%s", name, d.path, len(d.words), total,
+            n_unk, st["trees_lifted"], st["sentences_refused"], f", {n_bad_deprel} unknown deprels" if opts.deprel else "",
+        )
+
+    manifest = {
+        "format": "sipe-preprocess/1",
+        "inputs": {name: {"path": path, "sha256": _sha256(path)} for name, path in splits},
+        "settings": {
+            "alignment": "first-subword", "dataset_impl": "mmap", "deprel": opts.deprel, "no_split": opts.no_split,
+            "strict": opts.strict, "thresholdsrc": opts.thresholdsrc, "nwordssrc": opts.nwordssrc,
+            "padding_factor": opts.padding_factor, "spm": spm_info, "words_without_pieces": n_nopiece,
+        },
+        "dictionaries": {"dict.txt": len(tok_dict), **{f"dict.{k}.txt": len(d) for k, d in dicts.items()}},
+        "splits": stats,
+        "versions": _versions(),
+    }
+    _write_text(os.path.join(dest, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    logger.info("wrote %s", dest)
+    return manifest

@@ -1,0 +1,122 @@
+"""Perplexity p(x | tags), the joint bound -log p(x, tags), and both broken down by position type.
+
+A SiPE decoder is conditioned on parser tags, and the tags carry information about later words
+(the last word's ``EOS`` non-terminal announces the end of the sentence). So besides the
+conditional perplexity that ``fairseq-eval-lm`` prints, this module reports
+
+* the joint score ``-log p(x, tags) = LM NLL + terminal NLL + non-terminal NLL`` (every tagged
+  position's tags are predicted from its left context, see ``data/lm_dataset.py``), an upper bound
+  on ``-log p(x)`` comparable with a model that sees no tags (for which joint = LM);
+* the LM NLL by target type: the end-of-sentence token, word-initial subwords, continuation
+  subwords. A gain confined to ``eos`` is information the tags leak, not modelling.
+"""
+import inspect
+import math
+from collections import defaultdict
+from typing import Dict, Iterable
+
+import torch
+import torch.nn.functional as F
+
+from ..criterions.hexatag_lm import TAG_HEADS
+from ..modules.tag_embedding import FIRST_TAG_ID
+
+POSITION_TYPES = ("eos", "word_initial", "continuation")
+
+
+def accepts_tags(model) -> bool:
+    decoder = getattr(model, "decoder", model)
+    return "src_terminals" in inspect.signature(decoder.forward).parameters
+
+
+@torch.no_grad()
+def score_batches(model, batches: Iterable[dict], eos: int, pad: int) -> Dict[str, float]:
+    """Sum NLLs (nats) over batches of a ``hexatag_lm`` dataset; returns sums and counts."""
+    model.eval()
+    use_tags = accepts_tags(model)
+    sums = defaultdict(float)
+    for sample in batches:
+        if "net_input" not in sample:
+            continue
+        net = dict(sample["net_input"])
+        if not use_tags:
+            net = {k: v for k, v in net.items() if not k.startswith("src_") or k in ("src_tokens", "src_lengths")}
+        out = model(**net)
+        lprobs = model.get_normalized_probs(out, log_probs=True, sample=sample)
+        target = sample["target"]
+        scored = target.ne(pad)
+        nll = -lprobs.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1).float()
+        kinds = {
+            "eos": scored & target.eq(eos),
+            "word_initial": scored & target.ne(eos) & sample["word_start_target"].bool(),
+        }
+        kinds["continuation"] = scored & ~kinds["eos"] & ~kinds["word_initial"]
+        sums["lm_nll"] += nll[scored].sum().item()
+        sums["tokens"] += int(scored.sum())
+        for name, mask in kinds.items():
+            sums[f"lm_nll.{name}"] += nll[mask].sum().item()
+            sums[f"tokens.{name}"] += int(mask.sum())
+        for kind, n in TAG_HEADS:
+            logits = out[1].get(f"{kind}_logits") if use_tags else None
+            if logits is None:
+                continue
+            cls = sample[f"{kind}_target"] - FIRST_TAG_ID
+            valid = (cls >= 0) & (cls < n)
+            sums[f"{kind}_nll"] += F.cross_entropy(logits[valid].float(), cls[valid], reduction="sum").item()
+            sums[f"{kind}_count"] += int(valid.sum())
+    return dict(sums)
+
+
+def summarize(sums: Dict[str, float]) -> Dict[str, Dict[str, float]]:
+    """Per-token NLL (nats and bits) and perplexities from :func:`score_batches` sums."""
+    rows = {}
+
+    def row(nll, count):
+        mean = nll / count if count else float("nan")
+        return {"count": int(count), "nll": mean, "bits": mean / math.log(2), "ppl": math.exp(mean) if count else float("nan")}
+
+    rows["lm"] = row(sums["lm_nll"], sums["tokens"])
+    for name in POSITION_TYPES:
+        rows[f"lm.{name}"] = row(sums.get(f"lm_nll.{name}", 0.0), sums.get(f"tokens.{name}", 0))
+    words = sums.get("tokens.word_initial", 0) + sums.get("tokens.eos", 0)
+    rows["lm.per_word"] = row(sums["lm_nll"], words)
+    tag_nll = 0.0
+    for kind, _ in TAG_HEADS:
+        if sums.get(f"{kind}_count"):
+            rows[kind] = row(sums[f"{kind}_nll"], sums[f"{kind}_count"])
+            tag_nll += sums[f"{kind}_nll"]
+    rows["joint"] = row(sums["lm_nll"] + tag_nll, sums["tokens"])  # -log p(x, tags) per token
+    rows["joint.per_word"] = row(sums["lm_nll"] + tag_nll, words)
+    rows["joint"]["sees_tags"] = rows["joint.per_word"]["sees_tags"] = bool(tag_nll)
+    return rows
+
+
+def markdown(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
+    """Side-by-side table: one column per model, rows = score (perplexity per token / per word)."""
+    names = list(results)
+    lines = ["| score | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    labels = [
+        ("lm", "ppl p(x|tags) per token (fairseq-eval-lm)"),
+        ("joint", "ppl joint -log p(x,tags) per token (bound on p(x))"),
+        ("lm.per_word", "ppl p(x|tags) per word"),
+        ("joint.per_word", "ppl joint per word"),
+        ("lm.eos", "bits/token at </s>"),
+        ("lm.word_initial", "bits/token at word-initial subwords"),
+        ("lm.continuation", "bits/token at continuation subwords"),
+        ("terminal", "bits/tag terminal"),
+        ("nonterminal", "bits/tag non-terminal"),
+    ]
+    for key, label in labels:
+        cells = []
+        for n in names:
+            r = results[n].get(key)
+            if r is None or not r["count"]:
+                cells.append("-")
+            elif key in ("lm", "joint", "lm.per_word", "joint.per_word"):
+                cells.append(f"{r['ppl']:.3f}")
+            else:
+                cells.append(f"{r['bits']:.3f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    counts = {n: results[n]["lm"]["count"] for n in names}
+    lines.append(f"\ntokens scored: {counts}; a model without tag heads has joint = LM (it sees no tags).")
+    return "\n".join(lines)
