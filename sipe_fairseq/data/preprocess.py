@@ -43,7 +43,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain
@@ -375,12 +374,14 @@ def preprocess(opts: PreprocessOptions) -> dict:
     pieces, n_nopiece = segment_words(all_words, sp, max(1, opts.workers))
     if n_nopiece:
         logger.warning("%d distinct words have no subword piece; each is written as %s", n_nopiece, SPACE_MARK)
+    if spm_info:
+        spm_info["distinct_words_without_pieces"] = n_nopiece
 
     # dictionaries (built from train)
     tok_dict = build_token_dictionary(train.words, pieces, opts.thresholdsrc, opts.nwordssrc, opts.padding_factor)
     tok_dict.save(os.path.join(dest, "dict.txt"))
     layouts = {name: _layout(d, pieces) for name, d in data.items()}
-    train_notag = int(layouts["train"][3].sum()) - len(list(chain.from_iterable(train.words)))
+    train_notag = int(layouts["train"][3].sum()) - len(layouts["train"][0])  # positions - words
     dicts = {}
     for kind in TAG_KINDS:
         counts = Counter(tag_classes(kind)[i - FIRST_TAG_ID] for i in chain.from_iterable(getattr(train, kind)))
@@ -439,7 +440,7 @@ def preprocess(opts: PreprocessOptions) -> dict:
         "settings": {
             "alignment": "first-subword", "dataset_impl": "mmap", "deprel": opts.deprel, "no_split": opts.no_split,
             "strict": opts.strict, "thresholdsrc": opts.thresholdsrc, "nwordssrc": opts.nwordssrc,
-            "padding_factor": opts.padding_factor, "spm": spm_info, "words_without_pieces": n_nopiece,
+            "padding_factor": opts.padding_factor, "spm": spm_info,
         },
         "dictionaries": {"dict.txt": len(tok_dict), **{f"dict.{k}.txt": len(d) for k, d in dicts.items()}},
         "splits": stats,

@@ -10,7 +10,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 
 from ..data.lm_dataset import TAG_KINDS, HexatagContextWindowDataset, HexatagLMDataset
-from ..data.tag_dictionary import load_tag_dictionary
+from ..data.tag_dictionary import NOTAG, load_tag_dictionary
 from ..data.tag_streams import load_tag_streams
 
 logger = logging.getLogger(__name__)
@@ -44,8 +44,9 @@ class HexatagLanguageModelingTask(LanguageModelingTask):
         streams = load_tag_streams(data_path, split, raw, TAG_KINDS, self.args.dataset_impl)
         tag_pad = self.tag_dictionaries["terminal"].pad()
         blocks = {
+            # the value inserted before a block's first sentence is <notag>, as the stream stores
             kind: TokenBlockDataset(ds, ds.sizes, self.args.tokens_per_sample, pad=tag_pad,
-                                    eos=self.tag_dictionaries[kind].eos(), break_mode=self.args.sample_break_mode,
+                                    eos=self.tag_dictionaries[kind].index(NOTAG), break_mode=self.args.sample_break_mode,
                                     include_targets=True)
             for kind, ds in streams.items()
         }
@@ -55,6 +56,15 @@ class HexatagLanguageModelingTask(LanguageModelingTask):
             shuffle=tokens.shuffle, targets=tokens.targets, add_bos_token=tokens.add_bos_token,
             fixed_pad_length=tokens.fixed_pad_length, pad_to_bsz=tokens.pad_to_bsz)
         logger.info(f"{split}: {len(tokens)} blocks with hexatag streams {list(streams)}")
+
+    def get_batch_iterator(self, dataset, *args, required_batch_size_multiple=1, **kwargs):
+        # fairseq's batch_by_size drops the last partial batch when the multiple is > 1 (fairseq
+        # issue #5036; default 8): every evaluated block must count, so only training keeps it.
+        if required_batch_size_multiple > 1 and dataset is not self.datasets.get("train"):
+            logger.info(f"evaluation batches: --required-batch-size-multiple {required_batch_size_multiple} -> 1 "
+                        "(fairseq would drop the last partial batch)")
+            required_batch_size_multiple = 1
+        return super().get_batch_iterator(dataset, *args, required_batch_size_multiple=required_batch_size_multiple, **kwargs)
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, **kwargs):
         raise NotImplementedError("hexatag_lm scores tagged data: use sipe_fairseq.eval (tags come from a parser)")

@@ -1,0 +1,189 @@
+"""End to end: toy CoNLL-U -> sipe-preprocess -> fairseq-train -> fairseq-eval-lm / sipe-eval-lm."""
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import fairseq  # noqa: F401
+import sipe_fairseq
+from fairseq.data import data_utils
+
+sipe_fairseq.register()
+
+from sipe_fairseq.cli.eval_lm import evaluate, load  # noqa: E402
+from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
+from sipe_fairseq.data import toy_grammar  # noqa: E402
+from sipe_fairseq.modules.tag_embedding import FIRST_TAG_ID  # noqa: E402
+
+BIN = Path(sys.executable).parent
+PLUGIN = str(Path(sipe_fairseq.__file__).parent)
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+TASK = ["--task", "hexatag_lm", "--tokens-per-sample", "64", "--sample-break-mode", "complete"]
+CONFIGS = {  # name -> (task/criterion args, arch args)
+    **{f"txl-{inj}": (["--criterion", "hexatag_lm"], ["--arch", "sipe_txl_tiny", "--sipe-injection", inj])
+       for inj in ("none", "input", "position", "disentangled", "attention-bias", "input+attention-bias", "position+attention-bias")},
+    **{f"rope-{inj}": (["--criterion", "hexatag_lm"], ["--arch", "sipe_rope_tiny", "--sipe-injection", inj])
+       for inj in ("none", "input", "position")},
+    "abs-input": (["--criterion", "hexatag_lm"], ["--arch", "sipe_transformer_lm_tiny"]),
+}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    toy_grammar.make_corpus(root / "toy", n_train=400, n_valid=60, n_test=60, seed=3)
+    out = root / "data"
+    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
+                            "--test", str(root / "toy/test.conllu"), "--destdir", str(out), "--spm-vocab-size", "200"]) == 0
+    return out
+
+
+def run(cmd, cwd):
+    proc = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout + proc.stderr
+
+
+_trained = {}
+
+
+def trained(name, data_dir):
+    """Train config ``name`` for a few updates (once); return (checkpoint, last valid loss line)."""
+    if name not in _trained:
+        crit, arch = CONFIGS[name]
+        save = data_dir.parent / f"ck-{name}"
+        log = run([BIN / "fairseq-train", data_dir, "--user-dir", PLUGIN, *TASK, *crit, *arch,
+                   "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "1024", "--max-update", "6", "--seed", "1",
+                   "--save-dir", save, "--no-epoch-checkpoints", "--no-last-checkpoints", "--num-workers", "0",
+                   "--log-format", "simple"], data_dir.parent)
+        _trained[name] = (save / "checkpoint_best.pt", log)
+    return _trained[name]
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_train_then_eval_lm(name, data_dir):
+    """fairseq-train and fairseq-eval-lm run for every injection; the perplexity fairseq-eval-lm
+    prints from the reloaded checkpoint equals the training run's final validation (in memory),
+    and sipe-eval-lm computes the same number."""
+    ckpt, log = trained(name, data_dir)
+    valid = re.findall(r"valid on 'valid' subset \| loss [\d.]+ \| nll_loss ([\d.]+)", log)
+    out = run([BIN / "fairseq-eval-lm", data_dir, "--user-dir", PLUGIN, *TASK, "--path", ckpt,
+               "--gen-subset", "valid", "--max-tokens", "1024", "--num-workers", "0"], data_dir.parent)
+    bits = float(re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", out).group(1))
+    assert valid and abs(float(valid[-1]) - bits) < 1.5e-3, (valid, bits)
+    ours = evaluate(str(ckpt), str(data_dir), "valid", max_tokens=1024)
+    assert abs(ours["lm"]["bits"] - bits) < 1e-3
+    sees_tags = "none" not in name
+    assert (ours["joint"]["nll"] > ours["lm"]["nll"]) == sees_tags
+    counts = [ours[f"lm.{k}"]["count"] for k in ("eos", "word_initial", "continuation")]
+    assert sum(counts) == ours["lm"]["count"] and min(counts) > 0
+
+
+def test_eval_lm_equals_independent_nll(data_dir):
+    """exp(mean NLL) computed sentence by sentence straight from the binarized streams (no task
+    datasets involved) equals fairseq-eval-lm's perplexity with --sample-break-mode eos."""
+    ckpt, _ = trained("txl-position", data_dir)
+    model, task = load(str(ckpt), str(data_dir))
+    model.eval()
+    d = task.source_dictionary
+    toks = data_utils.load_indexed_dataset(str(data_dir / "valid"), d)
+    terms = data_utils.load_indexed_dataset(str(data_dir / "valid.terminal"), None)
+    nts = data_utils.load_indexed_dataset(str(data_dir / "valid.nonterminal"), None)
+    nll, n = 0.0, 0
+    with torch.no_grad():
+        for i in range(len(toks)):
+            y = toks[i].long()
+            x = torch.cat([y.new([d.eos()]), y[:-1]])[None]
+            shift = lambda t: torch.cat([t.new([FIRST_TAG_ID - 1]), t[:-1].long()])[None]  # noqa: E731
+            out = model(x, src_terminals=shift(terms[i]), src_nonterminals=shift(nts[i]))
+            lp = torch.log_softmax(out[0].float(), -1)[0]
+            nll -= lp.gather(-1, y[:, None]).sum().item()
+            n += len(y)
+    out = run([BIN / "fairseq-eval-lm", data_dir, "--user-dir", PLUGIN, "--task", "hexatag_lm", "--sample-break-mode", "eos",
+               "--tokens-per-sample", "64", "--path", ckpt, "--gen-subset", "valid", "--max-tokens", "1024"], data_dir.parent)
+    ppl = float(re.search(r"Perplexity: ([\d.]+)", out).group(1))
+    assert abs(math.exp(nll / n) - ppl) < 0.01 * 1.0001 + 1e-9 * ppl, (math.exp(nll / n), ppl)
+
+
+def test_checkpoint_reload_gives_identical_outputs(data_dir, tmp_path):
+    ckpt, _ = trained("txl-position+attention-bias", data_dir)
+    model, task = load(str(ckpt), str(data_dir))
+    state = torch.load(str(ckpt), map_location="cpu", weights_only=False)  # the raw checkpoint as fairseq wrote it
+    state["model"] = model.state_dict()  # ... re-saved from the loaded model
+    torch.save(state, str(tmp_path / "copy.pt"))
+    again, _ = load(str(tmp_path / "copy.pt"), str(data_dir))
+    task.load_dataset("valid")
+    ds = task.dataset("valid")
+    batch = ds.collater([ds[i] for i in range(4)])
+    model.eval(), again.eval()
+    with torch.no_grad():
+        a, b = model(**batch["net_input"]), again(**batch["net_input"])
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1]["terminal_logits"], b[1]["terminal_logits"])
+
+
+@pytest.mark.parametrize("mode", ["none", "complete", "eos"])
+@pytest.mark.parametrize("bos", [False, True])
+def test_tags_stay_in_step_through_blocking(data_dir, mode, bos):
+    """Whatever the break mode and --add-bos-token: tags sit exactly on the tokens whose piece
+    starts a word, and every word of a complete block has its tags predicted exactly once."""
+    from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask
+    ckpt, _ = trained("txl-position", data_dir)
+    _, task = load(str(ckpt), str(data_dir))
+    task.args.sample_break_mode, task.args.add_bos_token = mode, bos
+    task.load_dataset("valid")
+    ds, d = task.dataset("valid"), task.source_dictionary
+    starts = torch.tensor([d[i].startswith("\u2581") for i in range(len(d))])
+    for i in range(len(ds)):
+        b = ds.collater([ds[i]])
+        src, tags = b["net_input"]["src_tokens"][0], b["net_input"]["src_terminals"][0]
+        assert torch.equal(tags >= FIRST_TAG_ID, starts[src]), (mode, bos, i)
+        words = b["word_start_target"][0].sum()
+        predicted = (b["terminal_target"][0] >= FIRST_TAG_ID).sum()
+        assert predicted == words
+        assert torch.equal(b["word_start_target"][0].bool(), starts[b["target"][0]] & b["target"][0].ne(d.pad()))
+
+
+def test_context_window_keeps_tags_in_step(data_dir):
+    """With --context-window, every row is a contiguous slice of the token+tag stream."""
+    ckpt, _ = trained("txl-position", data_dir)
+    model, task = load(str(ckpt), str(data_dir), context_window=16)
+    task.args.sample_break_mode = "none"
+    task.load_dataset("valid")
+    d = task.source_dictionary
+    flat = lambda name, dd: torch.cat([x for x in data_utils.load_indexed_dataset(str(data_dir / name), dd)])  # noqa: E731
+    stream = torch.stack([flat("valid", d), flat("valid.terminal", None), flat("valid.nonterminal", None)], 1).long()
+    itr = task.eval_lm_dataloader(dataset=task.dataset("valid"), batch_size=2, max_positions=1024, context_window=16)
+    pos, rows = 0, 0
+    for b in itr:
+        net = b["net_input"]
+        for r in range(net["src_tokens"].size(0)):
+            keep = net["src_tokens"][r].ne(d.pad())
+            row = torch.stack([net["src_tokens"][r], net["src_terminals"][r], net["src_nonterminals"][r]], 1)[keep]
+            c = b["start_indices"][r]
+            n = int(b["target"][r].ne(d.pad()).sum())
+            # inputs are the stream shifted by one: row covers stream[pos - c - 1 : pos + n - 1]
+            lo = pos - c - 1
+            expect = stream[max(lo, 0):pos + n - 1]
+            assert len(row) == len(expect) + (lo < 0) and torch.equal(row[-len(expect):], expect), (rows, r)
+            assert torch.equal(b["target"][r][c:c + n], stream[pos:pos + n, 0])
+            pos += n
+            rows += 1
+    assert pos == len(stream) and rows > 2
+
+
+def test_missing_tag_streams_is_a_clear_error(data_dir, tmp_path):
+    plain = tmp_path / "plain"
+    shutil.copytree(data_dir, plain)
+    for f in plain.glob("valid.terminal.*"):
+        f.unlink()
+    ckpt, _ = trained("txl-position", data_dir)
+    _, task = load(str(ckpt), str(plain))
+    with pytest.raises(Exception, match="sipe-preprocess"):
+        task.load_dataset("valid")
