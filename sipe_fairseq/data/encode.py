@@ -1,0 +1,62 @@
+"""Encode new tagged sentences exactly as ``sipe-preprocess`` encoded the training data.
+
+Used at evaluation time (BLiMP, SyntaxGym, minimal pairs): words are cleaned and split into
+sentencepiece pieces word by word with the data directory's own ``spm.model`` (or kept whole when
+the directory was made with ``--no-split``), mapped through ``dict.txt``, and each word's tag pair
+is put on its first piece (appendix A.1); continuation pieces and the final ``</s>`` get
+``<notag>``.
+"""
+import os
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+from ..hexatag import encode_tree
+from .preprocess import clean_word, segment_words
+from .tag_dictionary import FIRST_TAG_ID, NOTAG_ID, TAG_KINDS, tag_classes
+
+_TAG_IDS = {kind: {t: FIRST_TAG_ID + i for i, t in enumerate(tag_classes(kind))} for kind in TAG_KINDS}
+
+
+class SentenceEncoder:
+    """``encode(words, heads)`` -> token ids, terminal ids, non-terminal ids (all with ``</s>``)."""
+
+    def __init__(self, data_dir: str, dictionary=None):
+        from fairseq.data import Dictionary
+
+        self.dictionary = dictionary or Dictionary.load(os.path.join(data_dir, "dict.txt"))
+        spm_path = os.path.join(data_dir, "spm.model")
+        self.sp = None
+        if os.path.exists(spm_path):
+            import sentencepiece as spm
+
+            self.sp = spm.SentencePieceProcessor(model_file=spm_path)
+
+    def pieces(self, words: Sequence[str]) -> List[List[str]]:
+        cleaned = [clean_word(w)[0] for w in words]
+        mapping, _ = segment_words(cleaned, self.sp)
+        return [mapping[w] for w in cleaned]
+
+    def encode(self, words: Sequence[str], heads: Optional[Sequence[int]] = None,
+               tags: Optional[Sequence[Tuple[str, str]]] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, List[int]]:
+        """Returns ``(tokens, terminals, nonterminals, first_piece_positions)``; tags come from
+        ``tags`` or from ``heads`` (projectivized if needed); with neither, every tag is ``<notag>``."""
+        if tags is None and heads is not None:
+            tags, _, _ = encode_tree(list(heads))
+        pieces = self.pieces(words)
+        toks, terms, nts, firsts = [], [], [], []
+        for k, ps in enumerate(pieces):
+            firsts.append(len(toks))
+            for j, p in enumerate(ps):
+                toks.append(self.dictionary.index(p))
+                if j == 0 and tags is not None:
+                    terms.append(_TAG_IDS["terminal"][tags[k][0]])
+                    nts.append(_TAG_IDS["nonterminal"][tags[k][1]])
+                else:
+                    terms.append(NOTAG_ID)
+                    nts.append(NOTAG_ID)
+        toks.append(self.dictionary.eos())
+        terms.append(NOTAG_ID)
+        nts.append(NOTAG_ID)
+        as_t = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
+        return as_t(toks), as_t(terms), as_t(nts), firsts
