@@ -13,6 +13,8 @@ setup(
             "sipe-hexatag=sipe_fairseq.cli.hexatag:main",
             "sipe-preprocess=sipe_fairseq.cli.preprocess:main",
             "sipe-eval-lm=sipe_fairseq.cli.eval_lm:main",
+            "sipe-glue-preprocess=sipe_fairseq.cli.glue_preprocess:main",
+            "sipe-eval=sipe_fairseq.cli.eval:main",
         ]
     },
 )

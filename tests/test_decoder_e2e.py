@@ -107,7 +107,9 @@ def test_eval_lm_equals_independent_nll(data_dir):
             nll -= lp.gather(-1, y[:, None]).sum().item()
             n += len(y)
     out = run([BIN / "fairseq-eval-lm", data_dir, "--user-dir", PLUGIN, "--task", "hexatag_lm", "--sample-break-mode", "eos",
-               "--tokens-per-sample", "64", "--path", ckpt, "--gen-subset", "valid", "--max-tokens", "1024"], data_dir.parent)
+               "--tokens-per-sample", "64", "--path", ckpt, "--gen-subset", "valid", "--max-tokens", "1024",
+               "--output-word-probs"], data_dir.parent)
+    assert len(re.findall(r"eval_lm:\d+ ", out)) == len(toks)  # one word-probability line per sentence
     ppl = float(re.search(r"Perplexity: ([\d.]+)", out).group(1))
     assert abs(math.exp(nll / n) - ppl) < 0.01 * 1.0001 + 1e-9 * ppl, (math.exp(nll / n), ppl)
 
@@ -128,15 +130,16 @@ def test_checkpoint_reload_gives_identical_outputs(data_dir, tmp_path):
     assert torch.equal(a[0], b[0]) and torch.equal(a[1]["terminal_logits"], b[1]["terminal_logits"])
 
 
-@pytest.mark.parametrize("mode", ["none", "complete", "eos"])
-@pytest.mark.parametrize("bos", [False, True])
-def test_tags_stay_in_step_through_blocking(data_dir, mode, bos):
-    """Whatever the break mode and --add-bos-token: tags sit exactly on the tokens whose piece
-    starts a word, and every word of a complete block has its tags predicted exactly once."""
-    from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask
+@pytest.mark.parametrize("mode,bos,placement", [("none", False, "first_subword"), ("complete", False, "first_subword"),
+                                                ("eos", False, "first_subword"), ("none", True, "first_subword"),
+                                                ("complete", True, "last_subword"), ("none", False, "last_subword")])
+def test_tags_stay_in_step_through_blocking(data_dir, mode, bos, placement):
+    """Whatever the break mode, --add-bos-token and head placement: tags sit exactly on the tokens
+    whose piece starts a word, and every word in a block has its tags predicted exactly once, from
+    a position whose input precedes the word."""
     ckpt, _ = trained("txl-position", data_dir)
     _, task = load(str(ckpt), str(data_dir))
-    task.args.sample_break_mode, task.args.add_bos_token = mode, bos
+    task.args.sample_break_mode, task.args.add_bos_token, task.args.tag_head_placement = mode, bos, placement
     task.load_dataset("valid")
     ds, d = task.dataset("valid"), task.source_dictionary
     starts = torch.tensor([d[i].startswith("\u2581") for i in range(len(d))])
@@ -147,6 +150,8 @@ def test_tags_stay_in_step_through_blocking(data_dir, mode, bos):
         words = b["word_start_target"][0].sum()
         predicted = (b["terminal_target"][0] >= FIRST_TAG_ID).sum()
         assert predicted == words
+        if placement == "last_subword":  # the head sits right before the word
+            assert torch.equal(b["terminal_target"][0] >= FIRST_TAG_ID, b["word_start_target"][0].bool())
         assert torch.equal(b["word_start_target"][0].bool(), starts[b["target"][0]] & b["target"][0].ne(d.pad()))
 
 

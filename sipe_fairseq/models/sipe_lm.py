@@ -18,6 +18,7 @@ from omegaconf import II
 
 from ..modules import HexatagEmbedding, SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_classes
 from ..modules.assembly import INJECTION_CHOICES
+from .classification import ClassificationHeadsMixin
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,9 @@ class SiPEDecoderConfig(FairseqDataclass):
     sipe_tag_heads: ChoiceEnum(["auto", "on", "off"]) = field(
         default="auto", metadata={"help": "auxiliary tag prediction heads (auto: on unless --sipe-injection none)"})
     tie_adaptive_weights: bool = field(default=True, metadata={"help": "unused; output projection is always tied"})
+    pooler_dropout: float = field(default=0.1, metadata={"help": "dropout in sentence classification heads (fine-tuning)"})
+    pooler_activation_fn: ChoiceEnum(["tanh", "relu", "gelu", "linear"]) = field(
+        default="tanh", metadata={"help": "activation of the classification head's dense layer (RoBERTa: tanh)"})
     tokens_per_sample: int = II("task.tokens_per_sample")
     max_target_positions: Optional[int] = II("task.max_target_positions")
 
@@ -125,7 +129,20 @@ class SiPEDecoder(FairseqIncrementalDecoder):
         return self.cfg.max_target_positions or self.cfg.tokens_per_sample
 
 
-class _SiPELanguageModel(FairseqLanguageModel):
+class _SiPELanguageModel(ClassificationHeadsMixin, FairseqLanguageModel):
+    """A decoder LM; with a registered classification head it also classifies sentences from the
+    last non-pad position (``--task hexatag_sentence_prediction``, see :mod:`.classification`)."""
+
+    def __init__(self, decoder):
+        super().__init__(decoder)
+        self._init_classification_heads()
+
+    def forward(self, src_tokens, classification_head_name=None, **kwargs):
+        if classification_head_name is not None:
+            kwargs.pop("features_only", None)
+            return self.classify(src_tokens, classification_head_name, **kwargs)
+        return self.decoder(src_tokens, **kwargs)
+
     @classmethod
     def build_model(cls, args, task):
         decoder = SiPEDecoder(args, task.target_dictionary)

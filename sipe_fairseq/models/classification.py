@@ -1,0 +1,111 @@
+"""Sentence classification heads for decoder LMs (fine-tuning on GLUE, as fairseq's RoBERTa does).
+
+A decoder classifies from its final token: the features of the last non-pad position (for
+``s1 </s> s2 </s>`` the final ``</s>``, which has seen the whole input) go through RoBERTa's head
+(dropout, dense, tanh, dropout, linear). Heads live in ``model.classification_heads[name]`` and are
+created by the task (``register_classification_head``); the LM body keeps its state-dict keys, so a
+``hexatag_lm`` checkpoint loads into the classifier with only the new head missing:
+:meth:`ClassificationHeadsMixin.upgrade_state_dict_named` fills exactly those keys from the fresh
+initialization and logs them (everything else is loaded strictly).
+"""
+import logging
+
+import torch
+import torch.nn as nn
+from fairseq import utils
+
+logger = logging.getLogger(__name__)
+
+
+def last_positions(tokens: torch.Tensor, pad: int) -> torch.Tensor:
+    """Index of the last non-pad position of each row (right or left padding)."""
+    keep = tokens.ne(pad).long()
+    return tokens.size(1) - 1 - keep.flip(1).argmax(1)
+
+
+def pool_last(features: torch.Tensor, tokens: torch.Tensor, pad: int) -> torch.Tensor:
+    """``features`` (B, T, C) at each row's last non-pad position -> (B, C)."""
+    idx = last_positions(tokens, pad)
+    return features[torch.arange(features.size(0), device=features.device), idx]
+
+
+class SentenceClassificationHead(nn.Module):
+    """RoBERTa's head on pooled features: dropout, dense, activation, dropout, out_proj."""
+
+    def __init__(self, input_dim: int, inner_dim: int, num_classes: int, activation_fn: str = "tanh",
+                 pooler_dropout: float = 0.0):
+        super().__init__()
+        self.dense = nn.Linear(input_dim, inner_dim)
+        self.activation_fn = utils.get_activation_fn(activation_fn)
+        self.dropout = nn.Dropout(p=pooler_dropout)
+        self.out_proj = nn.Linear(inner_dim, num_classes)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(pooled)
+        x = self.activation_fn(self.dense(x))
+        return self.out_proj(self.dropout(x))
+
+
+class ClassificationHeadsMixin:
+    """For a :class:`~fairseq.models.FairseqLanguageModel` whose decoder returns ``(features, extra)``
+    with ``features_only=True``: ``model(src_tokens, classification_head_name=NAME, ...)`` returns
+    ``(logits, extra)`` from the last non-pad position (what fairseq's ``sentence_prediction``
+    criterion calls). Call :meth:`_init_classification_heads` in ``__init__``."""
+
+    def _init_classification_heads(self):
+        self.classification_heads = nn.ModuleDict()
+
+    def classify(self, src_tokens, classification_head_name: str, **kwargs):
+        x, extra = self.decoder(src_tokens, features_only=True, **kwargs)
+        pooled = pool_last(x, src_tokens, self.decoder.padding_idx)
+        return self.classification_heads[classification_head_name](pooled), extra
+
+    def register_classification_head(self, name, num_classes=None, inner_dim=None, **kwargs):
+        """Add (or replace, with a warning if its shape changes) the head ``name``."""
+        d = self.decoder.embed_tokens.embedding_dim
+        if name in self.classification_heads:
+            old = self.classification_heads[name]
+            if old.out_proj.out_features != num_classes or old.dense.out_features != (inner_dim or d):
+                logger.warning(f're-registering head "{name}" with num_classes {num_classes} '
+                               f"(prev: {old.out_proj.out_features}) and inner_dim {inner_dim or d} (prev: {old.dense.out_features})")
+        cfg = getattr(self, "cfg", None) or self.decoder.cfg
+        self.classification_heads[name] = SentenceClassificationHead(
+            d, inner_dim or d, num_classes, activation_fn=getattr(cfg, "pooler_activation_fn", "tanh"),
+            pooler_dropout=getattr(cfg, "pooler_dropout", 0.0))
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Reconcile a checkpoint's heads with this model's (RoBERTa's approach): heads of the
+        checkpoint that this model lacks (or with another shape) are dropped; this model's heads
+        missing from the checkpoint (an LM checkpoint) keep their fresh initialization; the LM's
+        tag-head weights are dropped when this model has no tag heads (``--sipe-tag-heads off``).
+        Each case is logged with the keys concerned."""
+        super().upgrade_state_dict_named(state_dict, name)
+        prefix = name + "." if name else ""
+        heads = getattr(self, "classification_heads", {})
+        dropped = []
+        for k in list(state_dict):
+            if not k.startswith(prefix + "classification_heads."):
+                continue
+            head, _, param = k[len(prefix + "classification_heads."):].partition(".")
+            own = heads[head].state_dict().get(param) if head in heads else None
+            if own is None or own.shape != state_dict[k].shape:
+                dropped.append(k)
+                del state_dict[k]
+        if dropped:
+            logger.warning(f"dropped checkpoint head weights this model does not have (or of another shape): {dropped}")
+        dec = getattr(self, "decoder", None)
+        for kind in ("terminal_head", "nonterminal_head"):
+            keys = [k for k in state_dict if k.startswith(f"{prefix}decoder.{kind}.")]
+            if keys and getattr(dec, kind, None) is None:
+                logger.info(f"dropped the LM's {kind} weights (this model has no tag heads): {keys}")
+                for k in keys:
+                    del state_dict[k]
+        fresh = []
+        for head, module in heads.items():
+            for param, value in module.state_dict().items():
+                k = f"{prefix}classification_heads.{head}.{param}"
+                if k not in state_dict:
+                    state_dict[k] = value
+                    fresh.append(k)
+        if fresh:
+            logger.info(f"not in the checkpoint, initialized fresh (the new classification head): {fresh}")
