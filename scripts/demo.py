@@ -36,7 +36,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workdir", default=str(ROOT / "runs" / "demo"))
     p.add_argument("--train-sentences", type=int, default=30000)
-    p.add_argument("--max-update", type=int, default=400, help="updates per model")
+    p.add_argument("--max-update", type=int, default=300, help="updates per model")
     p.add_argument("--arch-args", default="--decoder-embed-dim 128 --decoder-ffn-embed-dim 512 --decoder-layers 3 --decoder-attention-heads 4",
                    help="model size on top of sipe_txl_tiny")
     p.add_argument("--injections", default="none,position")

@@ -14,16 +14,17 @@ mkdir -p "$WORK"
     --spm-vocab-size 4000 > "$WORK/preprocess.log" 2>&1
 train() {  # $1 = injection
   OMP_NUM_THREADS=1 $BIN/fairseq-train "$WORK/data-bin" --user-dir sipe_fairseq --task hexatag_lm \
-    --criterion hexatag_lm $ARCH_ARGS --sipe-injection "$1" --tokens-per-sample 128 --sample-break-mode complete \
-    --optimizer adam --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 100 --clip-norm 1.0 --dropout 0.2 \
+    --criterion hexatag_lm $ARCH_ARGS --sipe-injection "$1" --tokens-per-sample 256 --sample-break-mode complete \
+    --skip-invalid-size-inputs-valid-test --optimizer adam --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 100 --clip-norm 1.0 --dropout 0.2 \
     --max-tokens 4096 --max-update "$UPDATES" --seed 1 --save-dir "$WORK/checkpoints-$1" --no-epoch-checkpoints \
     --num-workers 0 --log-format simple --log-interval 100 > "$WORK/train-$1.log" 2>&1
 }
 start=$(date +%s)
-train none & train position & wait
+train none & p1=$!; train position & p2=$!
+wait $p1; wait $p2
 echo "training wall time (both in parallel, 1 thread each): $(( $(date +%s) - start )) s"
 for inj in none position; do
-  $BIN/fairseq-eval-lm "$WORK/data-bin" --user-dir sipe_fairseq --task hexatag_lm --tokens-per-sample 128 \
+  $BIN/fairseq-eval-lm "$WORK/data-bin" --user-dir sipe_fairseq --task hexatag_lm --tokens-per-sample 256 \
     --sample-break-mode complete --path "$WORK/checkpoints-$inj/checkpoint_best.pt" --gen-subset test \
     --max-tokens 4096 2>&1 | grep -E "Perplexity" | sed "s/^/[$inj] /"
 done

@@ -9,9 +9,9 @@ import argparse
 import logging
 import sys
 
-from sipe_fairseq.eval import blimp
+from sipe_fairseq.eval import blimp, syntaxgym
 
-SUBCOMMANDS = {"blimp": blimp}
+SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym}
 
 
 def build_parser() -> argparse.ArgumentParser:

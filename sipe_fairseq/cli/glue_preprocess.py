@@ -39,11 +39,11 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    import sipe_fairseq.eval.parsers as parsers  # noqa: F401  (registers the parser backends)
-
-    args = get_parser().parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
                         level=os.environ.get("LOGLEVEL", "INFO").upper(), stream=sys.stderr)
+    import sipe_fairseq.eval.parsers as parsers  # registers the parser backends
+
+    args = get_parser().parse_args(argv)
     from sipe_fairseq.data.glue import GluePreprocessError, GluePreprocessOptions, preprocess_glue
 
     opts = GluePreprocessOptions(

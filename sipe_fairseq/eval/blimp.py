@@ -335,10 +335,9 @@ def run(args) -> int:
     encoder = SentenceEncoder(args.data)
     prepared = prepare(pairs, source, encoder)
     src = prepared.tree_source
-    logger.info("trees (%s) for %d distinct sentences in %.1fs%s; %d sentences needed root fixing", src["spec"],
-                prepared.counts["sentences"], prepared.seconds,
+    logger.info("trees (%s) for %d distinct sentences in %.1fs%s%s", src["spec"], prepared.counts["sentences"], prepared.seconds,
                 f" (cache {src['cache']}: {src.get('hits', 0)} hits, {src.get('misses', 0)} misses)" if "cache" in src else "",
-                src.get("root_fixed_sentences", 0))
+                f"; {src['root_fixed_sentences']} sentences needed root fixing" if "root_fixed_sentences" in src else "")
     models, placements = {}, {}
     for name, path in checkpoints.items():
         model, task = load(path, args.data)

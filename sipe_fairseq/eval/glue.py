@@ -1,6 +1,7 @@
 """GLUE metrics and the evaluation of a fine-tuned ``hexatag_sentence_prediction`` checkpoint.
 
     python -m sipe_fairseq.eval.glue --data glue-bin/CoLA --path ck/checkpoint_best.pt --split valid
+    python -m sipe_fairseq.eval.glue --model-flags --path lm/checkpoint_best.pt   # flags to fine-tune an LM
 
 prints the task's GLUE metric (CoLA: Matthews corr.; SST-2, MNLI, QNLI, RTE, WNLI: accuracy;
 MRPC, QQP: F1 and accuracy; STS-B: Pearson and Spearman), in percent, over every example of the
@@ -11,7 +12,7 @@ import argparse
 import json
 import logging
 import sys
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -87,6 +88,45 @@ def glue_metrics(metric: str, preds, labels, positive=1) -> Dict[str, float]:
     elif metric != "accuracy":
         raise ValueError(f"unknown GLUE metric {metric!r}")
     return out
+
+
+# ----------------------------------------------------------------------------- model flags
+
+_NOT_MODEL_FLAGS = {"_name", "tokens_per_sample", "max_target_positions", "max_positions", "pooler_dropout",
+                    "pooler_activation_fn", "tie_adaptive_weights"}
+
+
+def model_flags(path: str) -> List[str]:
+    """fairseq-train flags that rebuild the model body of a (pre-trained) checkpoint: ``--arch`` and
+    every field of the model's config with its saved value (booleans only when they differ from the
+    default, as fairseq's store_true/store_false flags require), so ``--finetune-from-model`` loads
+    it strictly. Classification-head settings are left to the fine-tuning command."""
+    import fairseq  # noqa: F401
+    from fairseq import checkpoint_utils
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_DATACLASS_REGISTRY
+    from omegaconf import OmegaConf
+
+    import sipe_fairseq
+
+    sipe_fairseq.register()
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    model = OmegaConf.to_container(state["cfg"], resolve=True)["model"]
+    arch = model["_name"]
+    dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY.get(arch, arch))
+    if dc is None:
+        raise ValueError(f"{path}: architecture {arch!r} has no dataclass config (not a sipe_fairseq model?)")
+    defaults = dc()
+    flags = ["--arch", arch]
+    for name in dc.__dataclass_fields__:
+        if name in _NOT_MODEL_FLAGS or name not in model or model[name] is None:
+            continue
+        value, flag = model[name], "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            if value != getattr(defaults, name):
+                flags.append(flag)
+        else:
+            flags += [flag, str(value)]
+    return flags
 
 
 # ----------------------------------------------------------------------------- predictions
@@ -171,7 +211,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--max-tokens", type=int, default=8192)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print the result row as JSON")
+    p.add_argument("--model-flags", action="store_true",
+                   help="only print the fairseq-train flags that rebuild --path's model (e.g. a pre-trained LM) and exit")
     args = p.parse_args(argv)
+    if args.model_flags:
+        import shlex
+
+        print(" ".join(shlex.quote(f) for f in model_flags(args.path)))
+        return 0
     row = evaluate(args.path, args.data, args.split, args.task_name, args.max_tokens, args.batch_size)
     if args.json:
         print(json.dumps(row, sort_keys=True))

@@ -175,7 +175,7 @@ class CachedParser:
 
     Keyed by parser spec and input (normalized text, or the word list), so one file can hold
     several parsers' parses. Only misses reach the wrapped parser; they are appended to the file
-    at once. :attr:`stats` counts ``hits``, ``misses``, and (from the cache too) the sentences whose
+    at once (a sentence the parser refuses is not cached: its :class:`ParseError` propagates). :attr:`stats` counts ``hits``, ``misses``, and (from the cache too) the sentences whose
     parse needed root fixing (``root_fixed_sentences``, ``extra_roots``)."""
 
     def __init__(self, parser: Parser, cache_path: Union[str, os.PathLike]):
@@ -218,11 +218,13 @@ class CachedParser:
     def _lookup(self, inputs, kind: str, compute) -> List[dict]:
         keys = [self._key(x, kind) for x in inputs]
         todo = list(dict.fromkeys(k for k in keys if k not in self._entries))
-        missing = set(todo)
-        self.stats["hits"] += sum(1 for k in keys if k not in missing)
-        self.stats["misses"] += len(todo)
         if todo:
-            fresh = compute([_input_of(k) for k in todo])
+            try:
+                fresh = compute([_input_of(k) for k in todo])
+            except ParseError as e:  # point at the caller's sentence, not the position among misses
+                if e.index is not None and 0 <= e.index < len(todo):
+                    e.index = keys.index(todo[e.index])
+                raise
             extra = list(getattr(self.parser, "last_extra_roots", [])) or [0] * len(fresh)
             with open(self.path, "a", encoding="utf-8", newline="\n") as f:
                 for k, (words, heads), n_extra in zip(todo, fresh, extra):
@@ -230,6 +232,8 @@ class CachedParser:
                     self._entries[k] = entry
                     f.write(json.dumps({"parser": self.spec, "input_kind": k[0], "input": _input_of(k), **entry},
                                        ensure_ascii=False) + "\n")
+        self.stats["hits"] += len(keys) - len(todo)  # lookups served without parsing (repeats included)
+        self.stats["misses"] += len(todo)
         out = [self._entries[k] for k in keys]
         for e in out:
             self.stats["root_fixed_sentences"] += int(e["extra_roots"] > 0)

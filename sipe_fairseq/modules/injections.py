@@ -4,11 +4,15 @@ An :class:`Injection` is attached to one attention layer and may implement any o
 the attention combines them (see :class:`~sipe_fairseq.modules.attention.SiPEAttention`)::
 
     A~ = AC + (1 + sum position_scale) * BD + sum score_bias        # logits
-    z  = softmax(A~) V + sum value_bias                             # output
+    z  = softmax(A~) (V + sum value_offset)                         # output
     q, k rotated by p * w + sum rotary_phase                        # rotary angle
 
-Every tag-dependent term is computed per tag *class* (11 rows, see ``tag_embedding``) and then
-gathered per key, so its cost is O(T * 11 * d_head) + a gather, far below BD's O(T^2 * d_head).
+Every tag-dependent term is computed per tag *class* (11 rows, see ``tag_embedding``):
+``position_scale`` and ``score_bias`` return a (B, H, T, 11) table -- the term for query i and
+any key of class c -- which the attention spreads over the keys with a one-hot matmul (B, 1, 11, T),
+O(T^2 * 11) and no (B, H, T, T) gather index; ``value_offset`` returns a per-key (B, H, T, d_head)
+offset added to V before the attention-weighted sum, which by linearity equals adding
+softmax(A~) V_tag (Eq. 9) at O(T * d_head) instead of a second O(T^2 * d_head) matmul.
 A new injection only needs a subclass that returns tensors from the hooks it uses.
 """
 from dataclasses import dataclass
@@ -16,6 +20,7 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 @dataclass
@@ -48,12 +53,22 @@ class TagProjection(nn.Module):
         return out.expand(-1, self.num_heads, -1)
 
 
+def per_class_scores(query: torch.Tensor, proj: torch.Tensor, scale: float) -> torch.Tensor:
+    """<query_i, P[c]> * scale for every query i and class c: (B, H, T, 11)."""
+    return torch.einsum("bhtd,chd->bhtc", query, proj.to(query.dtype)) * scale
+
+
+def class_onehot(cls: torch.Tensor, n_classes: int, dtype: torch.dtype) -> torch.Tensor:
+    """(B, T) class ids -> (B, 1, n_classes, T) one-hot; ``table @ onehot`` spreads a (B, H, T, n)
+    per-class table over the keys: out[b, h, i, j] = table[b, h, i, cls[b, j]]."""
+    return F.one_hot(cls, n_classes).to(dtype).transpose(1, 2).unsqueeze(1)
+
+
 def class_scores(query: torch.Tensor, proj: torch.Tensor, cls: torch.Tensor, scale: float) -> torch.Tensor:
-    """<query_i, P[cls_j]> * scale for every (i, j): (B, H, T, T), via 11 classes and a gather."""
-    per_class = torch.einsum("bhtd,chd->bhtc", query, proj.to(query.dtype)) * scale
-    b, h, t, _ = per_class.shape
-    index = cls[:, None, None, :].expand(b, h, t, cls.size(1))
-    return per_class.gather(-1, index)
+    """<query_i, P[cls_j]> * scale for every (i, j): (B, H, T, T), via 11 classes (reference form;
+    the attention adds the per-class table directly, see ``SiPEAttention``)."""
+    per_class = per_class_scores(query, proj, scale)
+    return torch.matmul(per_class, class_onehot(cls, proj.size(0), per_class.dtype))
 
 
 def per_position(proj: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
@@ -65,12 +80,15 @@ class Injection(nn.Module):
     """Base class: every hook returns ``None`` (no effect) unless overridden."""
 
     def position_scale(self, q: torch.Tensor, q_pos: torch.Tensor, tags: TagContext, scale: float):
+        """Per-class gate c, (B, H, T, 11): BD_ij is scaled by 1 + c[i, cls_j]."""
         return None
 
     def score_bias(self, q: torch.Tensor, q_pos: torch.Tensor, tags: TagContext, scale: float):
+        """Per-class logit term, (B, H, T, 11): added to A_ij as bias[i, cls_j]."""
         return None
 
-    def value_bias(self, probs: torch.Tensor, tags: TagContext):
+    def value_offset(self, tags: TagContext):
+        """Per-key value offset, (B, H, T, d_head): z_i gets sum_j p_ij offset_j."""
         return None
 
     def rotary_phase(self, tags: TagContext):
@@ -85,7 +103,7 @@ class PositionCoupling(Injection):
         self.projection = projection
 
     def position_scale(self, q, q_pos, tags, scale):
-        return class_scores(q_pos, self.projection(tags.table), tags.cls, scale)
+        return per_class_scores(q_pos, self.projection(tags.table), scale)
 
 
 class DisentangledBias(Injection):
@@ -96,7 +114,7 @@ class DisentangledBias(Injection):
         self.projection = projection
 
     def score_bias(self, q, q_pos, tags, scale):
-        return class_scores(q_pos, self.projection(tags.table), tags.cls, scale)
+        return per_class_scores(q_pos, self.projection(tags.table), scale)
 
 
 class AttentionBias(Injection):
@@ -108,11 +126,10 @@ class AttentionBias(Injection):
         self.key_projection, self.value_projection = key_projection, value_projection
 
     def score_bias(self, q, q_pos, tags, scale):
-        return class_scores(q, self.key_projection(tags.table), tags.cls, scale)
+        return per_class_scores(q, self.key_projection(tags.table), scale)
 
-    def value_bias(self, probs, tags):
-        values = per_position(self.value_projection(tags.table), tags.cls)  # (B, H, T, d_head)
-        return torch.matmul(probs, values.to(probs.dtype))
+    def value_offset(self, tags):
+        return per_position(self.value_projection(tags.table), tags.cls)  # (B, H, T, d_head)
 
 
 class RotaryPhase(Injection):

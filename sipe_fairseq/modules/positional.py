@@ -32,12 +32,16 @@ class RelativePosition(nn.Module):
         """q + v, (B, H, T, d_head)."""
         return q + self.v_bias[None, :, None, :]
 
-    def score(self, q_v: torch.Tensor, scale: float) -> torch.Tensor:
-        """BD (B, H, T, T) for causal attention without memory."""
-        t = q_v.size(2)
-        dist = torch.arange(t - 1, -1, -1, device=q_v.device)
-        r = self.r_proj(sinusoid(dist, self.r_proj.in_features).to(q_v.dtype))
-        r = r.view(t, self.num_heads, self.head_dim).transpose(0, 1)  # (H, T, d_head)
+    def keys(self, t: int, dtype: torch.dtype, device) -> torch.Tensor:
+        """W_R r for distances ``t-1 .. 0``, (H, T, d_head)."""
+        dist = torch.arange(t - 1, -1, -1, device=device)
+        r = self.r_proj(sinusoid(dist, self.r_proj.in_features).to(dtype))
+        return r.view(t, self.num_heads, self.head_dim).transpose(0, 1)
+
+    def score(self, q_v: torch.Tensor, scale: float, r: torch.Tensor = None) -> torch.Tensor:
+        """BD (B, H, T, T) for causal attention without memory (``r``: precomputed ``keys``)."""
+        if r is None:
+            r = self.keys(q_v.size(2), q_v.dtype, q_v.device)
         return rel_shift(torch.matmul(q_v, r.transpose(-1, -2)) * scale)
 
 

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Fine-tune a hexatag_lm decoder checkpoint on one GLUE task (sipe-glue-preprocess directory).
+#
+#   bash examples/glue/finetune.sh TASK GLUE_BIN LM_CKPT SAVE_DIR [extra fairseq-train args...]
+#
+# Optimizer, weight decay, learning rate and epochs follow the SiPE paper, appendix D, Table 11:
+# AdamW with (beta1, beta2) = (0.9, 0.999), eps 1e-6, 20 epochs; LR/WD per backbone (and per task
+# for ModernBERT) from hparams.tsv. Table 11 has no Transformer-XL row: BACKBONE=txl (the default)
+# uses the RoBERTa/DeBERTa row (LR 1e-5, WD 0.1), an assumption. Not in the paper, taken from
+# fairseq's RoBERTa GLUE recipe: batch size (16: CoLA, MRPC, RTE, STS-B, WNLI; 32: the others),
+# polynomial decay with 6% linear warm-up. Extra arguments come last, so they override anything.
+#
+# Environment: BACKBONE (txl|roberta|deberta|modernbert), BSZ, EPOCHS (20), WARMUP_RATIO (0.06),
+# INIT_TOKEN (2 = </s> before the first sentence, as every sentence had during LM pre-training;
+# set it empty for none), PYTHON (.venv/bin/python).
+set -euo pipefail
+if [ $# -lt 4 ]; then sed -n '2,17p' "$0"; exit 2; fi
+TASK=$(echo "$1" | tr '[:upper:]' '[:lower:]'); DATA=$2; LM=$3; SAVE=$4; shift 4
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
+BIN=$(dirname "$PYTHON")
+BACKBONE=${BACKBONE:-txl}
+EPOCHS=${EPOCHS:-20}
+WARMUP_RATIO=${WARMUP_RATIO:-0.06}
+INIT_TOKEN=${INIT_TOKEN-2}
+
+case "$TASK" in
+  cola)            METRIC=mcc;                  BSZ=${BSZ:-16} ;;
+  mrpc)            METRIC=acc_and_f1;           BSZ=${BSZ:-16} ;;
+  qqp)             METRIC=acc_and_f1;           BSZ=${BSZ:-32} ;;
+  sts-b|stsb)      METRIC=pearson_and_spearman; BSZ=${BSZ:-16}; TASK=sts-b ;;
+  rte|wnli)        METRIC=accuracy;             BSZ=${BSZ:-16} ;;
+  sst-2|sst2|mnli|qnli) METRIC=accuracy;        BSZ=${BSZ:-32}; [ "$TASK" = sst2 ] && TASK=sst-2 ;;
+  *) echo "unknown GLUE task $TASK" >&2; exit 2 ;;
+esac
+ROW=$(awk -F'\t' -v b="$BACKBONE" -v t="$TASK" '$1==b && ($2==t || $2=="all") {print $3, $4; exit}' "$HERE/hparams.tsv")
+if [ -z "$ROW" ]; then
+  [ "$BACKBONE" = txl ] && ROW=$(awk -F'\t' '$1=="roberta" {print $3, $4; exit}' "$HERE/hparams.tsv")
+fi
+[ -n "$ROW" ] || { echo "no LR/WD for backbone $BACKBONE, task $TASK in hparams.tsv" >&2; exit 2; }
+read -r LR WD <<< "$ROW"
+
+N_TRAIN=$("$PYTHON" -c "import json,sys; print(json.load(open(sys.argv[1]))['splits']['train']['examples'])" "$DATA/glue.json")
+TOTAL=$(( (N_TRAIN + BSZ - 1) / BSZ * EPOCHS ))
+WARMUP=$("$PYTHON" -c "print(int($TOTAL * $WARMUP_RATIO))")
+TASK_ARGS=()
+[ "$TASK" = sts-b ] && TASK_ARGS+=(--regression-target)
+[ "$TASK" = mnli ] && TASK_ARGS+=(--valid-subset valid,valid1)
+[ -n "$INIT_TOKEN" ] && TASK_ARGS+=(--init-token "$INIT_TOKEN")
+# the pre-trained body, exactly as saved (architecture and SiPE settings)
+read -r -a BODY <<< "$("$PYTHON" -m sipe_fairseq.eval.glue --model-flags --path "$LM")"
+
+echo "[finetune] $TASK backbone=$BACKBONE lr=$LR wd=$WD bsz=$BSZ epochs=$EPOCHS updates=$TOTAL warmup=$WARMUP" >&2
+set -x
+exec "$BIN/fairseq-train" "$DATA" --user-dir "$ROOT/sipe_fairseq" \
+  --task hexatag_sentence_prediction --criterion sentence_prediction "${TASK_ARGS[@]}" \
+  "${BODY[@]}" --sipe-tag-heads off \
+  --finetune-from-model "$LM" \
+  --optimizer adam --adam-betas '(0.9,0.999)' --adam-eps 1e-6 --weight-decay "$WD" --clip-norm 0.0 \
+  --lr "$LR" --lr-scheduler polynomial_decay --total-num-update "$TOTAL" --warmup-updates "$WARMUP" \
+  --batch-size "$BSZ" --required-batch-size-multiple 1 --max-epoch "$EPOCHS" --max-update "$TOTAL" \
+  --best-checkpoint-metric "$METRIC" --maximize-best-checkpoint-metric \
+  --save-dir "$SAVE" --no-epoch-checkpoints --num-workers 0 --log-format simple --log-interval 50 \
+  "$@"

