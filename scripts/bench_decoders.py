@@ -1,28 +1,30 @@
 #!/usr/bin/env python
 """Cost of each SiPE injection: train-step time, eval throughput and peak training memory of
 ``sipe_txl`` for every ``--sipe-injection`` and of fairseq's ``transformer_lm`` of the same size,
-as ratios to ``sipe_txl`` with ``none``; prints a markdown table.
+as ratios to ``sipe_txl`` with ``none``; prints a markdown table (``--json FILE`` for all numbers).
 
-    .venv/bin/python scripts/bench_decoders.py [--quick] [--repeats 3] [--json FILE]
+    .venv/bin/python scripts/bench_decoders.py [--quick] [--repeats 3] [--threads 2] [--json FILE]
+    .venv/bin/python scripts/bench_decoders.py --baseline /path/to/old/checkout   # before/after
 
-Method (why the ratios can be trusted on a shared, noisy 2-core box):
+Method (what makes the ratios trustworthy on a shared, noisy 2-core box):
   * every configuration lives in its own fresh worker process (this script with ``--child``),
-    built once; the parent drives the workers one at a time, so only one computes at any moment;
-  * memory is measured on each worker's first training step (fresh process, nothing cached):
-    (a) torch allocator accounting from ``torch.profiler.profile(profile_memory=True)``: the
-    running sum of all allocation/free events of the step, whose maximum plus the tensors alive at
-    the start (parameters, Adam state, batch) is the step's peak tensor memory -- exact and
-    independent of load, malloc caching and fragmentation; (b) process RSS high-water mark:
-    VmRSS before the step, the kernel's high-water mark reset (``/proc/self/clear_refs`` 5), one
-    step, then VmHWM (``ru_maxrss`` where clear_refs is unavailable; then the mark also covers
-    model building). Adam's state is initialized (by a zero-gradient step, a no-op on the
-    weights) before, so the measured step is a steady-state one;
-  * timing: warm-up rounds first, then ``--repeats`` rounds; a round runs one training step
-    (zero_grad, forward, LM + tag-head loss as ``hexatag_lm``, backward, Adam step) and one eval
-    forward (eval mode, no grad, log-softmax over the vocabulary and gathering the target's
-    log-probability as ``fairseq-eval-lm``) per configuration, the order rotated each round, so
-    machine-load drift hits all configurations alike; the median per configuration is reported
-    (and the min-max of the per-round ratios to ``none`` as a noise indicator).
+    built once; the parent drives the workers by turns, so only one computes at any moment;
+  * memory: each worker's first training step (fresh process) is recorded with
+    ``torch.profiler.profile(profile_memory=True)``; the maximum of the running sum of the CPU
+    allocator's allocation/free events, plus the tensors alive at the start (parameters, Adam
+    state, batch), is the step's peak tensor memory -- exact, and independent of load, malloc
+    caching and fragmentation. Cross-check: the process RSS high-water mark of that step (VmRSS
+    before it, kernel high-water mark reset with ``/proc/self/clear_refs`` 5, VmHWM after; else
+    ``ru_maxrss``). Adam's state is created first by a zero-gradient step (weights unchanged), so
+    the measured step is a steady-state one;
+  * time: warm-up rounds, then ``--repeats`` rounds; a round gives every configuration one
+    training step (zero_grad, forward, LM + tag-head loss as ``hexatag_lm``, backward, Adam step)
+    and one eval forward (eval mode, no grad, log-softmax over the vocabulary, the target's
+    log-probability gathered as ``fairseq-eval-lm`` does), in an order rotated every round, so load
+    drift hits all configurations alike; the median per configuration is reported, with the
+    min-max of the per-round ratios as a noise gauge. Each sample also records the worker's CPU
+    time and the load other processes put on the machine (/proc/stat): wall medians prefer
+    quiet samples, and CPU-time ratios are shown as the load-robust cross-check.
 """
 import argparse
 import ctypes
@@ -151,7 +153,8 @@ class Worker:
         return float(scores.sum())
 
     def timed(self, fn, n):
-        """[(seconds, external CPU load in cores during the step)] for ``n`` steps."""
+        """Per step: wall seconds, CPU seconds of this process (all threads) and the load other
+        processes put on the machine meanwhile (cores), for ``n`` steps."""
         out = []
         for _ in range(n):
             gc.collect()
@@ -160,7 +163,7 @@ class Worker:
             fn()
             wall = time.perf_counter() - start
             busy1, own1 = _cpu_snapshot()
-            out.append((wall, max(0.0, (busy1 - busy0) - (own1 - own0)) / wall))
+            out.append({"wall": wall, "cpu": own1 - own0, "load": max(0.0, (busy1 - busy0) - (own1 - own0)) / wall})
         return out
 
     # -- commands
@@ -211,13 +214,13 @@ class Worker:
 
     def cmd_train(self, n=1):
         out = self.timed(self.train_step, n)
-        if self.args.trim:
+        if not self.args.no_trim:  # hand freed heap back to the OS: eight idle workers would hold GBs
             _malloc_trim()
         return out
 
     def cmd_eval(self, n=1):
         out = self.timed(self.eval_step, n)
-        if self.args.trim:
+        if not self.args.no_trim:
             _malloc_trim()
         return out
 
@@ -299,26 +302,40 @@ def child_main(args):
 
 # ----------------------------------------------------------------------------------- parent
 
+SIZE_KEYS = ("embed_dim", "heads", "layers", "ffn", "vocab", "batch", "tokens", "dropout", "tag_density", "threads", "seed")
+BASE = "@base"  # label suffix of the workers that import sipe_fairseq from --baseline DIR
+
+
+def reference_of(label):
+    """The row a label's ratios are taken to: ``none`` of the same code (working tree or baseline)."""
+    return "none" + BASE if label.endswith(BASE) else "none"
+
 
 class Child:
-    def __init__(self, cfg, args, logdir):
-        self.cfg = cfg
-        self.log = open(os.path.join(logdir, cfg.replace("+", "_") + ".log"), "w+")
-        argv = [sys.executable, os.path.abspath(__file__), "--child", cfg, *size_argv(args)]
+    """A worker process for one label (config, optionally ``@base``), spoken to line by line."""
+
+    def __init__(self, label, args, logdir):
+        self.label = label
+        self.log = open(os.path.join(logdir, label.replace("+", "_").replace("@", "_") + ".log"), "w+")
+        argv = [sys.executable, os.path.abspath(__file__), "--child", label.split("@")[0]]
+        for key in SIZE_KEYS:
+            argv += ["--" + key.replace("_", "-"), str(getattr(args, key))]
+        argv += ["--no-trim"] if args.no_trim else []
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if label.endswith(BASE):
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.abspath(args.baseline), env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      cwd=str(ROOT), env=env)
-        self.info = None
 
     def read(self):
         line = self.proc.stdout.readline()
         if not line:
             self.log.seek(0)
             tail = self.log.read()[-3000:]
-            raise RuntimeError(f"worker {self.cfg} died (exit {self.proc.poll()}):\n{tail}")
+            raise RuntimeError(f"worker {self.label} died (exit {self.proc.poll()}):\n{tail}")
         reply = json.loads(line)
         if not reply["ok"]:
-            raise RuntimeError(f"worker {self.cfg}: {reply['error']}")
+            raise RuntimeError(f"worker {self.label}: {reply['error']}")
         return reply["result"]
 
     def call(self, cmd, **kw):
@@ -330,222 +347,238 @@ class Child:
         try:
             self.proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
             self.proc.stdin.flush()
-            self.proc.wait(timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
+            self.proc.wait(timeout=60)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
             self.proc.kill()
+            self.proc.wait()
         self.log.close()
-
-
-SIZE_KEYS = ("embed_dim", "heads", "layers", "ffn", "vocab", "batch", "tokens", "dropout", "tag_density", "threads", "seed")
-
-
-def size_argv(args):
-    out = []
-    for key in SIZE_KEYS:
-        out += ["--" + key.replace("_", "-"), str(getattr(args, key))]
-    return out + (["--trim"] if args.trim else [])
 
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def run(args):
-    import torch
-    configs = args.configs
-    if "none" not in configs:
-        configs = ["none"] + configs
-    start = time.perf_counter()
-    results = {c: {"train_s": [], "eval_s": [], "train_load": [], "eval_load": []} for c in configs}
-    with tempfile.TemporaryDirectory(prefix="bench_decoders.") as logdir:
-        children = {}
-        try:
-            for c in configs:  # building runs in parallel; nothing is measured yet
-                children[c] = Child(c, args, logdir)
-            for c in configs:
-                results[c]["info"] = children[c].read()
-            log(f"[{time.perf_counter() - start:.0f}s] {len(configs)} workers built")
-            for c in configs:  # one at a time: a training step's activations are large
-                results[c]["memory"] = children[c].call("memory")
-                log(f"[{time.perf_counter() - start:.0f}s] memory {c}: {results[c]['memory']['alloc_peak_bytes'] / 2**20:,.0f} MB")
-            rounds = args.warmup + args.repeats
-            for r in range(rounds):
-                order = configs[r % len(configs):] + configs[:r % len(configs)]
-                for c in order:
-                    train = children[c].call("train", n=args.steps)
-                    evals = children[c].call("eval", n=args.steps)
-                    if r >= args.warmup:  # one sample per turn: the median of its steps
-                        for key, steps in (("train", train), ("eval", evals)):
-                            results[c][key + "_s"].append(median([w for w, _ in steps]))
-                            results[c][key + "_load"].append(max(x for _, x in steps))
-                    if args.pause:
-                        time.sleep(args.pause)
-                tag = "warm-up" if r < args.warmup else f"repeat {r - args.warmup + 1}/{args.repeats}"
-                log(f"[{time.perf_counter() - start:.0f}s] round {r + 1}/{rounds} ({tag}) done; "
-                    f"none: train {train_of(results, 'none')}")
-            if args.profile:
-                for c in args.profile:
-                    tables = children[c].call("profile")
-                    results[c]["profile"] = tables
-            for c in configs:
-                results[c]["rss_idle_kb"] = children[c].call("rss")
-        finally:
-            for child in children.values():
-                child.close()
-    elapsed = time.perf_counter() - start
-    return summarize(args, configs, results, elapsed, torch.__version__)
-
-
-def train_of(results, c):
-    s = results[c]["train_s"]
-    return f"{1000 * s[-1]:,.0f} ms" if s else "-"
-
-
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def summarize(args, configs, results, elapsed, torch_version):
-    base = results["none"]
-    ntok = args.batch * args.tokens
-    rows = []
-    stat = {c: {k: robust_median(results[c][k + "_s"], results[c][k + "_load"], args.quiet_load) for k in ("train", "eval")}
-            for c in configs}
-    for c in configs:
-        r = results[c]
-        (train, n_train), (ev, n_eval) = stat[c]["train"], stat[c]["eval"]
-        paired_train = [a / b for a, b in zip(r["train_s"], base["train_s"])]
-        paired_eval = [a / b for a, b in zip(r["eval_s"], base["eval_s"])]
-        mem, rss = r["memory"]["alloc_peak_bytes"], r["memory"]["rss_peak_increase_kb"]
-        row = {
-            "config": c, "model": "transformer_lm (fairseq)" if c == FAIRSEQ else "sipe_txl",
-            "injection": "-" if c == FAIRSEQ else c,
-            "params": r["info"]["params"], "sipe_params": r["info"]["sipe_params"], "tag_head_params": r["info"]["tag_head_params"],
-            "train_ms": 1000 * train, "eval_tokens_per_s": ntok / ev, "peak_mb": mem / 2**20, "rss_peak_increase_mb": rss / 1024,
-            "train_ratio": train / stat["none"]["train"][0], "eval_ratio": ev / stat["none"]["eval"][0],
-            "quiet_samples": {"train": n_train, "eval": n_eval}, "samples": len(r["train_s"]),
-            "external_load": {"train": r["train_load"], "eval": r["eval_load"]},
-            "memory_ratio": mem / base["memory"]["alloc_peak_bytes"],
-            "rss_ratio": rss / base["memory"]["rss_peak_increase_kb"] if base["memory"]["rss_peak_increase_kb"] else float("nan"),
-            "train_ratio_range": [min(paired_train), max(paired_train)] if paired_train else None,
-            "eval_ratio_range": [min(paired_eval), max(paired_eval)] if paired_eval else None,
-            "time_target": time_target(c), "memory_target": None if c == FAIRSEQ else MEMORY_TARGET,
-            "train_s": r["train_s"], "eval_s": r["eval_s"], "memory": r["memory"], "info": r["info"],
-            "rss_idle_mb": r.get("rss_idle_kb", 0) / 1024,
-        }
-        t = row["time_target"]
-        if t is None:
-            row["meets"] = None
-        else:
-            misses = [k for k, v, lim in (("train", row["train_ratio"], t), ("eval", row["eval_ratio"], t),
-                                          ("memory", row["memory_ratio"], MEMORY_TARGET)) if v > lim]
-            row["meets"] = not misses
-            row["misses"] = misses
-        rows.append(row)
-    return {"settings": {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "warmup", "steps", "quiet_load")}, "torch": torch_version,
-            "elapsed_s": elapsed, "rows": rows, "profiles": {c: results[c]["profile"] for c in configs if "profile" in results[c]}}
+def run(args):
+    import torch
+    labels = list(args.configs)
+    if args.baseline:
+        labels += [c + BASE for c in args.configs if c != FAIRSEQ]
+    start = time.perf_counter()
+    stamp = lambda: f"[{time.perf_counter() - start:.0f}s]"  # noqa: E731
+    results = {lab: {f"{k}_{m}": [] for k in ("train", "eval") for m in ("wall", "cpu", "load")} for lab in labels}
+    with tempfile.TemporaryDirectory(prefix="bench_decoders.") as logdir:
+        children = {}
+        try:
+            for lab in labels:  # the workers build in parallel; nothing is measured yet
+                children[lab] = Child(lab, args, logdir)
+            for lab in labels:
+                results[lab]["info"] = children[lab].read()
+            log(f"{stamp()} {len(labels)} workers built")
+            for lab in labels:  # one at a time: a training step's activations take GBs
+                results[lab]["memory"] = children[lab].call("memory")
+                log(f"{stamp()} memory {lab}: {results[lab]['memory']['alloc_peak_bytes'] / 2**20:,.0f} MB")
+            rounds = args.warmup + args.repeats
+            for r in range(rounds):
+                order = labels[r % len(labels):] + labels[:r % len(labels)]
+                for lab in order:
+                    for kind in ("train", "eval"):
+                        steps = children[lab].call(kind, n=args.steps)
+                        if r >= args.warmup:  # one sample per turn: the median of its steps
+                            res = results[lab]
+                            res[kind + "_wall"].append(median([st["wall"] for st in steps]))
+                            res[kind + "_cpu"].append(median([st["cpu"] for st in steps]))
+                            res[kind + "_load"].append(max(st["load"] for st in steps))
+                        if args.pause:
+                            time.sleep(args.pause)
+                tag = "warm-up" if r < args.warmup else f"repeat {r - args.warmup + 1}/{args.repeats}"
+                last = results["none"]["train_wall"]
+                log(f"{stamp()} round {r + 1}/{rounds} ({tag}) done" + (f"; none train step {last[-1]:.1f} s" if last else ""))
+            for lab in args.profile:
+                if lab in children:
+                    results[lab]["profile"] = children[lab].call("profile")
+            for lab in labels:
+                results[lab]["rss_idle_kb"] = children[lab].call("rss")
+        finally:
+            for child in children.values():
+                child.close()
+    return summarize(args, labels, results, time.perf_counter() - start, torch.__version__)
 
 
-def robust_median(samples, loads, quiet_load):
+def quiet_median(samples, loads, quiet_load):
     """(median, n) over the samples taken while other processes used <= ``quiet_load`` cores; all if none."""
     quiet = [s for s, load in zip(samples, loads) if load <= quiet_load]
     return (median(quiet), len(quiet)) if quiet else (median(samples), 0)
 
 
+def summarize(args, labels, results, elapsed, torch_version):
+    ntok = args.batch * args.tokens
+    stats = {}
+    for lab in labels:
+        res, st = results[lab], {}
+        for k in ("train", "eval"):
+            st[k + "_wall"], st[k + "_quiet"] = quiet_median(res[k + "_wall"], res[k + "_load"], args.quiet_load)
+            st[k + "_cpu"] = median(res[k + "_cpu"])
+        stats[lab] = st
+    rows = []
+    for lab in labels:
+        res, st = results[lab], stats[lab]
+        ref_lab = reference_of(lab)
+        ref, ref_res = stats[ref_lab], results[ref_lab]
+        cfg = lab.split("@")[0]
+        mem, rss = res["memory"]["alloc_peak_bytes"], res["memory"]["rss_peak_increase_kb"]
+        row = {
+            "label": lab, "config": cfg, "code": "baseline" if lab.endswith(BASE) else "working tree",
+            "model": "transformer_lm (fairseq)" if cfg == FAIRSEQ else "sipe_txl", "injection": "-" if cfg == FAIRSEQ else cfg,
+            "params": res["info"]["params"], "sipe_params": res["info"]["sipe_params"],
+            "tag_head_params": res["info"]["tag_head_params"],
+            "train_ms": 1000 * st["train_wall"], "train_cpu_s": st["train_cpu"],
+            "eval_tokens_per_s": ntok / st["eval_wall"], "eval_cpu_s": st["eval_cpu"],
+            "peak_mb": mem / 2**20, "rss_peak_increase_mb": rss / 1024,
+            "memory_ratio": mem / ref_res["memory"]["alloc_peak_bytes"],
+            "rss_ratio": rss / ref_res["memory"]["rss_peak_increase_kb"] if ref_res["memory"]["rss_peak_increase_kb"] > 0 else float("nan"),
+            "samples": len(res["train_wall"]), "quiet_samples": {k: st[k + "_quiet"] for k in ("train", "eval")},
+            "time_target": time_target(cfg), "memory_target": None if cfg == FAIRSEQ else MEMORY_TARGET,
+            "memory": res["memory"], "info": res["info"], "rss_idle_mb": res.get("rss_idle_kb", 0) / 1024,
+            "samples_raw": {k: res[k] for k in res if k.split("_")[0] in ("train", "eval")},
+        }
+        basis = {}
+        for k in ("train", "eval"):
+            row[k + "_ratio"] = st[k + "_wall"] / ref[k + "_wall"]
+            row[k + "_cpu_ratio"] = st[k + "_cpu"] / ref[k + "_cpu"]
+            paired = [a / b for a, b in zip(res[k + "_wall"], ref_res[k + "_wall"])]
+            row[k + "_ratio_range"] = [min(paired), max(paired)] if paired else None
+            # the verdict trusts wall-clock medians only when they come from quiet samples on both sides
+            quiet = st[k + "_quiet"] > 0 and ref[k + "_quiet"] > 0
+            basis[k] = "wall" if quiet else "cpu"
+            row[k + "_verdict_ratio"] = row[k + "_ratio"] if quiet else row[k + "_cpu_ratio"]
+        row["verdict_basis"] = basis
+        t = row["time_target"]
+        if t is None:
+            row["meets"], row["misses"] = None, []
+        else:
+            checks = (("train", row["train_verdict_ratio"], t), ("eval", row["eval_verdict_ratio"], t),
+                      ("memory", row["memory_ratio"], MEMORY_TARGET))
+            row["misses"] = [k for k, v, lim in checks if v > lim]
+            row["meets"] = not row["misses"]
+        rows.append(row)
+    settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "warmup", "steps", "quiet_load", "baseline")}
+    return {"settings": settings, "torch": torch_version, "elapsed_s": elapsed, "rows": rows,
+            "profiles": {lab: results[lab]["profile"] for lab in labels if "profile" in results[lab]}}
+
+
 def fmt_range(rng):
-    return f"{rng[0]:.2f}-{rng[1]:.2f}" if rng else "-"
+    return f" [{rng[0]:.2f}-{rng[1]:.2f}]" if rng else ""
 
 
 def render(summary):
     s, rows = summary["settings"], summary["rows"]
-    none = next(r for r in rows if r["config"] == "none")
+    none = next(r for r in rows if r["label"] == "none")
+    base_note = f"; rows marked (base) run the code in `{s['baseline']}`, as ratios to its own `none`" if s["baseline"] else ""
     out = [
         f"### SiPE decoder cost: d_model {s['embed_dim']}, {s['heads']} heads, {s['layers']} layers, FFN {s['ffn']}, "
         f"vocab {s['vocab']}, batch {s['batch']} x {s['tokens']} tokens, {100 * s['tag_density']:.0f}% tagged, "
         f"dropout {s['dropout']}, {s['threads']} threads, torch {summary['torch']}",
         "",
-        f"Ratios to `sipe_txl` `none`. Targets: `input` <= {TIME_TARGET['input']:.2f}x, `position` <= "
+        f"Ratios to `sipe_txl` `none`{base_note}. Targets: `input` <= {TIME_TARGET['input']:.2f}x, `position` <= "
         f"{TIME_TARGET['position']:.2f}x, every other injection <= {DEFAULT_TIME_TARGET:.2f}x in time (train step and eval); "
         f"every injection <= {MEMORY_TARGET:.2f}x in peak memory.",
         "",
-        "| model | injection | params | SiPE params (+ tag heads) | train step | eval time (1 / tok/s) | peak memory | "
-        "RSS peak increase | target time / memory | meets |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+        "| model | injection | params | SiPE params (+ tag heads) | train step, wall [range] | train step, CPU | "
+        "eval time, wall [range] | eval time, CPU | peak memory | RSS peak increase | target time / memory | meets |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         target = "-" if r["time_target"] is None else f"{r['time_target']:.2f} / {r['memory_target']:.2f}"
-        meets = "(reference)" if r["meets"] is None else ("yes" if r["meets"] else "**no**: " + ", ".join(r["misses"]))
+        if r["meets"] is None:
+            meets = "(reference)"
+        else:
+            meets = "yes" if r["meets"] else "**no**: " + ", ".join(r["misses"])
+            meets += " (time by " + "/".join(sorted(set(r["verdict_basis"].values()))) + ")"
+        name = r["injection"] + (" (base)" if r["code"] == "baseline" else "")
         out.append(
-            f"| {r['model']} | {r['injection']} | {r['params'] / 1e6:.2f}M | {r['sipe_params']:,} (+ {r['tag_head_params']:,}) | "
-            f"{r['train_ratio']:.3f}x [{fmt_range(r['train_ratio_range'])}] | {r['eval_ratio']:.3f}x [{fmt_range(r['eval_ratio_range'])}] | "
+            f"| {r['model']} | {name} | {r['params'] / 1e6:.2f}M | {r['sipe_params']:,} (+ {r['tag_head_params']:,}) | "
+            f"{r['train_ratio']:.3f}x{fmt_range(r['train_ratio_range'])} | {r['train_cpu_ratio']:.3f}x | "
+            f"{r['eval_ratio']:.3f}x{fmt_range(r['eval_ratio_range'])} | {r['eval_cpu_ratio']:.3f}x | "
             f"{r['memory_ratio']:.3f}x | {r['rss_ratio']:.3f}x | {target} | {meets} |")
     out += [
         "",
-        f"Absolute, `sipe_txl` `none`: train step {none['train_ms']:,.0f} ms (median), eval {none['eval_tokens_per_s']:,.0f} "
-        f"tokens/s, peak training-step memory {none['peak_mb']:,.0f} MB (tensors), RSS peak increase "
-        f"{none['rss_peak_increase_mb']:,.0f} MB, {none['params']:,} parameters.",
+        f"Absolute, `sipe_txl` `none`: train step {none['train_ms']:,.0f} ms wall / {none['train_cpu_s']:.1f} s CPU "
+        f"(medians), eval {none['eval_tokens_per_s']:,.0f} tokens/s, peak training-step memory {none['peak_mb']:,.0f} MB "
+        f"(tensors), RSS peak increase {none['rss_peak_increase_mb']:,.0f} MB, {none['params']:,} parameters.",
         "",
-        "| config | train ms | eval tok/s | peak MB (tensors) | RSS peak increase MB | quiet samples train / eval | "
-        "other processes' load, cores (median train / eval) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| run | train ms (wall) | train s (CPU) | eval tok/s (wall) | eval s (CPU) | peak MB (tensors) | RSS peak increase MB | "
+        "quiet samples train / eval | other processes' load, cores (median train / eval) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        q, load = r["quiet_samples"], r["external_load"]
-        out.append(f"| {r['config']} | {r['train_ms']:,.0f} | {r['eval_tokens_per_s']:,.0f} | {r['peak_mb']:,.0f} | "
-                   f"{r['rss_peak_increase_mb']:,.0f} | {q['train']}/{r['samples']} / {q['eval']}/{r['samples']} | "
-                   f"{median(load['train']):.2f} / {median(load['eval']):.2f} |")
-    mem = none["memory"]
+        q, raw = r["quiet_samples"], r["samples_raw"]
+        out.append(f"| {r['label']} | {r['train_ms']:,.0f} | {r['train_cpu_s']:.1f} | {r['eval_tokens_per_s']:,.0f} | "
+                   f"{r['eval_cpu_s']:.1f} | {r['peak_mb']:,.0f} | {r['rss_peak_increase_mb']:,.0f} | "
+                   f"{q['train']}/{r['samples']} / {q['eval']}/{r['samples']} | "
+                   f"{median(raw['train_load']):.2f} / {median(raw['eval_load']):.2f} |")
     out += [
         "",
         "Notes:",
-        f"- Time: median of {s['repeats']} interleaved rounds ({s['steps']} step(s) each, their median is the round's "
-        f"sample) after {s['warmup']} warm-up round(s); each configuration runs "
-        "in its own worker process, one worker computes at a time, the order rotates every round; [a-b] = min-max of "
-        "the per-round ratios to `none` (noise). The load other processes put on the machine during every sample is "
-        "read from /proc/stat (machine busy time minus the worker's own CPU time); a configuration's median is taken "
-        f"over its quiet samples (other load <= {s['quiet_load']} cores) when it has any, else over all. Train step = zero_grad + forward + loss (LM NLL + tag-head NLL as "
-        "`hexatag_lm`) + backward + `torch.optim.Adam` step; eval = eval mode, `torch.no_grad`, log-softmax over the "
-        "vocabulary and the target's log-probability (as `fairseq-eval-lm`).",
-        "- Peak memory (ratio column): torch's allocator events of one training step in a fresh worker, recorded with "
-        "`torch.profiler.profile(profile_memory=True)`: max of the running sum of allocations minus frees, plus the "
-        "tensors alive at the start (parameters, Adam state, batch). Exact and load-independent.",
-        f"- RSS peak increase: the same step's process high-water mark minus the RSS before it "
-        f"({mem['rss_method']}); includes malloc caching/fragmentation, so it is coarser (cross-check only).",
-        "- Adam's state is created by a zero-gradient step before the measured step, so the step is a steady-state one; "
-        "gradients are set to None before each step (as fairseq's optimizer zero_grad).",
-        "- `transformer_lm` (fairseq): its config defaults + `base_lm_architecture` (pre-norm, sinusoidal positions, "
-        f"final norm), same sizes, tied embeddings, dropouts {tuple(next(r for r in rows if r['config'] == 'none')['info']['dropouts'])}; "
-        "it sees no tags.",
+        f"- Time: {s['warmup']} warm-up round(s), then the median of {s['repeats']} rounds ({s['steps']} step(s) per "
+        "configuration per round; their median is the round's sample). Every configuration runs in its own worker "
+        "process; the workers take turns (only one computes at a time) and the order rotates every round, so load "
+        "drift hits all configurations alike. [a-b] = min-max of the per-round ratios to `none`.",
+        "- Train step = zero_grad(set_to_none) + forward + loss (LM NLL + tag-head NLL, as the `hexatag_lm` criterion) "
+        "+ backward + `torch.optim.Adam` step. Eval = eval mode, `torch.no_grad`, log-softmax over the vocabulary and "
+        "the target's log-probability (as `fairseq-eval-lm`); eval tok/s = batch tokens / wall time.",
+        f"- Other processes' load during each sample = machine busy time (/proc/stat, incl. steal) minus the worker's "
+        f"own CPU time, per second. Wall medians use a configuration's quiet samples (<= {s['quiet_load']} cores of "
+        "other load) when it has any. CPU = the worker's user+system time (all threads), far less sensitive to other "
+        "processes than wall time: the time verdict uses wall ratios when both sides have quiet samples, else CPU "
+        "ratios (shown in `meets`).",
+        "- Peak memory (ratio column): torch's CPU allocator events of one training step in the fresh worker, recorded "
+        "with `torch.profiler.profile(profile_memory=True)`: max of the running sum of allocations minus frees, plus the "
+        "tensors alive at the start (parameters, Adam state, batch). Exact and independent of load and malloc caching. "
+        "Adam's state is created beforehand by a zero-gradient step (no change to the weights), so this is a "
+        "steady-state step.",
+        f"- RSS peak increase: the same step's process high-water mark minus the RSS just before it "
+        f"({none['memory']['rss_method']}); includes malloc caching/fragmentation (cross-check).",
+        "- `transformer_lm` (fairseq): `TransformerLanguageModel.build_model` from its config defaults + "
+        "`base_lm_architecture` (pre-norm, sinusoidal positions, final layer norm), same sizes, tied input/output "
+        f"embedding, dropouts (dropout, attention, activation) {tuple(none['info']['dropouts'])} as ours; it sees no tags.",
         f"- Whole run: {summary['elapsed_s'] / 60:.1f} min.",
     ]
     return "\n".join(out)
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--embed-dim", type=int, default=512)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--embed-dim", type=int, default=512, help="d_model")
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--ffn", type=int, default=2048)
-    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--vocab", type=int, default=8000, help="dictionary size (incl. fairseq's 4 specials)")
     p.add_argument("--batch", type=int, default=8, help="sequences per batch")
     p.add_argument("--tokens", type=int, default=512, help="tokens per sequence")
-    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--dropout", type=float, default=0.1, help="residual/embedding dropout (SiPE default)")
     p.add_argument("--tag-density", type=float, default=0.75, help="fraction of positions with a hexatag")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in every worker")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3, help="measured rounds (median reported)")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
-    p.add_argument("--steps", type=int, default=1, help="train/eval steps per configuration per round (their median is the round's sample)")
-    p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {','.join(CONFIGS)}")
+    p.add_argument("--steps", type=int, default=1, help="train and eval steps per configuration per round")
+    p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {','.join(CONFIGS)} (none is always run)")
     p.add_argument("--quick", action="store_true", help="tiny smoke run: " + " ".join(f"{k}={v}" for k, v in QUICK.items()))
     p.add_argument("--json", metavar="FILE", help="also write all numbers (per-round samples included) as JSON")
-    p.add_argument("--profile", default="", help="comma-separated configs to profile with torch.profiler after timing")
+    p.add_argument("--profile", default="", help="comma-separated configs to profile with torch.profiler after the timing")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="also run the SiPE configs with the sipe_fairseq package found in DIR (e.g. a copy of an older "
+                        "revision), interleaved with the working tree's: before/after comparisons")
     p.add_argument("--quiet-load", type=float, default=0.25,
-                   help="a sample is 'quiet' if other processes used at most this many cores meanwhile; medians "
-                        "use the quiet samples of a configuration when it has any")
-    p.add_argument("--pause", type=float, default=0.2, help="seconds between two workers' turns (lets thread pools idle)")
-    p.add_argument("--trim", action="store_true", help="malloc_trim after every timed step (lower idle RSS, more page faults)")
+                   help="a sample is quiet if other processes used at most this many cores meanwhile")
+    p.add_argument("--pause", type=float, default=0.2, help="seconds between two turns (lets thread pools go idle)")
+    p.add_argument("--no-trim", action="store_true",
+                   help="do not malloc_trim after each turn (default trims: idle workers would otherwise keep GBs)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -554,16 +587,19 @@ def main():
         for k, v in QUICK.items():
             if p.get_default(k) == getattr(args, k):
                 setattr(args, k, v)
-    args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    args.configs = ["none"] + [c for c in configs if c != "none"]
     args.profile = [c.strip() for c in args.profile.split(",") if c.strip()]
-    bad = [c for c in args.configs + args.profile if c not in CONFIGS]
+    bad = [c for c in args.configs if c not in CONFIGS] + [c for c in args.profile if c.split("@")[0] not in CONFIGS]
     if bad:
         p.error(f"unknown config(s) {bad}; choose from {CONFIGS}")
+    if args.baseline and not os.path.isdir(os.path.join(args.baseline, "sipe_fairseq")):
+        p.error(f"--baseline {args.baseline}: no sipe_fairseq package there")
     summary = run(args)
     print(render(summary))
-    for c, tables in summary["profiles"].items():
-        for name, table in tables.items():
-            print(f"\n#### torch.profiler, {c}, {name} step (self CPU time)\n\n```\n{table}\n```")
+    for lab, tables in summary["profiles"].items():
+        for kind, table in tables.items():
+            print(f"\n#### torch.profiler: {lab}, one {kind} step (sorted by self CPU time)\n\n```\n{table}\n```")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)

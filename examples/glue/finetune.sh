@@ -51,7 +51,7 @@ TASK_ARGS=()
 # the pre-trained body, exactly as saved (architecture and SiPE settings)
 read -r -a BODY <<< "$("$PYTHON" -m sipe_fairseq.eval.glue --model-flags --path "$LM")"
 
-echo "[finetune] $TASK backbone=$BACKBONE lr=$LR wd=$WD bsz=$BSZ epochs=$EPOCHS updates=$TOTAL warmup=$WARMUP" >&2
+echo "[finetune] $TASK backbone=$BACKBONE lr=$LR wd=$WD bsz=$BSZ epochs=$EPOCHS updates=$TOTAL warmup=$WARMUP extra: $*" >&2
 set -x
 exec "$BIN/fairseq-train" "$DATA" --user-dir "$ROOT/sipe_fairseq" \
   --task hexatag_sentence_prediction --criterion sentence_prediction "${TASK_ARGS[@]}" \

@@ -54,7 +54,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         source = parsers.tree_source_from_args(args)
         manifest = preprocess_glue(opts, source)
-    except (GluePreprocessError, ValueError, RuntimeError, OSError) as e:
+    except (GluePreprocessError, ValueError, KeyError, RuntimeError, OSError) as e:
         logger.error("%s", e)
         return 1
     summary = {s: {k: v[k] for k in ("examples", "rows_refused", "parse_failed", "tokens")} for s, v in manifest["splits"].items()}

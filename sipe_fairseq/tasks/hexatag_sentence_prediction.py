@@ -57,10 +57,10 @@ class HexatagSentencePredictionConfig(SentencePredictionConfig):
 class HexatagSentencePredictionTask(SentencePredictionTask):
     """Sentence (pair) classification or regression with hexatag streams in ``net_input``."""
 
-    def __init__(self, cfg, data_dictionary, label_dictionary, tag_dictionaries, glue_info=None):
+    def __init__(self, cfg, data_dictionary, label_dictionary, tag_dictionaries, glue_info=None, spec=None):
         super().__init__(cfg, data_dictionary, label_dictionary)
         self.tag_dictionaries = tag_dictionaries
-        self.glue_info = glue_info
+        self.glue_info, self.spec = glue_info, spec  # glue.json and the GlueTask (None without one)
         self.tag_pad = tag_dictionaries["terminal"].pad()
 
     @classmethod
@@ -94,9 +94,7 @@ class HexatagSentencePredictionTask(SentencePredictionTask):
             label_dict = Dictionary.load(os.path.join(data, "label", "dict.txt"))
             logger.info(f"[label] dictionary: {len(label_dict)} types")
         tags = {k: load_tag_dictionary(os.path.join(data, "input0", f"dict.{k}.txt")) for k in TAG_KINDS}
-        task = cls(cfg, data_dict, label_dict, tags, info)
-        task.spec = spec
-        return task
+        return cls(cfg, data_dict, label_dict, tags, info, spec)
 
     # ------------------------------------------------------------------ data
     def _streams(self, key: str, split: str, combine: bool):
@@ -194,7 +192,7 @@ class HexatagSentencePredictionTask(SentencePredictionTask):
     # ------------------------------------------------------------------ criterion
     def build_criterion(self, cfg, from_checkpoint=False):
         """Turn on the criterion's report flag of this GLUE task's metric (sentence_prediction)."""
-        metric = self.spec.metric if getattr(self, "spec", None) else None
+        metric = self.spec.metric if self.spec is not None else None
         flag = REPORT_FLAGS.get(metric)
         if flag and flag in cfg and not cfg[flag]:
             with open_dict(cfg):
