@@ -244,8 +244,7 @@ def _cpu_snapshot():
     """(CPU seconds the whole machine was busy, incl. steal; CPU seconds of this process) so far."""
     with open("/proc/stat") as f:
         vals = [int(v) for v in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
-    own = os.times()
-    return (sum(vals) - vals[3] - vals[4]) / os.sysconf("SC_CLK_TCK"), own.user + own.system
+    return (sum(vals) - vals[3] - vals[4]) / os.sysconf("SC_CLK_TCK"), time.process_time()
 
 
 def _status_kb(key):
@@ -322,6 +321,8 @@ class Child:
             argv += ["--" + key.replace("_", "-"), str(getattr(args, key))]
         argv += ["--no-trim"] if args.no_trim else []
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if not args.omp_spin:  # idle OpenMP threads sleep instead of spinning: CPU time = work done
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
         if label.endswith(BASE):
             env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.abspath(args.baseline), env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
@@ -366,7 +367,8 @@ def run(args):
     import torch
     labels = list(args.configs)
     if args.baseline:
-        labels += [c + BASE for c in args.configs if c != FAIRSEQ]
+        wanted = ["none"] + [c for c in (args.baseline_configs or args.configs) if c not in ("none", FAIRSEQ)]
+        labels += [c + BASE for c in wanted]
     start = time.perf_counter()
     stamp = lambda: f"[{time.perf_counter() - start:.0f}s]"  # noqa: E731
     results = {lab: {f"{k}_{m}": [] for k in ("train", "eval") for m in ("wall", "cpu", "load")} for lab in labels}
@@ -438,8 +440,8 @@ def summarize(args, labels, results, elapsed, torch_version):
             "train_ms": 1000 * st["train_wall"], "train_cpu_s": st["train_cpu"],
             "eval_tokens_per_s": ntok / st["eval_wall"], "eval_cpu_s": st["eval_cpu"],
             "peak_mb": mem / 2**20, "rss_peak_increase_mb": rss / 1024,
-            "memory_ratio": mem / ref_res["memory"]["alloc_peak_bytes"],
-            "rss_ratio": rss / ref_res["memory"]["rss_peak_increase_kb"] if ref_res["memory"]["rss_peak_increase_kb"] > 0 else float("nan"),
+            "memory_ratio": ratio(mem, ref_res["memory"]["alloc_peak_bytes"]),
+            "rss_ratio": ratio(rss, ref_res["memory"]["rss_peak_increase_kb"]),
             "samples": len(res["train_wall"]), "quiet_samples": {k: st[k + "_quiet"] for k in ("train", "eval")},
             "time_target": time_target(cfg), "memory_target": None if cfg == FAIRSEQ else MEMORY_TARGET,
             "memory": res["memory"], "info": res["info"], "rss_idle_mb": res.get("rss_idle_kb", 0) / 1024,
@@ -447,8 +449,8 @@ def summarize(args, labels, results, elapsed, torch_version):
         }
         basis = {}
         for k in ("train", "eval"):
-            row[k + "_ratio"] = st[k + "_wall"] / ref[k + "_wall"]
-            row[k + "_cpu_ratio"] = st[k + "_cpu"] / ref[k + "_cpu"]
+            row[k + "_ratio"] = ratio(st[k + "_wall"], ref[k + "_wall"])
+            row[k + "_cpu_ratio"] = ratio(st[k + "_cpu"], ref[k + "_cpu"])
             paired = [a / b for a, b in zip(res[k + "_wall"], ref_res[k + "_wall"])]
             row[k + "_ratio_range"] = [min(paired), max(paired)] if paired else None
             # the verdict trusts wall-clock medians only when they come from quiet samples on both sides
@@ -465,9 +467,13 @@ def summarize(args, labels, results, elapsed, torch_version):
             row["misses"] = [k for k, v, lim in checks if v > lim]
             row["meets"] = not row["misses"]
         rows.append(row)
-    settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "warmup", "steps", "quiet_load", "baseline")}
+    settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "warmup", "steps", "quiet_load", "baseline", "omp_spin")}
     return {"settings": settings, "torch": torch_version, "elapsed_s": elapsed, "rows": rows,
             "profiles": {lab: results[lab]["profile"] for lab in labels if "profile" in results[lab]}}
+
+
+def ratio(a, b):
+    return a / b if b > 0 else float("nan")
 
 
 def fmt_range(rng):
@@ -506,18 +512,18 @@ def render(summary):
             f"{r['memory_ratio']:.3f}x | {r['rss_ratio']:.3f}x | {target} | {meets} |")
     out += [
         "",
-        f"Absolute, `sipe_txl` `none`: train step {none['train_ms']:,.0f} ms wall / {none['train_cpu_s']:.1f} s CPU "
+        f"Absolute, `sipe_txl` `none`: train step {none['train_ms']:,.0f} ms wall / {1000 * none['train_cpu_s']:,.0f} ms CPU "
         f"(medians), eval {none['eval_tokens_per_s']:,.0f} tokens/s, peak training-step memory {none['peak_mb']:,.0f} MB "
         f"(tensors), RSS peak increase {none['rss_peak_increase_mb']:,.0f} MB, {none['params']:,} parameters.",
         "",
-        "| run | train ms (wall) | train s (CPU) | eval tok/s (wall) | eval s (CPU) | peak MB (tensors) | RSS peak increase MB | "
+        "| run | train ms (wall) | train ms (CPU) | eval tok/s (wall) | eval ms (CPU) | peak MB (tensors) | RSS peak increase MB | "
         "quiet samples train / eval | other processes' load, cores (median train / eval) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         q, raw = r["quiet_samples"], r["samples_raw"]
-        out.append(f"| {r['label']} | {r['train_ms']:,.0f} | {r['train_cpu_s']:.1f} | {r['eval_tokens_per_s']:,.0f} | "
-                   f"{r['eval_cpu_s']:.1f} | {r['peak_mb']:,.0f} | {r['rss_peak_increase_mb']:,.0f} | "
+        out.append(f"| {r['label']} | {r['train_ms']:,.0f} | {1000 * r['train_cpu_s']:,.0f} | {r['eval_tokens_per_s']:,.0f} | "
+                   f"{1000 * r['eval_cpu_s']:,.0f} | {r['peak_mb']:,.0f} | {r['rss_peak_increase_mb']:,.0f} | "
                    f"{q['train']}/{r['samples']} / {q['eval']}/{r['samples']} | "
                    f"{median(raw['train_load']):.2f} / {median(raw['eval_load']):.2f} |")
     out += [
@@ -533,8 +539,9 @@ def render(summary):
         f"- Other processes' load during each sample = machine busy time (/proc/stat, incl. steal) minus the worker's "
         f"own CPU time, per second. Wall medians use a configuration's quiet samples (<= {s['quiet_load']} cores of "
         "other load) when it has any. CPU = the worker's user+system time (all threads), far less sensitive to other "
-        "processes than wall time: the time verdict uses wall ratios when both sides have quiet samples, else CPU "
-        "ratios (shown in `meets`).",
+        "processes than wall time (workers run with OMP_WAIT_POLICY=PASSIVE unless --omp-spin, so waiting threads do "
+        "not burn CPU): the time verdict uses wall ratios when both sides have quiet samples, else CPU ratios "
+        "(shown in `meets`).",
         "- Peak memory (ratio column): torch's CPU allocator events of one training step in the fresh worker, recorded "
         "with `torch.profiler.profile(profile_memory=True)`: max of the running sum of allocations minus frees, plus the "
         "tensors alive at the start (parameters, Adam state, batch). Exact and independent of load and malloc caching. "
@@ -574,11 +581,16 @@ def main():
     p.add_argument("--baseline", metavar="DIR",
                    help="also run the SiPE configs with the sipe_fairseq package found in DIR (e.g. a copy of an older "
                         "revision), interleaved with the working tree's: before/after comparisons")
+    p.add_argument("--baseline-configs", default="", help="comma-separated configs to run with --baseline (default: all "
+                   "selected SiPE configs; none is always run)")
     p.add_argument("--quiet-load", type=float, default=0.25,
                    help="a sample is quiet if other processes used at most this many cores meanwhile")
     p.add_argument("--pause", type=float, default=0.2, help="seconds between two turns (lets thread pools go idle)")
     p.add_argument("--no-trim", action="store_true",
                    help="do not malloc_trim after each turn (default trims: idle workers would otherwise keep GBs)")
+    p.add_argument("--omp-spin", action="store_true",
+                   help="leave OMP_WAIT_POLICY alone (default: PASSIVE in the workers, so that a thread waiting for a "
+                        "descheduled peer sleeps instead of spinning and the CPU-time figures measure work)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -590,7 +602,8 @@ def main():
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     args.configs = ["none"] + [c for c in configs if c != "none"]
     args.profile = [c.strip() for c in args.profile.split(",") if c.strip()]
-    bad = [c for c in args.configs if c not in CONFIGS] + [c for c in args.profile if c.split("@")[0] not in CONFIGS]
+    args.baseline_configs = [c.strip() for c in args.baseline_configs.split(",") if c.strip()]
+    bad = [c for c in args.configs + args.baseline_configs if c not in CONFIGS] + [c for c in args.profile if c.split("@")[0] not in CONFIGS]
     if bad:
         p.error(f"unknown config(s) {bad}; choose from {CONFIGS}")
     if args.baseline and not os.path.isdir(os.path.join(args.baseline, "sipe_fairseq")):

@@ -23,7 +23,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 export PIP_NO_WARN_SCRIPT_LOCATION=1
-"${PIP[@]}" "pip==24.3.1" "setuptools==69.5.1" "wheel==0.45.1"
+"${PIP[@]}" "pip==24.3.1" "setuptools==84.2.1" "wheel==0.45.1"
 "${PIP[@]}" "torch==2.13.0"
 "${PIP[@]}" -r requirements.txt
 if ! "$VENV/bin/python" -m pip show -q fairseq-fixed >/dev/null 2>&1; then
