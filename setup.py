@@ -15,6 +15,7 @@ setup(
             "sipe-eval-lm=sipe_fairseq.cli.eval_lm:main",
             "sipe-glue-preprocess=sipe_fairseq.cli.glue_preprocess:main",
             "sipe-eval=sipe_fairseq.cli.eval:main",
+            "sipe-tag=sipe_fairseq.cli.tag:main",
         ]
     },
 )

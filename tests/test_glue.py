@@ -88,6 +88,20 @@ STSB = ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\ts
         "4\tmain\tf\t2012\t5\tnone\tnone\tthe bell\tthe door\tn/a\n")
 
 
+def synthetic_cola(n=300, seed=0):
+    """CoLA-format rows whose label is decided by the 2nd/3rd word ("old" -> 1, "new" -> 0), far
+    from the final token the decoder classifies from. Returns (train text, dev text)."""
+    import random
+
+    rnd = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        subj, adj = rnd.choice(["the door", "the bell", "the dog", "a cat"]), rnd.choice(["old", "new"])
+        filler = " ".join(rnd.choice(["very", "quite", "so"]) for _ in range(rnd.randint(0, 3)))
+        rows.append(f"src\t{int(adj == 'old')}\t\t{subj} {adj} is {filler} there .\n")
+    return "".join(rows[: n * 5 // 6]), "".join(rows[n * 5 // 6:])
+
+
 def write_task(root: Path, folder: str, train: str, dev: str = None) -> Path:
     d = root / folder
     d.mkdir(parents=True, exist_ok=True)
@@ -243,11 +257,13 @@ def glue_dirs(lm):
     """CoLA, RTE and STS-B (inline TSVs) preprocessed with the fake parser through the CLI."""
     root = lm["root"]
     out = {}
-    for name, folder, text in (("cola", "CoLA", COLA), ("rte", "RTE", RTE), ("stsb", "STS-B", STSB)):
-        src = write_task(root / "glue", folder, text)
-        out[name] = root / f"bin-{name}"
+    syn_train, syn_dev = synthetic_cola()
+    for key, name, folder, text, dev in (("cola", "cola", "CoLA", COLA, None), ("rte", "rte", "RTE", RTE, None),
+                                         ("stsb", "stsb", "STS-B", STSB, None), ("syn", "cola", "SYN", syn_train, syn_dev)):
+        src = write_task(root / "glue", folder, text, dev)
+        out[key] = root / f"bin-{key}"
         assert glue_main(["--task-name", name, "--glue-dir", str(src), "--pretrain-data", str(lm["data"]),
-                          "--destdir", str(out[name]), "--parser", "glue-fake"]) == 0
+                          "--destdir", str(out[key]), "--parser", "glue-fake"]) == 0
     return out
 
 
@@ -446,30 +462,32 @@ def test_lm_checkpoint_loads_into_classifier(lm, glue_dirs, caplog):
 
 
 FINETUNE = {  # name -> (extra args, metric logged by fairseq's criterion, key of our evaluation)
-    "cola": ([], "mcc", "mcc"),
-    "rte": (["--init-token", "2", "--sipe-tag-heads", "off"], "accuracy", "accuracy"),
-    "stsb": (["--regression-target"], "pearson", "pearson"),
+    "cola": (["--max-update", "4"], "mcc", "mcc"),
+    "rte": (["--max-update", "4", "--init-token", "2", "--sipe-tag-heads", "off"], "accuracy", "accuracy"),
+    "stsb": (["--max-update", "4", "--regression-target"], "pearson", "pearson"),
+    "syn": (["--max-epoch", "6", "--init-token", "2", "--batch-size", "16"], "mcc", "mcc"),
 }
 
 
 def test_finetune_end_to_end(lm, glue_dirs):
     """fairseq-train --task hexatag_sentence_prediction from the LM checkpoint (--finetune-from-model)
     for a few updates per task (in parallel); each logs its GLUE metric on valid, and
-    ``python -m sipe_fairseq.eval.glue`` recomputes the same number from the last checkpoint."""
+    ``python -m sipe_fairseq.eval.glue`` recomputes the same number from the last checkpoint. On a
+    synthetic CoLA-format task (label decided by an early word) a few epochs reach ~100%."""
     root = lm["root"]
     body = glue_eval.model_flags(str(lm["ckpt"]))  # the LM's architecture, as saved
     assert body[:2] == ["--arch", "sipe_txl_tiny"] and "--sipe-injection" in body
     procs = {}
     for name, (extra, _, _) in FINETUNE.items():
         cmd = [BIN / "fairseq-train", glue_dirs[name], "--user-dir", PLUGIN, "--task", "hexatag_sentence_prediction",
-               "--criterion", "sentence_prediction", *body, *extra,
+               "--criterion", "sentence_prediction", *body,
                "--finetune-from-model", lm["ckpt"], "--optimizer", "adam", "--adam-betas", "(0.9,0.999)",
-               "--adam-eps", "1e-6", "--weight-decay", "0.1", "--lr", "0.001", "--batch-size", "2", "--max-update", "4",
-               "--seed", "1", "--save-dir", root / f"ck-{name}", "--no-epoch-checkpoints", "--num-workers", "0",
-               "--log-format", "simple"]
+               "--adam-eps", "1e-6", "--weight-decay", "0.1", "--lr", "0.001", "--batch-size", "2", "--seed", "1",
+               "--save-dir", root / f"ck-{name}", "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple",
+               *extra]  # last: overrides
         procs[name] = subprocess.Popen([str(c) for c in cmd], cwd=root, env=ENV, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True)
-    logs = {}
+    logs, rows = {}, {}
     for name, p in procs.items():
         out, _ = p.communicate(timeout=600)
         assert p.returncode == 0, out[-4000:]
@@ -479,9 +497,11 @@ def test_finetune_end_to_end(lm, glue_dirs):
         assert "loading pretrained model from" in log and "initialized fresh" in log
         valid = re.findall(rf"valid on 'valid' subset \|.* \| {logged} ([-\d.]+) \|", log)
         assert valid, log[-3000:]
-        row = glue_eval.evaluate(str(root / f"ck-{name}" / "checkpoint_last.pt"), str(glue_dirs[name]), "valid")
-        assert row["task"] == glue_task(name).name and row["n"] == 4
+        rows[name] = row = glue_eval.evaluate(str(root / f"ck-{name}" / "checkpoint_last.pt"), str(glue_dirs[name]), "valid")
+        assert row["task"] == glue_task("cola" if name == "syn" else name).name and row["n"] == (50 if name == "syn" else 4)
         assert abs(row[ours] - float(valid[-1])) <= 0.051, (name, row, valid)  # fairseq rounds to 0.1
+    # the classifier learns a label decided by a word far from the final position it reads
+    assert rows["syn"]["mcc"] > 90 and rows["syn"]["accuracy"] > 95, rows["syn"]
     assert "dropped the LM's terminal_head weights" in logs["rte"]
     out = run([sys.executable, "-m", "sipe_fairseq.eval.glue", "--data", glue_dirs["cola"], "--path",
                root / "ck-cola" / "checkpoint_last.pt", "--split", "valid"], root)

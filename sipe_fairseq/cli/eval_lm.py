@@ -14,11 +14,11 @@ import sys
 
 import fairseq  # noqa: F401
 import torch
-from fairseq import checkpoint_utils, utils
+from fairseq import checkpoint_utils
 from omegaconf import OmegaConf
 
 import sipe_fairseq
-from sipe_fairseq.eval.lm_scores import markdown, score_batches, summarize
+from sipe_fairseq.eval.lm_scores import markdown, score_split
 
 logger = logging.getLogger(__name__)
 
@@ -40,12 +40,7 @@ def load(path: str, data: str, context_window: int = 0):
 
 def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None):
     model, task = load(path, data, context_window)
-    task.load_dataset(split)
-    itr = task.eval_lm_dataloader(dataset=task.dataset(split), max_tokens=max_tokens, batch_size=batch_size,
-                                  max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
-                                  context_window=context_window)
-    d = task.source_dictionary
-    return summarize(score_batches(model, itr, eos=d.eos(), pad=d.pad()))
+    return score_split(model, task, split, context_window, max_tokens, batch_size)
 
 
 def main(argv=None):

@@ -67,6 +67,19 @@ def score_batches(model, batches: Iterable[dict], eos: int, pad: int) -> Dict[st
     return dict(sums)
 
 
+def score_split(model, task, split: str, context_window: int = 0, max_tokens: int = 4096, batch_size=None):
+    """Load ``split`` in a ``hexatag_lm`` task and score it with ``model`` through the task's
+    eval-lm data loader (as ``fairseq-eval-lm``); returns :func:`summarize` rows."""
+    from fairseq import utils
+
+    task.load_dataset(split)
+    itr = task.eval_lm_dataloader(dataset=task.dataset(split), max_tokens=max_tokens, batch_size=batch_size,
+                                  max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+                                  context_window=context_window)
+    d = task.source_dictionary
+    return summarize(score_batches(model, itr, eos=d.eos(), pad=d.pad()))
+
+
 def summarize(sums: Dict[str, float]) -> Dict[str, Dict[str, float]]:
     """Per-token NLL (nats and bits) and perplexities from :func:`score_batches` sums."""
     rows = {}

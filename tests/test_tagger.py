@@ -1,0 +1,102 @@
+"""Hexatagger: task/model/criterion train under fairseq-train; evaluation and the sipe-tag backend."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import fairseq  # noqa: F401
+import sipe_fairseq
+
+sipe_fairseq.register()
+
+from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
+from sipe_fairseq.data import toy_grammar  # noqa: E402
+from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID  # noqa: E402
+from sipe_fairseq.eval.tagger import evaluate, load_tagger  # noqa: E402
+from sipe_fairseq.hexatag import decode, parse_tags  # noqa: E402
+
+BIN = Path(sys.executable).parent
+PLUGIN = str(Path(sipe_fairseq.__file__).parent)
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tagger")
+    toy_grammar.make_corpus(root / "toy", n_train=300, n_valid=40, n_test=40, seed=3)
+    data = root / "data"
+    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
+                            "--test", str(root / "toy/test.conllu"), "--destdir", str(data), "--spm-vocab-size", "200"]) == 0
+    proc = subprocess.run([BIN / "fairseq-train", data, "--user-dir", PLUGIN, "--task", "hexatag_tagging",
+                           "--criterion", "hexatag_tagging", "--arch", "sipe_tagger_tiny", "--optimizer", "adam",
+                           "--lr", "0.003", "--max-tokens", "1024", "--max-update", "6", "--seed", "1",
+                           "--save-dir", root / "ck", "--no-epoch-checkpoints", "--no-last-checkpoints",
+                           "--num-workers", "0", "--log-format", "simple"],
+                          cwd=root, env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "terminal_acc" in proc.stdout + proc.stderr and "pair_acc" in proc.stdout + proc.stderr
+    return data, root / "ck" / "checkpoint_best.pt"
+
+
+class Oracle(torch.nn.Module):
+    """Returns one-hot logits of the gold tags (looked up by the token sequence)."""
+
+    def __init__(self, ds, pad):
+        super().__init__()
+        self.pad, self.gold = pad, {}
+        for j in range(len(ds)):
+            it = ds[j]
+            self.gold[tuple(it["net_input.src_tokens"].tolist())] = (it["terminal_target"], it["nonterminal_target"])
+
+    def forward(self, src):
+        b, t = src.shape
+        term, nont = torch.zeros(b, t, 2), torch.zeros(b, t, 5)
+        for k in range(b):
+            toks = tuple(x for x in src[k].tolist() if x != self.pad)
+            gt, gn = self.gold[toks]
+            for p in range(len(gt)):
+                if gt[p] >= FIRST_TAG_ID:
+                    term[k, p, gt[p] - FIRST_TAG_ID] = 10
+                    nont[k, p, gn[p] - FIRST_TAG_ID] = 10
+        return term, nont
+
+
+def test_evaluate(trained):
+    data, ckpt = trained
+    model, task = load_tagger(str(ckpt), str(data))
+    scores = evaluate(model, task, "test")
+    assert scores["sentences"] == 40 and 0 <= scores["uas"] <= 100
+    task.load_dataset("test")
+    oracle = Oracle(task.datasets["test"], task.source_dictionary.pad())
+    perfect = evaluate(oracle, task, "test", batch_size=7)
+    assert perfect["uas"] == 100.0 and perfect["exact_match"] == 100.0 and perfect["words"] == scores["words"]
+
+
+def test_model_masks_padding(trained):
+    data, ckpt = trained
+    model, _ = load_tagger(str(ckpt), str(data))
+    x = torch.tensor([[10, 11, 12, 2]])
+    padded = torch.cat([x, torch.full((1, 3), model.padding_idx)], 1)
+    a, b = model(x), model(padded)
+    assert torch.allclose(a[0], b[0][:, :4], atol=1e-5) and torch.allclose(a[1], b[1][:, :4], atol=1e-5)
+
+
+def test_sipe_tag_hexatagger_backend(trained, tmp_path):
+    from sipe_fairseq.cli.tag import main
+
+    _, ckpt = trained
+    lines = ["the dog that the cats see runs", "", "the cat sleeps ."]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n")
+    tags = tmp_path / "out.tags"
+    status = main([str(src), "--backend", f"hexatagger:{ckpt}", "--tags-out", str(tags), "--no-progress",
+                   "-o", str(tmp_path / "out.conllu")])
+    assert status == 1  # the empty line
+    out = tags.read_text().split("\n")[:-1]
+    assert len(out) == 3 and out[1] == ""
+    for line, tag_line in zip(lines, out):
+        if line:
+            assert len(decode(parse_tags(tag_line))) == len(line.split())
