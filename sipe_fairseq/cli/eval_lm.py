@@ -10,7 +10,9 @@ same blocks and the same position types.
 import argparse
 import json
 import logging
+import os
 import sys
+from collections import OrderedDict
 
 import fairseq  # noqa: F401
 import torch
@@ -21,6 +23,21 @@ import sipe_fairseq
 from sipe_fairseq.eval.lm_scores import markdown, score_split
 
 logger = logging.getLogger(__name__)
+
+
+def checkpoint_specs(specs) -> "OrderedDict[str, str]":
+    """``["name=ckpt.pt", "other.pt"]`` -> ``{name: path}`` (a bare path names itself); raises
+    ``ValueError`` for a name given twice or a missing file."""
+    out = OrderedDict()
+    for spec in specs or ():
+        name, sep, path = spec.partition("=")
+        name, path = (name, path) if sep else (spec, spec)
+        if name in out:
+            raise ValueError(f"checkpoint name {name!r} given twice")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"checkpoint {path} not found")
+        out[name] = path
+    return out
 
 
 def load(path: str, data: str, context_window: int = 0):
@@ -58,11 +75,8 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
-    results = {}
-    for spec in args.path:
-        name, sep, path = spec.partition("=")
-        name, path = (name, path) if sep else (spec, spec)
-        results[name] = evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size)
+    results = {name: evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size)
+               for name, path in checkpoint_specs(args.path).items()}
     print(markdown(results))
     if args.json:
         with open(args.json, "w") as f:

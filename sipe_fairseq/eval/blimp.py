@@ -305,30 +305,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="log at most N skipped pairs (all are in --json) (default: %(default)s)")
 
 
-def _checkpoint_specs(specs: Sequence[str]) -> Dict[str, str]:
-    out: Dict[str, str] = OrderedDict()
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        name, path = (name, path) if sep else (spec, spec)
-        if name in out:
-            raise ValueError(f"checkpoint name {name!r} given twice")
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"checkpoint {path} not found")
-        out[name] = path
-    return out
-
-
 def run(args) -> int:
     import torch
 
     import sipe_fairseq
-    from ..cli.eval_lm import load
+    from ..cli.eval_lm import checkpoint_specs, load
     from ..data.encode import SentenceEncoder
 
     if args.threads:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
-    checkpoints = _checkpoint_specs(args.path)
+    checkpoints = checkpoint_specs(args.path)
     pairs = read_blimp(args.blimp)
     logger.info("%d pairs in %d paradigms", len(pairs), len({p.uid for p in pairs}))
     source = tree_source_from_args(args)

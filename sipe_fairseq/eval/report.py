@@ -38,7 +38,6 @@ import inspect
 import json
 import logging
 import math
-import os
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -291,17 +290,13 @@ def merge_syntaxgym(reports: Sequence[dict]) -> dict:
     return out
 
 
-def _checkpoint_specs(specs: Iterable[str]) -> Dict[str, str]:
-    out: Dict[str, str] = OrderedDict()
-    for spec in specs or ():
-        name, sep, path = spec.partition("=")
-        name, path = (name, path) if sep else (spec, spec)
-        if name in out:
-            raise ReportError(f"checkpoint name {name!r} given twice")
-        if not os.path.exists(path):
-            raise ReportError(f"checkpoint {path} not found")
-        out[name] = path
-    return out
+def _checkpoint_specs(specs) -> Dict[str, str]:
+    from ..cli.eval_lm import checkpoint_specs
+
+    try:
+        return checkpoint_specs(specs)
+    except (ValueError, FileNotFoundError) as e:
+        raise ReportError(str(e)) from e
 
 
 def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, want_blimp: bool = True) -> dict:

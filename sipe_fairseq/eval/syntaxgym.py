@@ -38,7 +38,6 @@ import argparse
 import json
 import logging
 import math
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -749,16 +748,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _checkpoints(specs: Iterable[str]) -> Dict[str, str]:
-    out: Dict[str, str] = {}
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        name, path = (name, path) if sep else (spec, spec)
-        if name in out:
-            raise SyntaxGymError(f"checkpoint name {name!r} given twice")
-        if not os.path.exists(path):
-            raise SyntaxGymError(f"checkpoint {path} not found")
-        out[name] = path
-    return out
+    from ..cli.eval_lm import checkpoint_specs
+
+    try:
+        return checkpoint_specs(specs)
+    except (ValueError, FileNotFoundError) as e:
+        raise SyntaxGymError(str(e)) from e
 
 
 def run(args: argparse.Namespace) -> int:
