@@ -23,8 +23,9 @@ Method (what makes the ratios trustworthy on a shared, noisy 2-core box):
     log-probability gathered as ``fairseq-eval-lm`` does), in an order rotated every round, so load
     drift hits all configurations alike; the median per configuration is reported, with the
     min-max of the per-round ratios as a noise gauge. Each sample also records the worker's CPU
-    time and the load other processes put on the machine (/proc/stat): wall medians prefer
-    quiet samples, and CPU-time ratios are shown as the load-robust cross-check.
+    time and the load other processes put on the machine (/proc/stat);
+    CPU-time ratios are shown as the load-robust cross-check (and used for the verdict when the
+    machine was busy).
 """
 import argparse
 import ctypes
@@ -407,24 +408,29 @@ def run(args):
         finally:
             for child in children.values():
                 child.close()
-    return summarize(args, labels, results, time.perf_counter() - start, torch.__version__)
+    settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "warmup", "steps", "quiet_load", "baseline", "omp_spin")}
+    return summarize(settings, labels, results, time.perf_counter() - start, torch.__version__)
 
 
-def quiet_median(samples, loads, quiet_load):
-    """(median, n) over the samples taken while other processes used <= ``quiet_load`` cores; all if none."""
-    quiet = [s for s, load in zip(samples, loads) if load <= quiet_load]
-    return (median(quiet), len(quiet)) if quiet else (median(samples), 0)
+def resummarize(path):
+    """Rebuild the summary from a ``--json`` file (e.g. after changing the rendering)."""
+    with open(path) as f:
+        old = json.load(f)
+    results = {}
+    for row in old["rows"]:
+        res = dict(row["samples_raw"], memory=row["memory"], info=row["info"], rss_idle_kb=1024 * row["rss_idle_mb"])
+        if row["label"] in old.get("profiles", {}):
+            res["profile"] = old["profiles"][row["label"]]
+        results[row["label"]] = res
+    return summarize(old["settings"], [row["label"] for row in old["rows"]], results, old["elapsed_s"], old["torch"])
 
 
-def summarize(args, labels, results, elapsed, torch_version):
-    ntok = args.batch * args.tokens
+def summarize(settings, labels, results, elapsed, torch_version):
+    ntok = settings["batch"] * settings["tokens"]
     stats = {}
     for lab in labels:
-        res, st = results[lab], {}
-        for k in ("train", "eval"):
-            st[k + "_wall"], st[k + "_quiet"] = quiet_median(res[k + "_wall"], res[k + "_load"], args.quiet_load)
-            st[k + "_cpu"] = median(res[k + "_cpu"])
-        stats[lab] = st
+        res = results[lab]
+        stats[lab] = {f"{k}_{m}": median(res[f"{k}_{m}"]) for k in ("train", "eval") for m in ("wall", "cpu", "load")}
     rows = []
     for lab in labels:
         res, st = results[lab], stats[lab]
@@ -442,7 +448,7 @@ def summarize(args, labels, results, elapsed, torch_version):
             "peak_mb": mem / 2**20, "rss_peak_increase_mb": rss / 1024,
             "memory_ratio": ratio(mem, ref_res["memory"]["alloc_peak_bytes"]),
             "rss_ratio": ratio(rss, ref_res["memory"]["rss_peak_increase_kb"]),
-            "samples": len(res["train_wall"]), "quiet_samples": {k: st[k + "_quiet"] for k in ("train", "eval")},
+            "samples": len(res["train_wall"]), "external_load": {k: st[k + "_load"] for k in ("train", "eval")},
             "time_target": time_target(cfg), "memory_target": None if cfg == FAIRSEQ else MEMORY_TARGET,
             "memory": res["memory"], "info": res["info"], "rss_idle_mb": res.get("rss_idle_kb", 0) / 1024,
             "samples_raw": {k: res[k] for k in res if k.split("_")[0] in ("train", "eval")},
@@ -453,8 +459,8 @@ def summarize(args, labels, results, elapsed, torch_version):
             row[k + "_cpu_ratio"] = ratio(st[k + "_cpu"], ref[k + "_cpu"])
             paired = [a / b for a, b in zip(res[k + "_wall"], ref_res[k + "_wall"])]
             row[k + "_ratio_range"] = [min(paired), max(paired)] if paired else None
-            # the verdict trusts wall-clock medians only when they come from quiet samples on both sides
-            quiet = st[k + "_quiet"] > 0 and ref[k + "_quiet"] > 0
+            # the verdict trusts wall-clock medians only when both sides ran on a mostly quiet machine
+            quiet = max(st[k + "_load"], ref[k + "_load"]) <= settings["quiet_load"]
             basis[k] = "wall" if quiet else "cpu"
             row[k + "_verdict_ratio"] = row[k + "_ratio"] if quiet else row[k + "_cpu_ratio"]
         row["verdict_basis"] = basis
@@ -467,7 +473,6 @@ def summarize(args, labels, results, elapsed, torch_version):
             row["misses"] = [k for k, v, lim in checks if v > lim]
             row["meets"] = not row["misses"]
         rows.append(row)
-    settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "warmup", "steps", "quiet_load", "baseline", "omp_spin")}
     return {"settings": settings, "torch": torch_version, "elapsed_s": elapsed, "rows": rows,
             "profiles": {lab: results[lab]["profile"] for lab in labels if "profile" in results[lab]}}
 
@@ -517,15 +522,14 @@ def render(summary):
         f"(tensors), RSS peak increase {none['rss_peak_increase_mb']:,.0f} MB, {none['params']:,} parameters.",
         "",
         "| run | train ms (wall) | train ms (CPU) | eval tok/s (wall) | eval ms (CPU) | peak MB (tensors) | RSS peak increase MB | "
-        "quiet samples train / eval | other processes' load, cores (median train / eval) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "other processes' load, cores (median train / eval) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        q, raw = r["quiet_samples"], r["samples_raw"]
+        load = r["external_load"]
         out.append(f"| {r['label']} | {r['train_ms']:,.0f} | {1000 * r['train_cpu_s']:,.0f} | {r['eval_tokens_per_s']:,.0f} | "
                    f"{1000 * r['eval_cpu_s']:,.0f} | {r['peak_mb']:,.0f} | {r['rss_peak_increase_mb']:,.0f} | "
-                   f"{q['train']}/{r['samples']} / {q['eval']}/{r['samples']} | "
-                   f"{median(raw['train_load']):.2f} / {median(raw['eval_load']):.2f} |")
+                   f"{load['train']:.2f} / {load['eval']:.2f} |")
     out += [
         "",
         "Notes:",
@@ -537,11 +541,10 @@ def render(summary):
         "+ backward + `torch.optim.Adam` step. Eval = eval mode, `torch.no_grad`, log-softmax over the vocabulary and "
         "the target's log-probability (as `fairseq-eval-lm`); eval tok/s = batch tokens / wall time.",
         f"- Other processes' load during each sample = machine busy time (/proc/stat, incl. steal) minus the worker's "
-        f"own CPU time, per second. Wall medians use a configuration's quiet samples (<= {s['quiet_load']} cores of "
-        "other load) when it has any. CPU = the worker's user+system time (all threads), far less sensitive to other "
+        f"own CPU time, per second. CPU = the worker's user+system time (all threads), far less sensitive to other "
         "processes than wall time (workers run with OMP_WAIT_POLICY=PASSIVE unless --omp-spin, so waiting threads do "
-        "not burn CPU): the time verdict uses wall ratios when both sides have quiet samples, else CPU ratios "
-        "(shown in `meets`).",
+        f"not burn CPU). The time verdict uses the wall ratio when the median other load was <= {s['quiet_load']} "
+        "cores for both the configuration and its `none`, else the CPU ratio (shown in `meets`).",
         "- Peak memory (ratio column): torch's CPU allocator events of one training step in the fresh worker, recorded "
         "with `torch.profiler.profile(profile_memory=True)`: max of the running sum of allocations minus frees, plus the "
         "tensors alive at the start (parameters, Adam state, batch). Exact and independent of load and malloc caching. "
@@ -575,7 +578,8 @@ def main():
     p.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
     p.add_argument("--steps", type=int, default=1, help="train and eval steps per configuration per round")
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {','.join(CONFIGS)} (none is always run)")
-    p.add_argument("--quick", action="store_true", help="tiny smoke run: " + " ".join(f"{k}={v}" for k, v in QUICK.items()))
+    p.add_argument("--quick", action="store_true", help="tiny smoke run (checks the plumbing; at this size per-op overhead dominates, so its ratios mean "
+                   "nothing): " + " ".join(f"{k}={v}" for k, v in QUICK.items()))
     p.add_argument("--json", metavar="FILE", help="also write all numbers (per-round samples included) as JSON")
     p.add_argument("--profile", default="", help="comma-separated configs to profile with torch.profiler after the timing")
     p.add_argument("--baseline", metavar="DIR",
@@ -584,7 +588,8 @@ def main():
     p.add_argument("--baseline-configs", default="", help="comma-separated configs to run with --baseline (default: all "
                    "selected SiPE configs; none is always run)")
     p.add_argument("--quiet-load", type=float, default=0.25,
-                   help="a sample is quiet if other processes used at most this many cores meanwhile")
+                   help="judge time by wall clock if other processes used at most this many cores (median), else by CPU time")
+    p.add_argument("--from-json", metavar="FILE", help="print the tables of an earlier --json FILE (no measuring)")
     p.add_argument("--pause", type=float, default=0.2, help="seconds between two turns (lets thread pools go idle)")
     p.add_argument("--no-trim", action="store_true",
                    help="do not malloc_trim after each turn (default trims: idle workers would otherwise keep GBs)")
@@ -608,7 +613,7 @@ def main():
         p.error(f"unknown config(s) {bad}; choose from {CONFIGS}")
     if args.baseline and not os.path.isdir(os.path.join(args.baseline, "sipe_fairseq")):
         p.error(f"--baseline {args.baseline}: no sipe_fairseq package there")
-    summary = run(args)
+    summary = resummarize(args.from_json) if args.from_json else run(args)
     print(render(summary))
     for lab, tables in summary["profiles"].items():
         for kind, table in tables.items():

@@ -20,7 +20,7 @@ from .positional import RelativePosition, Rotary, rel_shift
 
 def _gated_bd(q_pos, r, gate, onehot, scale):
     """Eq. 6's (1 + c) * BD as bd + bd * c, with c_ij = gate[i, cls_j] spread by the one-hot."""
-    bd = rel_shift(torch.matmul(q_pos, r.transpose(-1, -2)) * scale)
+    bd = rel_shift(torch.matmul(q_pos * scale, r.transpose(-1, -2)))  # scale the (T, d) side, not (T, T)
     return torch.addcmul(bd, bd, torch.matmul(gate, onehot))
 
 
@@ -62,7 +62,7 @@ class SiPEAttention(nn.Module):
             q, k = Rotary.rotate(q, angles), Rotary.rotate(k, angles)
 
         q_content = q + self.u_bias[None, :, None, :] if self.relative is not None else q
-        scores = torch.matmul(q_content, k.transpose(-1, -2)) * self.scale  # AC
+        scores = torch.matmul(q_content * self.scale, k.transpose(-1, -2))  # AC (scaled on the small side)
         q_pos = q
         if self.relative is not None:
             q_pos = self.relative.effective_query(q)  # q + v

@@ -42,7 +42,7 @@ class RelativePosition(nn.Module):
         """BD (B, H, T, T) for causal attention without memory (``r``: precomputed ``keys``)."""
         if r is None:
             r = self.keys(q_v.size(2), q_v.dtype, q_v.device)
-        return rel_shift(torch.matmul(q_v, r.transpose(-1, -2)) * scale)
+        return rel_shift(torch.matmul(q_v * scale, r.transpose(-1, -2)))
 
 
 class Rotary(nn.Module):
