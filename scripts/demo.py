@@ -52,6 +52,9 @@ def main(argv=None):
     from sipe_fairseq.data import toy_grammar
 
     sipe_fairseq.register()
+    import logging
+
+    logging.getLogger().setLevel(logging.WARNING)  # fairseq sets INFO on import; keep the demo's output readable
     print(f"[1/4] corpus: {args.train_sentences} training sentences from the toy grammar", flush=True)
     stats = toy_grammar.make_corpus(work / "toy", n_train=args.train_sentences, seed=args.seed)
     pairs = toy_grammar.minimal_pair_trees(1500, seed=args.seed + 100)

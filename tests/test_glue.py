@@ -1,6 +1,7 @@
 """GLUE: TSV reading, sipe-glue-preprocess, the hexatag_sentence_prediction task, decoder
 classification heads, fine-tuning end to end, GLUE metrics. A fake parser (registered here) stands
 in for spaCy, so nothing here needs spaCy."""
+import json
 import logging
 import os
 import re
@@ -275,8 +276,6 @@ def _stream(path, dictionary=None):
 def test_preprocess_pair_task_aligned(lm, glue_dirs):
     """Binarized tokens and tags equal the pre-training SentenceEncoder's for every sentence; a
     failed parse is kept with <notag> tags and counted; refused rows are counted."""
-    import json
-
     out = glue_dirs["rte"]
     info = json.loads((out / "glue.json").read_text())
     assert info["task"] == "rte" and info["pair"] and info["num_classes"] == 2 and info["metric"] == "accuracy"
@@ -330,6 +329,12 @@ def test_preprocess_regression_and_errors(lm, glue_dirs, tmp_path):
         preprocess_glue(GluePreprocessOptions("rte", str(src), str(lm["data"]), str(glue_dirs["rte"])), FakeParser())
     assert glue_main(["--task-name", "rte", "--glue-dir", str(src), "--pretrain-data", str(tmp_path),
                       "--destdir", str(tmp_path / "y"), "--parser", "glue-fake"]) == 1  # no dict.txt there
+    # --parser none: no trees, every tag <notag>, nothing counted as failed
+    assert glue_main(["--task-name", "cola", "--glue-dir", str(lm["root"] / "glue" / "CoLA"), "--pretrain-data",
+                      str(lm["data"]), "--destdir", str(tmp_path / "none"), "--parser", "none", "--splits", "valid"]) == 0
+    assert not (tmp_path / "none" / "input0" / "train.bin").exists()
+    assert all(t.eq(NOTAG_ID).all() for t in _stream(tmp_path / "none" / "input0" / "valid.terminal"))
+    assert json.loads((tmp_path / "none" / "glue.json").read_text())["splits"]["valid"]["parse_failed"] == 0
 
 
 # ----------------------------------------------------------------------------- task

@@ -335,11 +335,12 @@ def preprocess_glue(opts: GluePreprocessOptions, source) -> dict:
     from .encode import SentenceEncoder
     from .preprocess import write_stream
 
+    from ..eval.parsers import ParseError
+
     task = glue_task(opts.task)
-    for f in ("dict.txt",):
-        if not os.path.isfile(os.path.join(opts.pretrain_data, f)):
-            raise GluePreprocessError(f"{opts.pretrain_data}: no {f}; --pretrain-data must be the sipe-preprocess "
-                                      "directory the checkpoint was trained on")
+    if not os.path.isfile(os.path.join(opts.pretrain_data, "dict.txt")):
+        raise GluePreprocessError(f"{opts.pretrain_data}: no dict.txt; --pretrain-data must be the sipe-preprocess "
+                                  "directory the checkpoint was trained on")
     if os.path.exists(os.path.join(opts.destdir, "glue.json")):
         raise FileExistsError(f"{os.path.join(opts.destdir, 'glue.json')} exists; use a new --destdir")
     files = glue_split_files(opts.glue_dir, task, opts.splits)
@@ -360,7 +361,7 @@ def preprocess_glue(opts: GluePreprocessOptions, source) -> dict:
     encoder = SentenceEncoder(opts.pretrain_data)
     texts = {s: [tuple(" ".join(t.split()) for t in ex.texts) for ex in d.examples] for s, d in data.items()}
     parses = _parse_all(source, list(chain.from_iterable(chain.from_iterable(texts.values()))))
-    fails = {t for t, r in parses.items() if not isinstance(r, tuple)}
+    fails = {t for t, r in parses.items() if isinstance(r, ParseError)}
     encoded = {t: encode_parsed(encoder, t, r) for t, r in parses.items()}
     failed = {t for t, e in encoded.items() if e.failure}
     if failed and opts.fail_on_parse_error:
