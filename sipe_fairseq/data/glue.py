@@ -26,7 +26,6 @@ logged with ``file:line`` and counted (``parse_failed``). A row that cannot be r
 fields, unknown label, bad score) is refused: logged with ``file:line`` and counted by reason.
 ``fail_on_parse_error`` / ``fail_on_refusal`` turn either into an error before anything is written.
 """
-import hashlib
 import json
 import logging
 import os
@@ -39,6 +38,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..hexatag import HexatagError
+from .preprocess import _sha256, _write_text
 from .tag_dictionary import FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_tag_dictionary, tag_classes
 
 logger = logging.getLogger(__name__)
@@ -294,19 +294,6 @@ class GluePreprocessOptions:
     fail_on_parse_error: bool = False
     fail_on_refusal: bool = False
     limit: Optional[int] = None          # first N examples per split (quick runs)
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _write_text(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
 
 
 def label_dictionary(task: GlueTask, counts: Optional[Counter] = None):
