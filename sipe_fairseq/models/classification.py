@@ -1,7 +1,8 @@
-"""Sentence classification heads for decoder LMs (fine-tuning on GLUE, as fairseq's RoBERTa does).
+"""Sentence classification heads for SiPE LMs and encoders (fine-tuning on GLUE, as fairseq's RoBERTa).
 
 A decoder classifies from its final token: the features of the last non-pad position (for
-``s1 </s> s2 </s>`` the final ``</s>``, which has seen the whole input) go through RoBERTa's head
+``s1 </s> s2 </s>`` the final ``</s>``, which has seen the whole input); an encoder (``pool =
+"first"``) from its first token ``<s>``, as RoBERTa. The pooled features go through RoBERTa's head
 (dropout, dense, tanh, dropout, linear). Heads live in ``model.classification_heads[name]`` and are
 created by the task (``register_classification_head``); the LM body keeps its state-dict keys, so a
 ``hexatag_lm`` checkpoint loads into the classifier with only the new head missing:
@@ -47,28 +48,40 @@ class SentenceClassificationHead(nn.Module):
 
 
 class ClassificationHeadsMixin:
-    """For a :class:`~fairseq.models.FairseqLanguageModel` whose decoder returns ``(features, extra)``
-    with ``features_only=True``: ``model(src_tokens, classification_head_name=NAME, ...)`` returns
-    ``(logits, extra)`` from the last non-pad position (what fairseq's ``sentence_prediction``
-    criterion calls). Call :meth:`_init_classification_heads` in ``__init__``."""
+    """For a fairseq language model (``self.decoder``) or encoder model (``self.encoder``) whose body
+    returns ``(features, extra)`` with ``features_only=True``: ``model(src_tokens,
+    classification_head_name=NAME, ...)`` returns ``(logits, extra)`` from the pooled position
+    (``pool``: ``"last"`` non-pad or ``"first"``), what fairseq's ``sentence_prediction`` criterion
+    calls. Call :meth:`_init_classification_heads` in ``__init__``."""
+
+    pool = "last"
 
     def _init_classification_heads(self):
         self.classification_heads = nn.ModuleDict()
 
+    @property
+    def body_name(self) -> str:
+        return "decoder" if hasattr(self, "decoder") else "encoder"
+
+    @property
+    def body(self):
+        return getattr(self, self.body_name)
+
     def classify(self, src_tokens, classification_head_name: str, **kwargs):
-        x, extra = self.decoder(src_tokens, features_only=True, **kwargs)
-        pooled = pool_last(x, src_tokens, self.decoder.padding_idx)
+        kwargs.pop("features_only", None)
+        x, extra = self.body(src_tokens, features_only=True, **kwargs)
+        pooled = x[:, 0] if self.pool == "first" else pool_last(x, src_tokens, self.body.padding_idx)
         return self.classification_heads[classification_head_name](pooled), extra
 
     def register_classification_head(self, name, num_classes=None, inner_dim=None, **kwargs):
         """Add (or replace, with a warning if its shape changes) the head ``name``."""
-        d = self.decoder.embed_tokens.embedding_dim
+        d = self.body.embed_tokens.embedding_dim
         if name in self.classification_heads:
             old = self.classification_heads[name]
             if old.out_proj.out_features != num_classes or old.dense.out_features != (inner_dim or d):
                 logger.warning(f're-registering head "{name}" with num_classes {num_classes} '
                                f"(prev: {old.out_proj.out_features}) and inner_dim {inner_dim or d} (prev: {old.dense.out_features})")
-        cfg = getattr(self, "cfg", None) or self.decoder.cfg
+        cfg = getattr(self, "cfg", None) or self.body.cfg
         self.classification_heads[name] = SentenceClassificationHead(
             d, inner_dim or d, num_classes, activation_fn=getattr(cfg, "pooler_activation_fn", "tanh"),
             pooler_dropout=getattr(cfg, "pooler_dropout", 0.0))
@@ -93,10 +106,10 @@ class ClassificationHeadsMixin:
                 del state_dict[k]
         if dropped:
             logger.warning(f"dropped checkpoint head weights this model does not have (or of another shape): {dropped}")
-        dec = getattr(self, "decoder", None)
+        body = self.body_name
         for kind in ("terminal_head", "nonterminal_head"):
-            keys = [k for k in state_dict if k.startswith(f"{prefix}decoder.{kind}.")]
-            if keys and getattr(dec, kind, None) is None:
+            keys = [k for k in state_dict if k.startswith(f"{prefix}{body}.{kind}.")]
+            if keys and getattr(self.body, kind, None) is None:
                 logger.info(f"dropped the LM's {kind} weights (this model has no tag heads): {keys}")
                 for k in keys:
                     del state_dict[k]

@@ -52,7 +52,7 @@ def attach_injections(attentions: Sequence[nn.Module], parts: Sequence[str], tag
     for attn in attentions[first_layer - 1:]:
         for part in parts:
             if part == "position":
-                if attn.relative is not None:
+                if attn.relative is not None or attn.position == "disentangled":  # Eq. 5-6 / Eq. 12-13
                     attn.injections.append(PositionCoupling(projection("position", attn, target, init_std)))
                 elif attn.rotary is not None:  # RoPE: the tag becomes a phase offset, W_delta = 0
                     attn.injections.append(RotaryPhase(projection("position.rotary", attn, "d_head" if target == "auto" else target, 0.0, attn.head_dim // 2)))

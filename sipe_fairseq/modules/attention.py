@@ -3,9 +3,12 @@
 The positional mechanism is chosen by ``position``:
   * ``"relative"``: Transformer-XL (Eq. 3): A = AC + BD with content bias u and position bias v;
   * ``"rotary"``: RoPE on q and k (A = q k^T / sqrt(d));
+  * ``"disentangled"``: DeBERTa-v3 (Eq. 10, 18): A = c2c + c2p + p2c over log-bucketed offsets, the
+    shared relative table passed in as ``rel`` (see :class:`DisentangledPosition`), scaled 1/sqrt(3d);
   * ``"none"``: plain dot product (absolute positions are added to the input elsewhere).
 SiPE injections (``injections.py``) are appended to ``self.injections`` and hook into the score.
-Attention is causal (decoder) unless ``causal=False`` is passed with a key padding mask.
+Attention is causal (decoder) unless ``causal=False`` is passed with a key padding mask; ``window``
+> 0 restricts it to keys within window/2 positions (ModernBERT's local layers).
 """
 from typing import Optional
 
@@ -15,7 +18,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from .injections import TagContext, class_onehot
-from .positional import RelativePosition, Rotary, rel_shift
+from .positional import RelativePosition, Rotary, rel_shift, skew
 
 
 def _gated_bd(q_pos, r, gate, onehot, scale):
@@ -24,14 +27,31 @@ def _gated_bd(q_pos, r, gate, onehot, scale):
     return torch.addcmul(bd, bd, torch.matmul(gate, onehot))
 
 
+def _disentangled_spos(q, k, pos_q, pos_k, scale):
+    """DeBERTa's S_pos = c2p + p2c (Eq. 10, 18): c2p_ij = <q_i, K_r[d(i,j)]>, p2c_ij = <k_j, Q_r[d(j,i)]>;
+    ``pos_q``/``pos_k`` (H, 2T-1, d) hold offsets T-1 .. -(T-1)."""
+    c2p = skew(torch.matmul(q * scale, pos_k.transpose(-1, -2)))
+    p2c = skew(torch.matmul(k * scale, pos_q.transpose(-1, -2))).transpose(-1, -2)
+    return c2p + p2c
+
+
+def _gated_spos(q, k, pos_q, pos_k, gate, onehot, scale):
+    """Eq. 13's (1 + c) * S_pos."""
+    spos = _disentangled_spos(q, k, pos_q, pos_k, scale)
+    return torch.addcmul(spos, spos, torch.matmul(gate, onehot))
+
+
 class SiPEAttention(nn.Module):
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, position: str = "relative", bias: bool = False):
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, position: str = "relative", bias: bool = False,
+                 window: int = 0, rotary_base: float = 10000.0):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
-        self.scale = self.head_dim ** -0.5
-        self.dropout, self.position = dropout, position
+        self.scale = self.head_dim ** -0.5  # 1/sqrt(d_head): the tag terms (Eq. 5, 8, 12) always use it
+        # DeBERTa divides its three score terms by sqrt(3 d_head)
+        self.score_scale = (3 * self.head_dim) ** -0.5 if position == "disentangled" else self.scale
+        self.dropout, self.position, self.window = dropout, position, window
         self.qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.relative = self.rotary = None
@@ -40,14 +60,16 @@ class SiPEAttention(nn.Module):
             self.u_bias = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # u (Eq. 3)
             nn.init.normal_(self.u_bias, std=0.02)
         elif position == "rotary":
-            self.rotary = Rotary(self.head_dim)
-        elif position != "none":
+            self.rotary = Rotary(self.head_dim, rotary_base)
+        elif position not in ("none", "disentangled"):
             raise ValueError(f"unknown attention position mechanism {position!r}")
         self.injections = nn.ModuleList()
 
     def forward(self, x: torch.Tensor, tags: Optional[TagContext] = None, causal: bool = True,
-                key_padding_mask: Optional[torch.Tensor] = None, need_weights: bool = False):
-        """x: (B, T, C) -> (B, T, C) [, attention probabilities (B, H, T, T)]."""
+                key_padding_mask: Optional[torch.Tensor] = None, need_weights: bool = False,
+                rel: Optional[torch.Tensor] = None):
+        """x: (B, T, C) -> (B, T, C) [, attention probabilities (B, H, T, T)]; ``rel``: the
+        relative table rows (2T-1, C) for ``position="disentangled"``."""
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         hooks = list(self.injections) if tags is not None else []
@@ -62,7 +84,7 @@ class SiPEAttention(nn.Module):
             q, k = Rotary.rotate(q, angles), Rotary.rotate(k, angles)
 
         q_content = q + self.u_bias[None, :, None, :] if self.relative is not None else q
-        scores = torch.matmul(q_content * self.scale, k.transpose(-1, -2))  # AC (scaled on the small side)
+        scores = torch.matmul(q_content * self.score_scale, k.transpose(-1, -2))  # AC (scaled on the small side)
         q_pos = q
         if self.relative is not None:
             q_pos = self.relative.effective_query(q)  # q + v
@@ -74,6 +96,18 @@ class SiPEAttention(nn.Module):
             else:
                 bd = self.relative.score(q_pos, self.scale, r)  # BD
             scores = scores + bd
+        elif self.position == "disentangled":
+            if rel is None:
+                raise ValueError("disentangled attention needs the relative table rows (rel)")
+            w, bias = self.qkv.weight[: 2 * c], self.qkv.bias[: 2 * c] if self.qkv.bias is not None else None
+            pos_q, pos_k = F.linear(rel, w, bias).view(-1, 2, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+            gates = [g for g in (inj.position_scale(q, q, tags, self.scale) for inj in hooks) if g is not None]
+            if gates:  # Eq. 12-13, recomputed in backward like the TXL gate
+                args = (q, k, pos_q, pos_k, sum(gates), onehot, self.score_scale)
+                spos = checkpoint(_gated_spos, *args, use_reentrant=False) if torch.is_grad_enabled() else _gated_spos(*args)
+            else:
+                spos = _disentangled_spos(q, k, pos_q, pos_k, self.score_scale)
+            scores = scores + spos
         biases = [e for e in (inj.score_bias(q, q_pos, tags, self.scale) for inj in hooks) if e is not None]
         if biases:  # Eq. 7, 8: scores_ij += bias[i, cls_j], one batched (T x 11) @ (11 x T) matmul-add
             h = self.num_heads
@@ -83,6 +117,14 @@ class SiPEAttention(nn.Module):
         if causal:
             future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu_(1)
             scores = scores.masked_fill(future, float("-inf"))
+        if self.window > 0:  # local attention: |i - j| <= window / 2
+            pos = torch.arange(t, device=x.device)
+            far = (pos[:, None] - pos[None, :]).abs() > self.window // 2
+            if key_padding_mask is not None:  # a pad query may see only pads: leave such rows unmasked (finite, unused)
+                far = far | key_padding_mask[:, None, None, :]
+                far = far & ~far.all(-1, keepdim=True)
+                key_padding_mask = None
+            scores = scores.masked_fill(far, float("-inf"))
         if key_padding_mask is not None:
             scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
         probs = F.softmax(scores.float(), dim=-1).to(q.dtype)

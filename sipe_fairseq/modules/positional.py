@@ -1,4 +1,6 @@
 """Positional mechanisms used inside attention: Transformer-XL's relative term and RoPE."""
+import math
+
 import torch
 import torch.nn as nn
 
@@ -69,3 +71,45 @@ class Rotary(nn.Module):
         x1, x2 = x.chunk(2, dim=-1)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def log_bucket(rel: torch.Tensor, buckets: int, max_distance: int) -> torch.Tensor:
+    """DeBERTa-v3's log-bucketed signed offset: offsets with |rel| < buckets/2 keep their value,
+    larger ones are compressed logarithmically so that ``max_distance`` maps near ``buckets/2``
+    (paper footnote 9). Returns integers in about [-buckets/2, buckets/2]."""
+    mid = buckets // 2
+    sign = torch.sign(rel)
+    dist = rel.abs()
+    far = dist.clamp(min=mid).float()  # only used where dist > mid
+    log_pos = torch.ceil(torch.log(far / mid) / math.log((max_distance - 1) / mid) * (mid - 1)).long() + mid
+    return torch.where(dist <= mid, rel, log_pos * sign)
+
+
+def skew(x: torch.Tensor) -> torch.Tensor:
+    """(..., T, 2T-1) scores over offsets ``T-1 .. -(T-1)`` (column m = offset T-1-m) ->
+    (..., T, T) with out[i, j] the score for offset ``i - j``: a strided view, no copy."""
+    t = x.size(-2)
+    x = x.contiguous()
+    size = x.shape[:-1] + (t,)
+    stride = x.stride()[:-2] + (2 * t - 2, 1)
+    return x.as_strided(size, stride, x.storage_offset() + t - 1)
+
+
+class DisentangledPosition(nn.Module):
+    """DeBERTa-v3's relative-position table (Eq. 10, 18): ``2 * (buckets/2)`` learned rows
+    r_delta, layer-normed, shared by all layers (each layer projects them with its own W_Q, W_K).
+    ``forward(T)`` returns the rows for offsets ``T-1 .. -(T-1)``: (2T-1, C)."""
+
+    def __init__(self, embed_dim: int, buckets: int = 256, max_distance: int = 512):
+        super().__init__()
+        if buckets < 4 or buckets % 2:
+            raise ValueError(f"relative buckets must be an even number >= 4, got {buckets}")
+        self.buckets, self.max_distance = buckets, max_distance
+        self.span = buckets // 2
+        self.table = nn.Embedding(2 * self.span, embed_dim)
+        self.norm = nn.LayerNorm(embed_dim)
+
+    def forward(self, t: int, device=None) -> torch.Tensor:
+        offsets = torch.arange(t - 1, -t, -1, device=device)
+        idx = (log_bucket(offsets, self.buckets, self.max_distance) + self.span).clamp(0, 2 * self.span - 1)
+        return self.norm(self.table(idx))
