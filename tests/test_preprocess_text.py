@@ -8,7 +8,7 @@ from sipe_fairseq.cli.preprocess import main as preprocess_main
 from sipe_fairseq.cli.tag import main as tag_main
 from sipe_fairseq.data.preprocess import PreprocessError, PreprocessOptions, preprocess
 from sipe_fairseq.eval import parsers
-from sipe_fairseq.eval.parsers import ParseError, simple_tokenize, spacy_available
+from sipe_fairseq.eval.parsers import DEFAULT_SPACY_MODEL, ParseError, simple_tokenize, spacy_available
 
 
 class FakeParser:
@@ -135,7 +135,7 @@ def test_usage_errors(tmp_path, capsys, caplog):
     assert not (tmp_path / "d").exists()
 
 
-@pytest.mark.skipif(spacy_available() is not None, reason=str(spacy_available()))
+@pytest.mark.skipif(spacy_available(DEFAULT_SPACY_MODEL) is not None, reason=str(spacy_available(DEFAULT_SPACY_MODEL)))
 def test_spacy_one_command_equals_sipe_tag_then_preprocess(tmp_path):
     one, two, parsed = _two_ways(tmp_path, "spacy", extra=("--workers", "2", "--batch-size", "2"))
     _assert_same_data(one, two)
