@@ -1,11 +1,12 @@
 """``sipe-tag`` with the spaCy backend: one output per input line, CoNLL-U and tags agree."""
 import pytest
 
-from sipe_fairseq.eval.parsers import spacy_available
+from sipe_fairseq.eval.parsers import DEFAULT_SPACY_MODEL, spacy_available
 from sipe_fairseq.hexatag import decode, encode_tree, format_tags, parse_tags
 from sipe_fairseq.hexatag.conllu_io import parse_sentence, sentence_blocks
 
-pytestmark = pytest.mark.skipif(spacy_available() is not None, reason=str(spacy_available()))
+NO_SPACY = spacy_available(DEFAULT_SPACY_MODEL)
+pytestmark = pytest.mark.skipif(NO_SPACY is not None, reason=str(NO_SPACY))
 
 LINES = ["The cat sat on the mat.", "", "   \t ", "Hello", "!!! ??? ...", "She said that he left early.",
          "a", "Colorless green ideas sleep furiously"]

@@ -1,4 +1,5 @@
 """Hexatagger: task/model/criterion train under fairseq-train; evaluation and the sipe-tag backend."""
+import json
 import os
 import subprocess
 import sys
@@ -100,3 +101,27 @@ def test_sipe_tag_hexatagger_backend(trained, tmp_path):
     for line, tag_line in zip(lines, out):
         if line:
             assert len(decode(parse_tags(tag_line))) == len(line.split())
+
+
+def test_preprocess_text_with_hexatagger(trained, tmp_path):
+    """sipe-preprocess --input-format text with a backend that needs no spaCy (2 backend workers)
+    equals sipe-tag followed by sipe-preprocess on its CoNLL-U."""
+    from sipe_fairseq.cli.tag import main as tag_main
+
+    _, ckpt = trained
+    src = tmp_path / "train.txt"
+    src.write_text("the dog that the cats see runs\n\nthe cat sleeps .\nthe cats see the dog .\n")
+    assert tag_main([str(src), "-o", str(tmp_path / "train.conllu"), "--backend", f"hexatagger:{ckpt}",
+                     "--no-progress"]) == 1  # the empty line
+    assert preprocess_main(["--train", str(tmp_path / "train.conllu"), "--destdir", str(tmp_path / "two"),
+                            "--no-split", "--no-progress"]) == 0
+    assert preprocess_main(["--input-format", "text", "--backend", f"hexatagger:{ckpt}", "--workers", "2",
+                            "--batch-size", "2", "--train", str(src), "--destdir", str(tmp_path / "one"),
+                            "--no-split", "--no-progress"]) == 0
+    names = sorted(p.name for p in (tmp_path / "two").iterdir() if p.name != "manifest.json")
+    assert "train.terminal.bin" in names
+    assert names == sorted(p.name for p in (tmp_path / "one").iterdir() if p.name != "manifest.json")
+    for name in names:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+    stats = json.loads((tmp_path / "one" / "manifest.json").read_text())["splits"]["train"]
+    assert (stats["lines_read"], stats["empty_lines_skipped"], stats["sentences"]) == (4, 1, 3)

@@ -1,7 +1,17 @@
-"""``sipe-preprocess``: CoNLL-U -> fairseq data directory with aligned hexatag streams.
+"""``sipe-preprocess``: CoNLL-U (or raw text and a parser) -> fairseq data directory with aligned hexatag streams.
 
     sipe-preprocess --train en_ewt-ud-train.conllu --valid en_ewt-ud-dev.conllu \\
         --test en_ewt-ud-test.conllu --destdir data-bin/ewt
+    sipe-preprocess --input-format text --parser spacy --train train.txt --valid valid.txt \\
+        --destdir data-bin/txt --save-conllu parsed/
+
+With ``--input-format text`` (one raw sentence per line) or ``tokenized`` (one sentence of
+whitespace-separated words per line), every file is first parsed as ``sipe-tag`` parses it (same
+backends and options), then processed exactly as CoNLL-U: the result equals ``sipe-tag`` followed
+by ``sipe-preprocess`` on its CoNLL-U. Empty lines are skipped (a data directory has no empty
+sentence; ``fairseq-preprocess`` would keep them as ``</s>``-only sentences), and lines the backend
+cannot parse are refused (``parse-failed``); both are reported with file:line and counted in
+manifest.json.
 
 Exit status: 0 on success, 1 on an error (including any refused sentence with --fail-on-refusal).
 See :mod:`sipe_fairseq.data.preprocess` for the directory layout.
@@ -16,13 +26,21 @@ logger = logging.getLogger(__name__)
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sipe-preprocess", description=__doc__.split("\n")[0].split(": ", 1)[1])
+    from sipe_fairseq.eval.tag_text import add_backend_arguments
+
+    p = argparse.ArgumentParser(prog="sipe-preprocess", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+                                epilog=__doc__.split("\n\n")[2].replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter)
     io = p.add_argument_group("input/output")
-    io.add_argument("--train", required=True, metavar="FILE", help="training CoNLL-U (dictionaries come from it)")
-    io.add_argument("--valid", metavar="FILE[,FILE2]", help="validation CoNLL-U; more files -> valid1, valid2..")
-    io.add_argument("--test", metavar="FILE[,FILE2]", help="test CoNLL-U; more files -> test1, test2..")
+    io.add_argument("--train", required=True, metavar="FILE", help="training data (dictionaries come from it)")
+    io.add_argument("--valid", metavar="FILE[,FILE2]", help="validation data; more files -> valid1, valid2..")
+    io.add_argument("--test", metavar="FILE[,FILE2]", help="test data; more files -> test1, test2..")
+    io.add_argument("--input-format", choices=("conllu", "text", "tokenized"), default="conllu",
+                    help="conllu (default); text: one raw sentence per line, tokenized: one sentence of "
+                         "whitespace-separated words per line, both parsed with --backend")
     io.add_argument("--destdir", required=True, metavar="DIR", help="output data directory")
     io.add_argument("--keep-text", action="store_true", help="also write the subword text as {split}.tok")
+    io.add_argument("--save-conllu", metavar="DIR", help="text input: keep the parses as DIR/{split}.conllu "
+                    "(as sipe-tag -o writes them; written even when --fail-on-refusal stops)")
     sw = p.add_argument_group("subwords")
     sw.add_argument("--spm-model", metavar="FILE", help="use this sentencepiece model instead of training one")
     sw.add_argument("--spm-vocab-size", type=int, default=8000, metavar="N", help="pieces of the trained model (default 8000)")
@@ -33,10 +51,12 @@ def get_parser() -> argparse.ArgumentParser:
     tr.add_argument("--strict", action="store_true", help="refuse non-projective trees instead of lifting them")
     tr.add_argument("--fail-on-refusal", action="store_true", help="exit with an error if any sentence is refused")
     fs = p.add_argument_group("fairseq passthrough")
-    fs.add_argument("--workers", type=int, default=1, metavar="N", help="processes for reading/encoding")
+    fs.add_argument("--workers", type=int, default=1, metavar="N",
+                    help="processes for reading/encoding, and backend processes for text input")
     fs.add_argument("--thresholdsrc", type=int, default=0, metavar="N", help="map tokens seen < N times to <unk>")
     fs.add_argument("--nwordssrc", type=int, default=-1, metavar="N", help="number of tokens to keep (with specials)")
     fs.add_argument("--padding-factor", type=int, default=8, metavar="N", help="pad dict.txt to a multiple of N")
+    add_backend_arguments(p, workers=False, default=None, note=" (text input)")
     return p
 
 
@@ -45,7 +65,12 @@ def _files(value: Optional[str]):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = get_parser().parse_args(argv)
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    if args.input_format == "conllu":
+        given = [o for o, v in (("--backend", args.backend), ("--save-conllu", args.save_conllu)) if v]
+        if given:
+            parser.error(f"{', '.join(given)}: only with --input-format text or tokenized")
     logging.basicConfig(
         format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
         level=os.environ.get("LOGLEVEL", "INFO").upper(), stream=sys.stderr,
@@ -57,7 +82,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         spm_model=args.spm_model, spm_vocab_size=args.spm_vocab_size, spm_model_type=args.spm_model_type,
         no_split=args.no_split, deprel=args.deprel, strict=args.strict, fail_on_refusal=args.fail_on_refusal,
         keep_text=args.keep_text, workers=max(1, args.workers), thresholdsrc=args.thresholdsrc,
-        nwordssrc=args.nwordssrc, padding_factor=args.padding_factor,
+        nwordssrc=args.nwordssrc, padding_factor=args.padding_factor, input_format=args.input_format,
+        backend=args.backend, batch_size=args.batch_size, threads=args.threads, save_conllu=args.save_conllu,
+        progress=not args.no_progress,
     )
     try:
         preprocess(opts)

