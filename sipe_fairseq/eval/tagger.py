@@ -25,7 +25,9 @@ logger = logging.getLogger(__name__)
 
 
 def load_tagger(path: str, data: str = None):
-    """``(model, task)`` from a ``sipe_tagger`` checkpoint (``data`` overrides the task's data dir)."""
+    """``(model, task)`` from a ``sipe_tagger`` checkpoint (``data`` overrides the task's data dir).
+    A tagger whose encoder came from ``--init-encoder`` rebuilds from its own config; the init
+    checkpoint is not needed."""
     import sipe_fairseq
     from fairseq import checkpoint_utils
 
@@ -68,7 +70,8 @@ class HexataggerParser:
         self.spec = f"hexatagger:{path}"
         self.model, self.task = load_tagger(path)
         self.encoder = SentenceEncoder(self.task.cfg.data, dictionary=self.task.source_dictionary)
-        self.batch_size, self.max_tokens = batch_size, max_tokens
+        limit = self.model.max_positions()  # a pre-trained body with learned absolute positions
+        self.batch_size, self.max_tokens = batch_size, min(max_tokens, limit) if limit else max_tokens
 
     def parse_words(self, sentences: Sequence[Sequence[str]]) -> List[List[int]]:
         encoded = []

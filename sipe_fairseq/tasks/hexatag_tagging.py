@@ -3,6 +3,10 @@
 Reads a ``sipe-preprocess`` directory: ``src_tokens`` are the subword ids of one sentence (with its
 ``</s>``), ``terminal_target``/``nonterminal_target`` the aligned tag streams (ids >= 5 on a word's
 first subword, ``<notag>`` elsewhere; the criterion scores only the tagged positions).
+
+Building a new model resolves ``sipe_tagger``'s ``--init-encoder``/``--encoder-arch`` (see
+:meth:`~sipe_fairseq.models.sipe_tagger.SiPETaggerModel.prepare_encoder`); a model rebuilt from a
+tagger checkpoint (``from_checkpoint``) does not read the init checkpoint again.
 """
 import logging
 import os
@@ -58,8 +62,21 @@ class HexatagTaggingTask(FairseqTask):
         self.datasets[split] = SortDataset(ds, sort_order=[shuffle, tokens.sizes]) if split == "train" else ds
         logger.info(f"{split}: {len(tokens)} sentences")
 
+    def build_model(self, cfg, from_checkpoint=False):
+        from ..models.sipe_tagger import SiPETaggerModel
+
+        init = None if from_checkpoint else SiPETaggerModel.prepare_encoder(cfg, self)
+        model = super().build_model(cfg, from_checkpoint)
+        if init is not None and init.state:
+            model.load_encoder(init)
+        return model
+
     def max_positions(self):
         return self.cfg.max_positions
+
+    @property
+    def dictionary_path(self) -> str:
+        return os.path.join(self.cfg.data, "dict.txt")
 
     @property
     def source_dictionary(self):
