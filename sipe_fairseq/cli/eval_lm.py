@@ -40,18 +40,36 @@ def checkpoint_specs(specs) -> "OrderedDict[str, str]":
     return out
 
 
-def load(path: str, data: str, context_window: int = 0):
-    """(model, hexatag_lm task) for a checkpoint, scored on ``data``."""
-    from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
+# tasks whose checkpoints are masked-LM encoders (scored by pseudo-log-likelihood, not by eval-lm)
+MASKED_LM_TASKS = ("hexatag_mlm", "masked_lm")
 
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+
+def load(path: str, data: str, context_window: int = 0):
+    """(model, task) for a checkpoint, scored on ``data``: a ``hexatag_lm`` task for decoders
+    (``hexatag_lm`` and stock ``language_modeling`` checkpoints), a ``hexatag_mlm`` task for
+    masked-LM encoders (``hexatag_mlm`` and stock ``masked_lm`` ones, e.g. fairseq ``roberta``),
+    built from the checkpoint's own task settings; the encoder task's dictionary is ``dict.txt``
+    with ``<mask>`` appended, as in training."""
+    from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
+    from sipe_fairseq.tasks.hexatag_mlm import HexatagMaskedLMTask, HexatagMLMConfig
+
+    # legacy fairseq models (e.g. roberta) store an argparse.Namespace in the checkpoint: allow just that class
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        state = checkpoint_utils.load_checkpoint_to_cpu(path)
     saved = OmegaConf.to_container(state["cfg"]["task"], resolve=True)
-    fields = set(HexatagLMConfig.__dataclass_fields__)
-    cfg = OmegaConf.merge(OmegaConf.structured(HexatagLMConfig), {k: v for k, v in saved.items() if k in fields})
+    if saved.get("_name") in MASKED_LM_TASKS:
+        if context_window:
+            raise ValueError(f"{path}: a masked-LM encoder ({saved['_name']} checkpoint) has no --context-window")
+        config, task_cls = HexatagMLMConfig, HexatagMaskedLMTask
+    else:
+        config, task_cls = HexatagLMConfig, HexatagLanguageModelingTask
+    fields = set(config.__dataclass_fields__)
+    cfg = OmegaConf.merge(OmegaConf.structured(config), {k: v for k, v in saved.items() if k in fields})
     cfg.data = data
     cfg.tokens_per_sample -= context_window  # as fairseq-eval-lm does
-    task = HexatagLanguageModelingTask.setup_task(cfg)
-    models, _ = checkpoint_utils.load_model_ensemble([path], arg_overrides={"data": data}, task=task)
+    task = task_cls.setup_task(cfg)
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        models, _ = checkpoint_utils.load_model_ensemble([path], arg_overrides={"data": data}, task=task)
     return models[0], task
 
 

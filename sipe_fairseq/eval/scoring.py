@@ -1,13 +1,22 @@
-"""Per-token log-probabilities of single sentences under a decoder LM (with or without tags).
+"""Per-token log-probabilities of single sentences under a decoder LM or a masked-LM encoder.
 
-A sentence is scored as fairseq-eval-lm scores it with ``--sample-break-mode eos``: the input is
-``</s> x_1 .. x_n`` and the targets ``x_1 .. x_n </s>``; tags shift with the tokens. Sentences
-are batched (right-padded; the models are causal, so padding never affects real positions).
+Decoders. A sentence is scored as fairseq-eval-lm scores it with ``--sample-break-mode eos``: the
+input is ``</s> x_1 .. x_n`` and the targets ``x_1 .. x_n </s>``; tags shift with the tokens.
+Sentences are batched (right-padded; the models are causal, so padding never affects real
+positions).
+
+Encoders (masked LMs: ``sipe_roberta``/``sipe_deberta``/``sipe_modernbert``, fairseq ``roberta``).
+The pseudo-log-likelihood of Salazar et al. (2020), ``PLL(x) = sum_p log p(x_p | x_{\\p})``: the
+input is ``<s> x_1 .. x_n </s>``, as ``hexatag_mlm``/``masked_lm`` blocks are built (tags
+``<notag>`` at ``<s>`` and ``</s>``); for every sentence token ``x_1 .. x_n`` (subword pieces; the
+specials ``<s>`` and ``</s>`` are not scored, as in Salazar et al.) one copy has ``x_p`` replaced by
+the model dictionary's ``<mask>`` and its tags by ``<notag>``, exactly as training masks them
+(m_p = 0), so a masked position carries no tag signal. All copies of a sentence run in one
+forward pass (right-padded; padding is masked out of attention). Models that see no tags get none.
 
 :func:`score_sentence_batch` is the one entry point for whole-sentence scores used by the
 minimal-pair evaluations (BLiMP): it dispatches on the model kind (:func:`model_kind`) through
-:data:`SENTENCE_SCORERS`. Decoders are scored here; masked-LM encoders (pseudo-log-likelihood)
-are a later extension: register a scorer under ``"encoder"``.
+:data:`SENTENCE_SCORERS`.
 """
 from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
@@ -24,6 +33,11 @@ Encoded = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 def _decoder_batches(model, encoded: Sequence[Encoded], eos: int, pad: int, batch_size: int
                      ) -> Iterator[Tuple[Sequence[Encoded], tuple, torch.Tensor]]:
     """Yields ``(chunk, net_output, log-probs)`` per batch of sentences."""
+    from fairseq.models import FairseqEncoderModel
+
+    if isinstance(model, FairseqEncoderModel):
+        raise TypeError(f"{type(model).__name__} is a masked-LM encoder: left-to-right token log-probabilities "
+                        "need a decoder (score encoders with score_sentence_batch: pseudo-log-likelihood)")
     model.eval()
     use_tags = accepts_tags(model)
     for start in range(0, len(encoded), batch_size):
@@ -88,9 +102,126 @@ def decoder_sentence_scores(model, encoded: Sequence[Encoded], dictionary, batch
     return out
 
 
+# ----------------------------------------------------------------------- encoders: PLL
+def _mask_index(model, dictionary) -> int:
+    """The ``<mask>`` id of ``model``'s own dictionary (its task's: dict.txt + ``<mask>``), after
+    checking that ``dictionary`` (the one the sentences were encoded with) gives the same ids."""
+    own = getattr(getattr(model, "encoder", None), "dictionary", None)
+    if own is None:
+        raise TypeError(f"{type(model).__name__}: no encoder dictionary, cannot find its <mask> symbol")
+    if "<mask>" not in own.indices:
+        raise ValueError(f"{type(model).__name__}: its dictionary ({len(own)} symbols) has no <mask> symbol; "
+                         "pseudo-log-likelihood needs a masked-LM checkpoint (--task hexatag_mlm or masked_lm)")
+    n = len(dictionary)
+    if own.symbols[:n] != dictionary.symbols[:n] or len(own) < n:
+        raise ValueError(f"{type(model).__name__}: the sentences were encoded with a dictionary of {n} symbols that "
+                         f"is not the first {n} of the model's ({len(own)} symbols, <mask> appended): token ids "
+                         "would disagree; pass the data directory the model was trained on")
+    return own.index("<mask>")
+
+
+def _copy_groups(lengths: Sequence[int], batch_size: int) -> Iterator[List[int]]:
+    """Consecutive sentences whose masked copies (one per token) fit ``batch_size`` rows; a
+    sentence is never split, so a longer one gets a forward pass of its own."""
+    group, rows = [], 0
+    for i, n in enumerate(lengths):
+        if group and rows + n > batch_size:
+            yield group
+            group, rows = [], 0
+        group.append(i)
+        rows += n
+    if group:
+        yield group
+
+
+@torch.no_grad()
+def pseudo_log_likelihoods(model, encoded: Sequence[Encoded], dictionary, batch_size: int = 64,
+                           joint: bool = False) -> List[torch.Tensor]:
+    """Per sentence, ``log p(x_p | rest)`` at each sentence token ``x_1 .. x_n`` (``</s>`` is
+    not scored): each token masked in turn (``<mask>``, tags ``<notag>``), every copy of a sentence
+    in the same forward pass, at most ``batch_size`` copies per pass unless one sentence needs more.
+
+    ``encoded``: (tokens, terminals, nonterminals) per sentence, tokens ending in ``</s>``
+    (:class:`~sipe_fairseq.data.encode.SentenceEncoder`), ``dictionary`` the one that encoded them.
+    With ``joint`` (models that see tags only), a masked first subword's term also adds the tag
+    heads' ``log p(tau_p | rest) + log p(nu_p | rest)`` for the word's own tags: the pseudo-log-
+    likelihood of the joint (token, tag) sequence, with the LM and tag heads predicting a masked
+    position independently as ``hexatag_mlm`` trains them."""
+    model.eval()
+    enc = model.encoder
+    mask = _mask_index(model, dictionary)
+    use_tags = bool(getattr(enc, "needs_tags", False))
+    if use_tags and getattr(enc, "deprel", None) is not None:
+        raise ValueError(f"{type(model).__name__} reads a deprel stream (--sipe-input-strategy "
+                         f"{enc.cfg.sipe_input_strategy}); minimal-pair sentences are encoded without deprels")
+    joint = joint and use_tags
+    bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
+    limit = model.max_positions()
+    limit = min(x for x in limit if x is not None) if isinstance(limit, (tuple, list)) else limit
+    lengths = []
+    for i, (t, a, b) in enumerate(encoded):
+        if len(t) < 2 or int(t[-1]) != eos:
+            raise ValueError(f"sentence {i}: expected tokens x_1 .. x_n </s> with n >= 1, got {t.tolist()}")
+        if not (len(t) == len(a) == len(b)):
+            raise ValueError(f"sentence {i}: {len(t)} tokens but {len(a)}/{len(b)} tags")
+        if limit is not None and len(t) + 1 > limit:
+            raise ValueError(f"sentence {i}: {len(t) + 1} tokens with <s> and </s>, more than the model's {limit} positions")
+        lengths.append(len(t) - 1)
+    out: List[torch.Tensor] = [None] * len(encoded)
+    for group in _copy_groups(lengths, batch_size):
+        rows, width = sum(lengths[i] for i in group), max(lengths[i] for i in group) + 2
+        src = torch.full((rows, width), pad, dtype=torch.long)
+        terms, nts = torch.full_like(src, NOTAG_ID), torch.full_like(src, NOTAG_ID)
+        gold_terms, gold_nts = torch.full((rows,), NOTAG_ID), torch.full((rows,), NOTAG_ID)
+        target = torch.empty(rows, dtype=torch.long)
+        masked = torch.zeros_like(src, dtype=torch.bool)
+        r = 0
+        for i in group:
+            t, a, b = encoded[i]
+            n = lengths[i]
+            block = slice(r, r + n)
+            src[block, 0], src[block, 1:n + 2] = bos, t  # <s> x_1 .. x_n </s>, n copies
+            terms[block, 1:n + 2], nts[block, 1:n + 2] = a, b
+            copies, pos = torch.arange(r, r + n), torch.arange(1, n + 1)
+            target[block], gold_terms[block], gold_nts[block] = t[:n], a[:n], b[:n]
+            src[copies, pos] = mask
+            terms[copies, pos] = nts[copies, pos] = NOTAG_ID  # m_p = 0 at the masked position
+            masked[copies, pos] = True
+            r += n
+        kwargs = {"src_terminals": terms, "src_nonterminals": nts} if use_tags else {}
+        lengths_t = (src != pad).sum(1)
+        logits, extra = model(src, src_lengths=lengths_t, masked_tokens=masked, **kwargs)
+        # one masked position per row: the flattened logits are in row order
+        term = F.log_softmax(logits.float(), -1).gather(-1, target[:, None]).squeeze(-1)
+        if joint:
+            for (kind, n_cls), gold in zip(TAG_HEADS, (gold_terms, gold_nts)):
+                tag_logits = extra.get(f"{kind}_logits") if isinstance(extra, dict) else None
+                if tag_logits is None:
+                    raise ValueError(f"--score joint: {type(model).__name__} sees tags but has no {kind} head "
+                                     "(trained with --sipe-tag-heads off)")
+                cls = gold - FIRST_TAG_ID
+                has = (cls >= 0) & (cls < n_cls)
+                lp = F.log_softmax(tag_logits[masked].float(), -1)
+                term[has] += lp[has].gather(-1, cls[has][:, None]).squeeze(-1)
+        r = 0
+        for i in group:
+            out[i] = term[r:r + lengths[i]]
+            r += lengths[i]
+    return out
+
+
+def encoder_sentence_scores(model, encoded: Sequence[Encoded], dictionary, batch_size: int = 64,
+                            joint: bool = False, placement: str = "first_subword") -> List[float]:
+    """Pseudo-log-likelihood (nats) of each sentence (:func:`pseudo_log_likelihoods`, summed);
+    ``batch_size`` counts masked copies per forward pass. ``placement`` does not apply: an
+    encoder's tag heads predict a masked first subword's own tags."""
+    return [lp.sum().item() for lp in pseudo_log_likelihoods(model, encoded, dictionary, batch_size, joint)]
+
+
+# ---------------------------------------------------------------------------- dispatch
 def model_kind(model) -> str:
     """``"decoder"`` (fairseq language models: causal, scored left to right) or ``"encoder"``
-    (masked LMs such as RoBERTa)."""
+    (masked LMs such as RoBERTa: pseudo-log-likelihood)."""
     from fairseq.models import FairseqEncoderModel, FairseqLanguageModel
 
     if isinstance(model, FairseqLanguageModel):
@@ -101,15 +232,17 @@ def model_kind(model) -> str:
 
 
 # model kind -> scorer(model, encoded, dictionary, batch_size=, joint=, placement=) -> per-sentence log-likelihoods
-SENTENCE_SCORERS: Dict[str, Callable[..., List[float]]] = {"decoder": decoder_sentence_scores}
+SENTENCE_SCORERS: Dict[str, Callable[..., List[float]]] = {"decoder": decoder_sentence_scores,
+                                                           "encoder": encoder_sentence_scores}
 
 
 def score_sentence_batch(model, encoded: Sequence[Encoded], dictionary, batch_size: int = 32,
                          joint: bool = False, placement: str = "first_subword") -> List[float]:
-    """Whole-sentence log-likelihood (nats) of each encoded sentence, by model kind (``joint``
-    and ``placement``: see :func:`decoder_sentence_scores`)."""
+    """Whole-sentence log-likelihood (nats) of each encoded sentence, by model kind: decoders
+    :func:`decoder_sentence_scores` (``batch_size`` sentences per pass), encoders the
+    pseudo-log-likelihood :func:`encoder_sentence_scores` (``batch_size`` masked copies per pass)."""
     kind = model_kind(model)
     if kind not in SENTENCE_SCORERS:
-        raise NotImplementedError(f"no sentence scorer for {kind} models ({type(model).__name__}); masked-LM "
-                                  f"pseudo-log-likelihood is not implemented yet (register it in SENTENCE_SCORERS)")
+        raise NotImplementedError(f"no sentence scorer for {kind} models ({type(model).__name__}) "
+                                  "(register one in SENTENCE_SCORERS)")
     return SENTENCE_SCORERS[kind](model, encoded, dictionary, batch_size=batch_size, joint=joint, placement=placement)
