@@ -160,6 +160,7 @@ def run(args):
                                    ("train",), reference=labels[0])
     settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "warmup", "steps", "quiet_load", "baseline", "omp_spin")}
     settings["loadavg_before"], settings["loadavg_after"] = load_before, os.getloadavg()
+    settings["quick"] = args.quick
     return summarize(settings, labels, results, elapsed, torch.__version__)
 
 
@@ -205,10 +206,12 @@ def render(summary):
     threads = sorted({r["info"]["threads"] for r in rows})
     layers = {r["encoder"]: r["info"]["layers"] for r in rows}
     loads = [r["external_load"] for r in rows]
+    modern = (f" (ModernBERT GeGLU {s['modernbert_ffn']} per branch, window {s['window']}, layers "
+              f"{layers['sipe_modernbert']})" if "sipe_modernbert" in layers else "")
+    deberta = f", DeBERTa {s['buckets']} buckets up to {s['max_relative']}" if "sipe_deberta" in layers else ""
     out = [
-        f"### SiPE encoder cost: d_model {s['embed_dim']}, {s['heads']} heads, {s['layers']} layers, FFN {s['ffn']} "
-        f"(ModernBERT GeGLU {s['modernbert_ffn']} per branch, window {s['window']}, layers "
-        f"{layers.get('sipe_modernbert', '-')}), vocab {s['vocab']}, batch {s['batch']} x {s['tokens']} tokens, "
+        f"### SiPE encoder cost: d_model {s['embed_dim']}, {s['heads']} heads, {s['layers']} layers, FFN {s['ffn']}"
+        f"{modern}{deberta}, vocab {s['vocab']}, batch {s['batch']} x {s['tokens']} tokens, "
         f"{100 * s['mask_prob']:.0f}% masked, {100 * s['tag_density']:.0f}% tagged, torch threads "
         f"{'/'.join(map(str, threads))}, torch {summary['torch']}",
         "",
@@ -219,6 +222,8 @@ def render(summary):
         f"Ratios to the same encoder with `none`. Targets (train step and peak memory): `input` <= "
         f"{TARGET['input']:.2f}x, `position` <= {TARGET['position']:.2f}x.",
         "",
+        *(["**Smoke run (--quick)**: at this size per-op overhead dominates; its ratios and verdicts mean nothing.", ""]
+          if s.get("quick") else []),
         "| encoder | injection | params | SiPE params (+ tag heads) | train step, wall [range] | train step, CPU | "
         "peak memory | RSS peak increase | target | meets targets |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
