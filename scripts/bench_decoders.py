@@ -225,11 +225,12 @@ class Worker:
             _malloc_trim()
         return out
 
-    def cmd_profile(self, rows=25):
-        """torch.profiler op table of one training step and one eval step (self CPU time)."""
+    def cmd_profile(self, rows=25, kinds=("train", "eval")):
+        """torch.profiler op table of one step of each kind (self CPU time)."""
         from torch.profiler import ProfilerActivity, profile
         tables = {}
-        for name, fn in (("train", self.train_step), ("eval", self.eval_step)):
+        for name in kinds:
+            fn = getattr(self, name + "_step")
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
                 fn()
             tables[name] = prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=rows,
@@ -272,14 +273,15 @@ def _malloc_trim():
         pass
 
 
-def child_main(args):
-    """Line protocol: the parent writes ``{"cmd": ..., "kw": {...}}``, the worker answers one JSON line
-    on its original stdout (everything else printed goes to stderr)."""
+def child_main(args, worker_cls=None):
+    """Line protocol: the parent writes ``{"cmd": ..., "kw": {...}}``, the worker (``worker_cls``,
+    default :class:`Worker`) answers one JSON line on its original stdout (everything else printed
+    goes to stderr)."""
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     try:
-        worker = Worker(args)
+        worker = (worker_cls or Worker)(args)
         reply = {"ok": True, "result": worker.cmd_info()}
     except Exception as exc:  # report build errors to the parent
         reply, worker = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, None
@@ -312,13 +314,14 @@ def reference_of(label):
 
 
 class Child:
-    """A worker process for one label (config, optionally ``@base``), spoken to line by line."""
+    """A worker process for one label (config, optionally ``@base``), spoken to line by line: ``script``
+    (default this one) run with ``--child CONFIG`` and the options ``keys`` of ``args``."""
 
-    def __init__(self, label, args, logdir):
+    def __init__(self, label, args, logdir, script=None, keys=SIZE_KEYS):
         self.label = label
         self.log = open(os.path.join(logdir, label.replace("+", "_").replace("@", "_") + ".log"), "w+")
-        argv = [sys.executable, os.path.abspath(__file__), "--child", label.split("@")[0]]
-        for key in SIZE_KEYS:
+        argv = [sys.executable, script or os.path.abspath(__file__), "--child", label.split("@")[0]]
+        for key in keys:
             argv += ["--" + key.replace("_", "-"), str(getattr(args, key))]
         argv += ["--no-trim"] if args.no_trim else []
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -370,14 +373,25 @@ def run(args):
     if args.baseline:
         wanted = ["none"] + [c for c in (args.baseline_configs or args.configs) if c not in ("none", FAIRSEQ)]
         labels += [c + BASE for c in wanted]
+    results, elapsed = drive(labels, lambda lab, logdir: Child(lab, args, logdir), args, ("train", "eval"))
+    settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "warmup", "steps", "quiet_load", "baseline", "omp_spin")}
+    return summarize(settings, labels, results, elapsed, torch.__version__)
+
+
+def drive(labels, make_child, args, kinds, reference="none"):
+    """Measure one worker per label (``make_child(label, logdir)``): build them all in parallel; then,
+    one worker computing at a time, each one's memory step, ``args.warmup + args.repeats`` rounds in
+    an order rotated every round (a turn = ``args.steps`` steps of each of ``kinds``, then
+    ``args.pause`` s), the profile tables of ``args.profile`` and the idle RSS. Returns
+    ``(results per label, seconds)``; ``reference`` is the label whose step time is logged."""
     start = time.perf_counter()
     stamp = lambda: f"[{time.perf_counter() - start:.0f}s]"  # noqa: E731
-    results = {lab: {f"{k}_{m}": [] for k in ("train", "eval") for m in ("wall", "cpu", "load")} for lab in labels}
-    with tempfile.TemporaryDirectory(prefix="bench_decoders.") as logdir:
+    results = {lab: {f"{k}_{m}": [] for k in kinds for m in ("wall", "cpu", "load")} for lab in labels}
+    with tempfile.TemporaryDirectory(prefix="bench.") as logdir:
         children = {}
         try:
             for lab in labels:  # the workers build in parallel; nothing is measured yet
-                children[lab] = Child(lab, args, logdir)
+                children[lab] = make_child(lab, logdir)
             for lab in labels:
                 results[lab]["info"] = children[lab].read()
             log(f"{stamp()} {len(labels)} workers built")
@@ -388,7 +402,7 @@ def run(args):
             for r in range(rounds):
                 order = labels[r % len(labels):] + labels[:r % len(labels)]
                 for lab in order:
-                    for kind in ("train", "eval"):
+                    for kind in kinds:
                         steps = children[lab].call(kind, n=args.steps)
                         if r >= args.warmup:  # one sample per turn: the median of its steps
                             res = results[lab]
@@ -398,18 +412,18 @@ def run(args):
                         if args.pause:
                             time.sleep(args.pause)
                 tag = "warm-up" if r < args.warmup else f"repeat {r - args.warmup + 1}/{args.repeats}"
-                last = results["none"]["train_wall"]
-                log(f"{stamp()} round {r + 1}/{rounds} ({tag}) done" + (f"; none train step {last[-1]:.1f} s" if last else ""))
+                last = results[reference][kinds[0] + "_wall"]
+                log(f"{stamp()} round {r + 1}/{rounds} ({tag}) done"
+                    + (f"; {reference} {kinds[0]} step {last[-1]:.1f} s" if last else ""))
             for lab in args.profile:
                 if lab in children:
-                    results[lab]["profile"] = children[lab].call("profile")
+                    results[lab]["profile"] = children[lab].call("profile", kinds=list(kinds))
             for lab in labels:
                 results[lab]["rss_idle_kb"] = children[lab].call("rss")
         finally:
             for child in children.values():
                 child.close()
-    settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "warmup", "steps", "quiet_load", "baseline", "omp_spin")}
-    return summarize(settings, labels, results, time.perf_counter() - start, torch.__version__)
+    return results, time.perf_counter() - start
 
 
 def resummarize(path):
