@@ -141,4 +141,7 @@ class RotaryPhase(Injection):
         self.projection = projection
 
     def rotary_phase(self, tags):
-        return per_position(self.projection(tags.table), tags.cls)  # (B, H, T, d_head/2)
+        proj = self.projection(tags.table)
+        if self.projection.target == "d_head":  # one phase shared by all heads: broadcast, do not copy per head
+            proj = proj[:, :1]
+        return per_position(proj, tags.cls)  # (B, H or 1, T, d_head/2)
