@@ -12,14 +12,15 @@ from typing import Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
+from .gated_bd import gated_bd_add
 from .injections import TagContext, class_onehot
 from .positional import RelativePosition, Rotary, rel_shift
 
 
 def _gated_bd(q_pos, r, gate, onehot, scale):
-    """Eq. 6's (1 + c) * BD as bd + bd * c, with c_ij = gate[i, cls_j] spread by the one-hot."""
+    """Eq. 6's (1 + c) * BD as bd + bd * c, with c_ij = gate[i, cls_j] spread by the one-hot (plain
+    autograd reference of :func:`gated_bd.gated_bd_add`, which the forward uses)."""
     bd = rel_shift(torch.matmul(q_pos * scale, r.transpose(-1, -2)))  # scale the (T, d) side, not (T, T)
     return torch.addcmul(bd, bd, torch.matmul(gate, onehot))
 
@@ -68,12 +69,10 @@ class SiPEAttention(nn.Module):
             q_pos = self.relative.effective_query(q)  # q + v
             r = self.relative.keys(t, q.dtype, x.device)
             gates = [g for g in (inj.position_scale(q, q_pos, tags, self.scale) for inj in hooks) if g is not None]
-            if gates:  # Eq. 6; recomputed in backward rather than keeping BD and c, two (B, H, T, T) per layer
-                args = (q_pos, r, sum(gates), onehot, self.scale)
-                bd = checkpoint(_gated_bd, *args, use_reentrant=False) if torch.is_grad_enabled() else _gated_bd(*args)
+            if gates:  # Eq. 6 added in place, BD and c recomputed in backward (gated_bd.py); reference: _gated_bd
+                scores = gated_bd_add(scores, q_pos, r, sum(gates), onehot, self.scale)
             else:
-                bd = self.relative.score(q_pos, self.scale, r)  # BD
-            scores = scores + bd
+                scores = scores + self.relative.score(q_pos, self.scale, r)  # BD
         biases = [e for e in (inj.score_bias(q, q_pos, tags, self.scale) for inj in hooks) if e is not None]
         if biases:  # Eq. 7, 8: scores_ij += bias[i, cls_j], one batched (T x 11) @ (11 x T) matmul-add
             h = self.num_heads

@@ -1,0 +1,136 @@
+"""The fused Eq. 6 term (``gated_bd_add``) against the plain autograd reference ``bd + bd * c``."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sipe_fairseq.modules import attention as attention_module
+from sipe_fairseq.modules.assembly import attach_injections
+from sipe_fairseq.modules.attention import SiPEAttention, _gated_bd
+from sipe_fairseq.modules.gated_bd import gated_bd_add
+from sipe_fairseq.modules.injections import TagContext, class_onehot
+
+N_CLASSES = 11
+
+
+def inputs(b=2, h=3, t=7, d=4, dtype=torch.float64, seed=0, layout_like_model=False):
+    g = torch.Generator().manual_seed(seed)
+    rand = lambda *s: torch.randn(*s, generator=g, dtype=dtype)  # noqa: E731
+    if layout_like_model:  # q as the attention makes it: a permuted view of the qkv projection
+        q_pos = rand(b, t, 3, h, d).permute(2, 0, 3, 1, 4)[0] + rand(h, 1, d)
+    else:
+        q_pos = rand(b, h, t, d)
+    cls = torch.randint(0, N_CLASSES, (b, t), generator=g)
+    return {"scores": rand(b, h, t, t), "q_pos": q_pos, "r": rand(h, t, d), "gate": 0.5 * rand(b, h, t, N_CLASSES),
+            "onehot": class_onehot(cls, N_CLASSES, dtype), "scale": d ** -0.5}
+
+
+def reference(scores, q_pos, r, gate, onehot, scale):
+    return scores + _gated_bd(q_pos, r, gate, onehot, scale)
+
+
+def fused(scores, q_pos, r, gate, onehot, scale):
+    return gated_bd_add(scores.clone(), q_pos, r, gate, onehot, scale)  # clone: it writes into scores
+
+
+def leaves(x, names=("scores", "q_pos", "r", "gate")):
+    return {k: (v.detach().clone().requires_grad_(k in names) if torch.is_tensor(v) else v) for k, v in x.items()}
+
+
+def test_gradcheck_float64():
+    """Exact adjoint everywhere, including rel_shift's garbage entries j > i."""
+    x = leaves(inputs())
+    names = ("scores", "q_pos", "r", "gate")
+
+    def fn(*args):
+        return fused(**dict(zip(names, args)), onehot=x["onehot"], scale=x["scale"])
+
+    assert torch.autograd.gradcheck(fn, tuple(x[k] for k in names), eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("layout_like_model", [False, True])
+def test_forward_and_gradients_equal_reference(dtype, tol, layout_like_model):
+    x = inputs(b=3, h=4, t=33, d=8, dtype=dtype, seed=1, layout_like_model=layout_like_model)
+    g = torch.Generator().manual_seed(2)
+    upstream = torch.randn(x["scores"].shape, generator=g, dtype=dtype)
+    outs, grads = [], []
+    for f in (reference, fused):
+        a = leaves(x)
+        y = f(**a)
+        y.backward(upstream)
+        outs.append(y.detach())
+        grads.append({k: a[k].grad for k in ("scores", "q_pos", "r", "gate")})
+    torch.testing.assert_close(outs[1], outs[0], rtol=tol, atol=tol)  # all entries, garbage included
+    for k in grads[0]:
+        torch.testing.assert_close(grads[1][k], grads[0][k], rtol=tol, atol=tol, msg=lambda m: f"grad {k}: {m}")
+
+
+def test_masked_causal_use_equals_reference():
+    """As in the attention: -inf above the diagonal, softmax, weighted values."""
+    x = inputs(b=2, h=3, t=20, d=8, dtype=torch.float64, seed=3)
+    t = x["scores"].size(-1)
+    future = torch.ones(t, t, dtype=torch.bool).triu_(1)
+    v = torch.randn(2, 3, t, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    results = []
+    for f in (reference, fused):
+        a = leaves(x)
+        out = torch.matmul(F.softmax(f(**a).masked_fill(future, float("-inf")), dim=-1), v)
+        out.pow(2).sum().backward()
+        results.append((out.detach(), [a[k].grad for k in ("scores", "q_pos", "r", "gate")]))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-12, atol=1e-12)
+    for g_fused, g_ref in zip(results[1][1], results[0][1]):
+        torch.testing.assert_close(g_fused, g_ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("names", [("q_pos",), ("gate",), ("r", "gate"), ("scores",)])
+def test_partial_requires_grad(names):
+    x = inputs(t=9, seed=5)
+    grads = []
+    for f in (reference, fused):
+        a = leaves(x, names)
+        f(**a).sum().backward()
+        grads.append([a[k].grad for k in names])
+    for g_fused, g_ref in zip(*reversed(grads)):
+        torch.testing.assert_close(g_fused, g_ref)
+
+
+def test_no_grad_path_writes_in_place():
+    x = inputs(t=12, seed=6)
+    expected = reference(**x)
+    scores = x["scores"].clone()
+    with torch.no_grad():
+        out = gated_bd_add(scores, x["q_pos"], x["r"], x["gate"], x["onehot"], x["scale"])
+    assert out is scores
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("injection", [["position"], ["position", "attention-bias"]])
+def test_attention_layer_equals_reference(monkeypatch, injection):
+    """SiPEAttention with the fused term vs. the same layer computing ``scores + _gated_bd``."""
+    torch.manual_seed(0)
+    b, t, c, h = 2, 16, 32, 4
+    attn = SiPEAttention(c, h).double()
+    attach_injections([attn], injection, tag_dim=8, init_std=0.3)
+    attn.double()
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(b, t, c, generator=g, dtype=torch.float64)
+    tags = TagContext(torch.randint(0, N_CLASSES, (b, t), generator=g), torch.randn(N_CLASSES, 8, generator=g, dtype=torch.float64))
+
+    def run():
+        attn.zero_grad()
+        xi = x.clone().requires_grad_()
+        out, probs = attn(xi, tags, need_weights=True)
+        out.pow(2).sum().backward()
+        return out.detach(), probs.detach(), xi.grad, [p.grad.clone() for p in attn.parameters()]
+
+    fused_run = run()
+    with torch.no_grad():
+        fused_eval = attn(x, tags)[0]
+    monkeypatch.setattr(attention_module, "gated_bd_add",
+                        lambda scores, *args: scores + _gated_bd(*args))
+    ref_run = run()
+    for a, r in zip(fused_run[:3], ref_run[:3]):
+        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-12)
+    for a, r in zip(fused_run[3], ref_run[3]):
+        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(fused_eval, ref_run[0], rtol=1e-10, atol=1e-12)
