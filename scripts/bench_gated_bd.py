@@ -2,11 +2,12 @@
 """One SiPEAttention layer, forward + backward (and eval forward), for the ways of computing Eq. 6's
 gated BD: ``none`` (no injection, plain BD), ``checkpoint`` (torch.utils.checkpoint around the
 autograd reference, the previous code), ``fused`` (``gated_bd_add``, the current code), ``autograd``
-(the reference without checkpoint: BD and c saved for backward); each also with attention-bias.
+(the reference without checkpoint: BD and c saved for backward); each also with attention-bias,
+whose Eq. 7-8 term is ``class_bias_add`` for ``fused`` and the previous out-of-place baddbmm otherwise.
 
     OMP_NUM_THREADS=1 python scripts/bench_gated_bd.py [--batch 8 --heads 8 --tokens 512 --head-dim 64]
 
-Time: median over rounds, variants interleaved within a round. Memory: peak of the running sum of
+Time: median over rounds (wall and this process's CPU time), variants interleaved within a round. Memory: peak of the running sum of
 the CPU allocator events of one training step (torch.profiler, profile_memory), above what was
 alive before it (as scripts/bench_decoders.py).
 """
@@ -21,13 +22,19 @@ from torch.utils.checkpoint import checkpoint
 from sipe_fairseq.modules import attention as attention_module
 from sipe_fairseq.modules.assembly import attach_injections
 from sipe_fairseq.modules.attention import SiPEAttention, _gated_bd
-from sipe_fairseq.modules.gated_bd import gated_bd_add
+from sipe_fairseq.modules.gated_bd import class_bias_add, gated_bd_add
 from sipe_fairseq.modules.injections import TagContext
 
 
 def _checkpointed(scores, *args):
     bd = checkpoint(_gated_bd, *args, use_reentrant=False) if torch.is_grad_enabled() else _gated_bd(*args)
     return scores + bd
+
+
+def _baddbmm(scores, bias, onehot):
+    b, h, t, _ = scores.shape
+    return torch.baddbmm(scores.reshape(b * h, t, t), bias.reshape(b * h, t, -1),
+                         onehot.expand(b, h, -1, t).reshape(b * h, -1, t)).view(b, h, t, t)
 
 
 GATED = {"fused": gated_bd_add, "checkpoint": _checkpointed, "autograd": lambda scores, *args: scores + _gated_bd(*args)}
@@ -39,11 +46,11 @@ def build(variant, a):
     kind, _, bias = variant.partition("+")
     parts = ([] if kind == "none" else ["position"]) + (["attention-bias"] if bias else [])
     attach_injections([attn], parts, tag_dim=64)
-    return attn, GATED.get(kind, gated_bd_add)
+    return attn, GATED.get(kind, gated_bd_add), class_bias_add if kind == "fused" else _baddbmm
 
 
-def step(attn, gated, x, tags, grad_out, train=True):
-    attention_module.gated_bd_add = gated
+def step(attn, gated, bias_add, x, tags, grad_out, train=True):
+    attention_module.gated_bd_add, attention_module.class_bias_add = gated, bias_add
     if train:
         attn.zero_grad(set_to_none=True)
         xi = x.detach().requires_grad_()
@@ -85,23 +92,29 @@ def main():
     for v in variants:
         step(*models[v], x, tags, grad_out)  # warm-up
         mem[v] = peak_bytes(lambda: step(*models[v], x, tags, grad_out))
-    times = {v: {"train": [], "eval": []} for v in variants}
+    times = {v: {k: [] for k in ("train", "eval", "train_cpu", "eval_cpu")} for v in variants}
     for r in range(a.rounds):
         for v in variants[r % len(variants):] + variants[:r % len(variants)]:
             for kind in ("train", "eval"):
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 step(*models[v], x, tags, grad_out, train=kind == "train")
                 times[v][kind].append(time.perf_counter() - start)
+                times[v][kind + "_cpu"].append(time.process_time() - cpu)
     print(f"B={a.batch} H={a.heads} T={a.tokens} d={a.head_dim}, {torch.get_num_threads()} thread(s), torch {torch.__version__}, "
           f"median of {a.rounds} rounds")
-    print("| variant | train fwd+bwd ms | ratio | eval fwd ms | ratio | step peak MB | ratio |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("Ratios to none (also for the +bias rows).")
+    print("| variant | train fwd+bwd ms wall (ratio) | train ms CPU (ratio) | eval fwd ms wall (ratio) | eval ms CPU (ratio) "
+          "| step peak MB (ratio) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    keys = ("train", "train_cpu", "eval", "eval_cpu")
+    ref = {k: statistics.median(times[variants[0]][k]) for k in keys}
     for v in variants:
-        ref = "none+bias" if v.endswith("+bias") and "none+bias" in times else "none"
-        tr, ev = (1000 * statistics.median(times[v][k]) for k in ("train", "eval"))
-        tr0, ev0 = (1000 * statistics.median(times[ref][k]) for k in ("train", "eval")) if ref in times else (tr, ev)
-        m0 = mem.get(ref, mem[v])
-        print(f"| {v} | {tr:.0f} | {tr / tr0:.3f} | {ev:.0f} | {ev / ev0:.3f} | {mem[v] / 2**20:.0f} | {mem[v] / m0:.3f} |")
+        cells = []
+        for k in keys:
+            m = statistics.median(times[v][k])
+            cells.append(f"{1000 * m:.0f} ({m / ref[k]:.3f})")
+        cells.append(f"{mem[v] / 2**20:.0f} ({mem[v] / mem[variants[0]]:.3f})")
+        print(f"| {v} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The fused Eq. 6 term (``gated_bd_add``) against the plain autograd reference ``bd + bd * c``."""
+"""The in-place score terms against plain autograd references: Eq. 6's ``gated_bd_add`` vs.
+``bd + bd * c``, Eq. 7-8's ``class_bias_add`` vs. ``scores + bias @ onehot``."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -6,7 +7,7 @@ import torch.nn.functional as F
 from sipe_fairseq.modules import attention as attention_module
 from sipe_fairseq.modules.assembly import attach_injections
 from sipe_fairseq.modules.attention import SiPEAttention, _gated_bd
-from sipe_fairseq.modules.gated_bd import gated_bd_add
+from sipe_fairseq.modules.gated_bd import class_bias_add, gated_bd_add
 from sipe_fairseq.modules.injections import TagContext, class_onehot
 
 N_CLASSES = 11
@@ -104,12 +105,32 @@ def test_no_grad_path_writes_in_place():
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("injection", [["position"], ["position", "attention-bias"]])
-def test_attention_layer_equals_reference(monkeypatch, injection):
-    """SiPEAttention with the fused term vs. the same layer computing ``scores + _gated_bd``."""
+def test_class_bias_add_gradcheck_and_reference():
+    x = leaves(inputs(t=9, seed=8), ("scores", "gate"))
+    bias, onehot = x["gate"], x["onehot"]
+    assert torch.autograd.gradcheck(lambda s, e: class_bias_add(s.clone(), e, onehot), (x["scores"], bias))
+    upstream = torch.randn(x["scores"].shape, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+    results = []
+    for f in (lambda s, e: s + torch.matmul(e, onehot), lambda s, e: class_bias_add(s.clone(), e, onehot)):
+        s, e = (v.detach().clone().requires_grad_() for v in (x["scores"], bias))
+        y = f(s, e)
+        y.backward(upstream)
+        results.append((y.detach(), s.grad, e.grad))
+    for a, r in zip(*results):
+        torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
+    with torch.no_grad():
+        torch.testing.assert_close(class_bias_add(x["scores"].clone(), bias, onehot), results[0][0])
+
+
+@pytest.mark.parametrize("injection,position", [(["position"], "relative"), (["position", "attention-bias"], "relative"),
+                                                (["attention-bias"], "relative"), (["attention-bias"], "rotary"),
+                                                (["disentangled"], "none")])
+def test_attention_layer_equals_reference(monkeypatch, injection, position):
+    """SiPEAttention with the in-place terms vs. the same layer computing ``scores + _gated_bd`` and
+    ``scores + bias @ onehot``."""
     torch.manual_seed(0)
     b, t, c, h = 2, 16, 32, 4
-    attn = SiPEAttention(c, h).double()
+    attn = SiPEAttention(c, h, position=position).double()
     attach_injections([attn], injection, tag_dim=8, init_std=0.3)
     attn.double()
     g = torch.Generator().manual_seed(7)
@@ -126,8 +147,8 @@ def test_attention_layer_equals_reference(monkeypatch, injection):
     fused_run = run()
     with torch.no_grad():
         fused_eval = attn(x, tags)[0]
-    monkeypatch.setattr(attention_module, "gated_bd_add",
-                        lambda scores, *args: scores + _gated_bd(*args))
+    monkeypatch.setattr(attention_module, "gated_bd_add", lambda scores, *args: scores + _gated_bd(*args))
+    monkeypatch.setattr(attention_module, "class_bias_add", lambda scores, bias, onehot: scores + torch.matmul(bias, onehot))
     ref_run = run()
     for a, r in zip(fused_run[:3], ref_run[:3]):
         torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-12)

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .gated_bd import gated_bd_add
+from .gated_bd import class_bias_add, gated_bd_add
 from .injections import TagContext, class_onehot
 from .positional import RelativePosition, Rotary, rel_shift
 
@@ -74,10 +74,8 @@ class SiPEAttention(nn.Module):
             else:
                 scores = scores + self.relative.score(q_pos, self.scale, r)  # BD
         biases = [e for e in (inj.score_bias(q, q_pos, tags, self.scale) for inj in hooks) if e is not None]
-        if biases:  # Eq. 7, 8: scores_ij += bias[i, cls_j], one batched (T x 11) @ (11 x T) matmul-add
-            h = self.num_heads
-            scores = torch.baddbmm(scores.reshape(b * h, t, t), sum(biases).reshape(b * h, t, -1),
-                                   onehot.expand(b, h, -1, t).reshape(b * h, -1, t)).view(b, h, t, t)
+        if biases:  # Eq. 7, 8: scores_ij += bias[i, cls_j], (T x 11) @ (11 x T) matmul-adds in place
+            scores = class_bias_add(scores, sum(biases), onehot)
 
         if causal:
             future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu_(1)

@@ -93,3 +93,36 @@ def gated_bd_add(scores, q_pos, r, gate, onehot, scale):
     if torch.is_grad_enabled():
         return GatedBDAdd.apply(scores, q_pos, r, gate, onehot, scale)
     return _gated_bd_add_(scores, q_pos, r * scale, gate + 1, onehot)
+
+
+def _class_bias_add_(scores, bias, onehot):
+    for i in range(scores.size(0)):
+        scores[i].baddbmm_(bias[i], onehot[i].expand(scores.size(1), -1, -1))
+    return scores
+
+
+class ClassBiasAdd(torch.autograd.Function):
+    """``scores + bias @ onehot`` written into ``scores`` (Eq. 7, 8: A_ij += bias[i, cls_j])."""
+
+    @staticmethod
+    def forward(ctx, scores, bias, onehot):
+        ctx.mark_dirty(scores)
+        ctx.save_for_backward(onehot)
+        return _class_bias_add_(scores, bias, onehot)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        (onehot,) = ctx.saved_tensors
+        grad_bias = None
+        if ctx.needs_input_grad[1]:  # onehot @ grad^T: (11, T) x (T, T) is far faster than grad @ onehot^T
+            grad_bias = torch.matmul(onehot, grad.transpose(-1, -2)).transpose(-1, -2)
+        return grad, grad_bias, None
+
+
+def class_bias_add(scores, bias, onehot):
+    """scores + bias @ onehot, in place (same contract as :func:`gated_bd_add`): scores (B, H, T, T),
+    bias (B, H, T, 11), onehot (B, 1, 11, T)."""
+    if torch.is_grad_enabled():
+        return ClassBiasAdd.apply(scores, bias, onehot)
+    return _class_bias_add_(scores, bias, onehot)
