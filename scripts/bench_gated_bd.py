@@ -26,9 +26,14 @@ from sipe_fairseq.modules.gated_bd import class_bias_add, gated_bd_add
 from sipe_fairseq.modules.injections import TagContext
 
 
-def _checkpointed(scores, *args):
+def _checkpointed(scores, q_pos, r, gate, onehot, scale, causal=False):
+    args = (q_pos, r, gate, onehot, scale)
     bd = checkpoint(_gated_bd, *args, use_reentrant=False) if torch.is_grad_enabled() else _gated_bd(*args)
     return scores + bd
+
+
+def _autograd(scores, q_pos, r, gate, onehot, scale, causal=False):
+    return scores + _gated_bd(q_pos, r, gate, onehot, scale)
 
 
 def _baddbmm(scores, bias, onehot):
@@ -37,7 +42,7 @@ def _baddbmm(scores, bias, onehot):
                          onehot.expand(b, h, -1, t).reshape(b * h, -1, t)).view(b, h, t, t)
 
 
-GATED = {"fused": gated_bd_add, "checkpoint": _checkpointed, "autograd": lambda scores, *args: scores + _gated_bd(*args)}
+GATED = {"fused": gated_bd_add, "checkpoint": _checkpointed, "autograd": _autograd}
 
 
 def build(variant, a):

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from sipe_fairseq.modules import attention as attention_module
+from sipe_fairseq.modules import gated_bd
 from sipe_fairseq.modules.assembly import attach_injections
 from sipe_fairseq.modules.attention import SiPEAttention, _gated_bd
 from sipe_fairseq.modules.gated_bd import class_bias_add, gated_bd_add
@@ -25,55 +26,71 @@ def inputs(b=2, h=3, t=7, d=4, dtype=torch.float64, seed=0, layout_like_model=Fa
             "onehot": class_onehot(cls, N_CLASSES, dtype), "scale": d ** -0.5}
 
 
-def reference(scores, q_pos, r, gate, onehot, scale):
+def reference(scores, q_pos, r, gate, onehot, scale, causal=False):
     return scores + _gated_bd(q_pos, r, gate, onehot, scale)
 
 
-def fused(scores, q_pos, r, gate, onehot, scale):
-    return gated_bd_add(scores.clone(), q_pos, r, gate, onehot, scale)  # clone: it writes into scores
+def visible(y, causal):
+    """Causal: the entries j > i are unspecified (the attention masks them), compare the rest."""
+    if not causal:
+        return y
+    t = y.size(-1)
+    return y.masked_fill(torch.ones(t, t, dtype=torch.bool).triu_(1), 0)
+
+
+def fused(scores, q_pos, r, gate, onehot, scale, causal=False):
+    return gated_bd_add(scores.clone(), q_pos, r, gate, onehot, scale, causal)  # clone: it writes into scores
 
 
 def leaves(x, names=("scores", "q_pos", "r", "gate")):
     return {k: (v.detach().clone().requires_grad_(k in names) if torch.is_tensor(v) else v) for k, v in x.items()}
 
 
-def test_gradcheck_float64():
-    """Exact adjoint everywhere, including rel_shift's garbage entries j > i."""
-    x = leaves(inputs())
+@pytest.mark.parametrize("causal,t,block", [(False, 7, 64), (True, 7, 64), (True, 11, 4), (True, 12, 4)])
+def test_gradcheck_float64(monkeypatch, causal, t, block):
+    """Exact adjoint of every output entry (non-causal: rel_shift's garbage j > i included), also
+    with several causal row blocks."""
+    monkeypatch.setattr(gated_bd, "BLOCK_ROWS", block)
+    x = leaves(inputs(t=t))
     names = ("scores", "q_pos", "r", "gate")
 
     def fn(*args):
-        return fused(**dict(zip(names, args)), onehot=x["onehot"], scale=x["scale"])
+        return fused(**dict(zip(names, args)), onehot=x["onehot"], scale=x["scale"], causal=causal)
 
     assert torch.autograd.gradcheck(fn, tuple(x[k] for k in names), eps=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
 @pytest.mark.parametrize("layout_like_model", [False, True])
-def test_forward_and_gradients_equal_reference(dtype, tol, layout_like_model):
-    x = inputs(b=3, h=4, t=33, d=8, dtype=dtype, seed=1, layout_like_model=layout_like_model)
+@pytest.mark.parametrize("causal,block", [(False, 64), (True, 64), (True, 8), (True, 5)])
+def test_forward_and_gradients_equal_reference(monkeypatch, dtype, tol, layout_like_model, causal, block):
+    monkeypatch.setattr(gated_bd, "BLOCK_ROWS", block)
+    x = dict(inputs(b=3, h=4, t=33, d=8, dtype=dtype, seed=1, layout_like_model=layout_like_model), causal=causal)
     g = torch.Generator().manual_seed(2)
-    upstream = torch.randn(x["scores"].shape, generator=g, dtype=dtype)
+    upstream = visible(torch.randn(x["scores"].shape, generator=g, dtype=dtype), causal)
     outs, grads = [], []
     for f in (reference, fused):
         a = leaves(x)
         y = f(**a)
         y.backward(upstream)
-        outs.append(y.detach())
+        outs.append(visible(y.detach(), causal))
         grads.append({k: a[k].grad for k in ("scores", "q_pos", "r", "gate")})
-    torch.testing.assert_close(outs[1], outs[0], rtol=tol, atol=tol)  # all entries, garbage included
+    torch.testing.assert_close(outs[1], outs[0], rtol=tol, atol=tol)  # non-causal: garbage included
     for k in grads[0]:
         torch.testing.assert_close(grads[1][k], grads[0][k], rtol=tol, atol=tol, msg=lambda m: f"grad {k}: {m}")
 
 
-def test_masked_causal_use_equals_reference():
-    """As in the attention: -inf above the diagonal, softmax, weighted values."""
+@pytest.mark.parametrize("causal", [False, True])
+def test_masked_causal_use_equals_reference(monkeypatch, causal):
+    """As in the attention: -inf above the diagonal, softmax, weighted values; the reference is the
+    plain ``scores + _gated_bd`` (causal blocks of 6 rows)."""
+    monkeypatch.setattr(gated_bd, "BLOCK_ROWS", 6)
     x = inputs(b=2, h=3, t=20, d=8, dtype=torch.float64, seed=3)
     t = x["scores"].size(-1)
     future = torch.ones(t, t, dtype=torch.bool).triu_(1)
     v = torch.randn(2, 3, t, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
     results = []
-    for f in (reference, fused):
+    for f in (reference, lambda **a: fused(**a, causal=causal)):
         a = leaves(x)
         out = torch.matmul(F.softmax(f(**a).masked_fill(future, float("-inf")), dim=-1), v)
         out.pow(2).sum().backward()
@@ -83,26 +100,30 @@ def test_masked_causal_use_equals_reference():
         torch.testing.assert_close(g_fused, g_ref, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("names", [("q_pos",), ("gate",), ("r", "gate"), ("scores",)])
-def test_partial_requires_grad(names):
-    x = inputs(t=9, seed=5)
+def test_partial_requires_grad(monkeypatch, names, causal):
+    monkeypatch.setattr(gated_bd, "BLOCK_ROWS", 4)
+    x = dict(inputs(t=9, seed=5), causal=causal)
     grads = []
     for f in (reference, fused):
         a = leaves(x, names)
-        f(**a).sum().backward()
+        visible(f(**a), causal).sum().backward()
         grads.append([a[k].grad for k in names])
     for g_fused, g_ref in zip(*reversed(grads)):
         torch.testing.assert_close(g_fused, g_ref)
 
 
-def test_no_grad_path_writes_in_place():
+@pytest.mark.parametrize("causal", [False, True])
+def test_no_grad_path_writes_in_place(monkeypatch, causal):
+    monkeypatch.setattr(gated_bd, "BLOCK_ROWS", 5)
     x = inputs(t=12, seed=6)
     expected = reference(**x)
     scores = x["scores"].clone()
     with torch.no_grad():
-        out = gated_bd_add(scores, x["q_pos"], x["r"], x["gate"], x["onehot"], x["scale"])
+        out = gated_bd_add(scores, x["q_pos"], x["r"], x["gate"], x["onehot"], x["scale"], causal)
     assert out is scores
-    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(visible(out, causal), visible(expected, causal), rtol=1e-12, atol=1e-12)
 
 
 def test_class_bias_add_gradcheck_and_reference():
@@ -127,7 +148,8 @@ def test_class_bias_add_gradcheck_and_reference():
                                                 (["disentangled"], "none")])
 def test_attention_layer_equals_reference(monkeypatch, injection, position):
     """SiPEAttention with the in-place terms vs. the same layer computing ``scores + _gated_bd`` and
-    ``scores + bias @ onehot``."""
+    ``scores + bias @ onehot`` (causal blocks of 6 rows)."""
+    monkeypatch.setattr(gated_bd, "BLOCK_ROWS", 6)
     torch.manual_seed(0)
     b, t, c, h = 2, 16, 32, 4
     attn = SiPEAttention(c, h, position=position).double()
@@ -147,7 +169,7 @@ def test_attention_layer_equals_reference(monkeypatch, injection, position):
     fused_run = run()
     with torch.no_grad():
         fused_eval = attn(x, tags)[0]
-    monkeypatch.setattr(attention_module, "gated_bd_add", lambda scores, *args: scores + _gated_bd(*args))
+    monkeypatch.setattr(attention_module, "gated_bd_add", lambda scores, *args: scores + _gated_bd(*args[:5]))
     monkeypatch.setattr(attention_module, "class_bias_add", lambda scores, bias, onehot: scores + torch.matmul(bias, onehot))
     ref_run = run()
     for a, r in zip(fused_run[:3], ref_run[:3]):

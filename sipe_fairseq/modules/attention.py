@@ -70,7 +70,7 @@ class SiPEAttention(nn.Module):
             r = self.relative.keys(t, q.dtype, x.device)
             gates = [g for g in (inj.position_scale(q, q_pos, tags, self.scale) for inj in hooks) if g is not None]
             if gates:  # Eq. 6 added in place, BD and c recomputed in backward (gated_bd.py); reference: _gated_bd
-                scores = gated_bd_add(scores, q_pos, r, sum(gates), onehot, self.scale)
+                scores = gated_bd_add(scores, q_pos, r, sum(gates), onehot, self.scale, causal)
             else:
                 scores = scores + self.relative.score(q_pos, self.scale, r)  # BD
         biases = [e for e in (inj.score_bias(q, q_pos, tags, self.scale) for inj in hooks) if e is not None]

@@ -1,44 +1,61 @@
-"""Eq. 6's gated position term added to the scores in place: ``scores + (1 + c) * BD``.
+"""Score terms added into the attention scores in place, without (B, H, T, T) temporaries.
 
-BD = rel_shift((q + v) W_R r^T / sqrt(d)) (Eq. 3) and c_ij = gate[i, cls_j] (Eq. 5), a (T, 11)
-per-class table spread over the keys by the one-hot (B, 1, 11, T). Every column of the one-hot
-holds exactly one 1, so ``(gate + 1) @ onehot = 1 + c`` costs nothing extra.
+:func:`gated_bd_add` is Eq. 6's ``scores + (1 + c) * BD``: BD = rel_shift((q + v) W_R r^T / sqrt(d))
+(Eq. 3) and c_ij = gate[i, cls_j] (Eq. 5), a (T, 11) per-class table spread over the keys by the
+one-hot (B, 1, 11, T). Every column of the one-hot holds exactly one 1, so ``(gate + 1) @ onehot``
+is 1 + c at no extra cost.
 
-The work goes one batch row at a time through two reused (H, T, T+1) / (H, T, T) buffers:
-the (B, H, T, T) product is never allocated (on CPU each fresh 64 MB tensor costs as much as a
-matmul in page faults) and nothing of size T x T is saved for backward, which recomputes BD and c
-per batch row. The shift is the exact one of :func:`~.positional.rel_shift` (pad a zero column,
-reinterpret (T, T+1) as (T+1, T), drop the first row): the matmul writes straight into the padded
-buffer, the shifted scores are a view of it, and in backward the adjoint is the same view of a
-second buffer, so the gradient is exact also for the entries ``j > i`` (garbage, masked when causal).
+The work goes one batch row, and (causal) one block of query rows, at a time through small reused
+buffers: on CPU a fresh 64 MB tensor costs about as much as a matmul in page faults, so no
+(B, H, T, T) temporary is allocated, and nothing of that size is saved for backward, which
+recomputes BD and c block by block. Causal: query rows [r0, r1) only need keys j < r1, i.e. the
+distances T - r1 .. T - 1, so about half of the products and element-wise work is skipped; the
+entries j > i are unspecified (the caller masks them). Non-causal: one block, exactly rel_shift,
+garbage included. The shift (pad a zero column, reinterpret (rows, cols+1) as
+(rows+1, cols), drop the first row) is a view: the matmul writes straight into a padded buffer,
+and in backward the adjoint is the same view of a second buffer, so gradients are exact.
 """
 import torch
 from torch.autograd.function import once_differentiable
 
-
-def _views(pad: torch.Tensor, t: int):
-    """(H, T, T+1) padded buffer -> (its (T, T) product part, the rel-shifted (T, T) view)."""
-    h = pad.size(0)
-    return pad[..., 1:], pad.view(h, -1)[:, t:].view(h, t, t)
+BLOCK_ROWS = 64  # query rows per causal block
 
 
-def _buffers(like: torch.Tensor, h: int, t: int):
-    pad = like.new_empty(h, t, t + 1)
-    pad[..., 0].zero_()  # rel_shift's zero column; with the next line, the slots no matmul/mul writes
-    pad.view(h, -1)[:, :t].zero_()
-    return pad, like.new_empty(h, t, t)
+def _blocks(t: int, causal: bool):
+    """(r0, r1, cols): query rows [r0, r1) and the keys [0, cols) they see."""
+    if not causal:
+        return [(0, t, t)]
+    return [(r0, min(r0 + BLOCK_ROWS, t), min(r0 + BLOCK_ROWS, t)) for r0 in range(0, t, BLOCK_ROWS)]
 
 
-def _gated_bd_add_(scores, q_pos, r_scaled, gate1, onehot):
-    """scores[b] += rel_shift(q_pos[b] r_scaled^T) * (gate1[b] @ onehot[b]), in place (no autograd)."""
+def _buffer(like: torch.Tensor, h: int, blocks):
+    return like.new_empty(h, max((r1 - r0) * (cols + 1) for r0, r1, cols in blocks))
+
+
+def _views(buf: torch.Tensor, rows: int, cols: int):
+    """Buffer (H, >= rows * (cols+1)) -> (zero column, product (rows, cols) in padded rows of cols+1,
+    its rel-shifted (rows, cols) view: [i, j] = product[i, cols - 1 - (r0 + i) + j] for j <= r0 + i)."""
+    h = buf.size(0)
+    flat = buf[:, :rows * (cols + 1)]
+    padded = flat.view(h, rows, cols + 1)
+    return padded[..., 0], padded[..., 1:], flat[:, rows:].view(h, rows, cols)
+
+
+def _gated_bd_add_(scores, q_pos, r_scaled, gate1, onehot, causal):
+    """scores += rel_shift(q_pos r_scaled^T) * (gate1 @ onehot), in place, without autograd."""
     b, h, t, _ = scores.shape
-    pad, cbuf = _buffers(scores, h, t)
-    prod, shifted = _views(pad, t)
-    r_t = r_scaled.transpose(-1, -2)
-    for i in range(b):
-        torch.matmul(q_pos[i], r_t, out=prod)  # BD before the shift, in distance layout
-        torch.matmul(gate1[i], onehot[i], out=cbuf)  # 1 + c (Eq. 6)
-        scores[i].addcmul_(shifted, cbuf)
+    blocks = _blocks(t, causal)
+    pad, cbuf = _buffer(scores, h, blocks), _buffer(scores, h, blocks)
+    for r0, r1, cols in blocks:
+        rows = r1 - r0
+        zero, prod, shifted = _views(pad, rows, cols)
+        c1 = cbuf[:, :rows * cols].view(h, rows, cols)
+        r_t = r_scaled[:, t - cols:].transpose(-1, -2)  # distances cols - 1 .. 0
+        zero.zero_()
+        for i in range(b):
+            torch.matmul(q_pos[i, :, r0:r1], r_t, out=prod)  # BD in distance layout
+            torch.matmul(gate1[i, :, r0:r1], onehot[i, :, :, :cols], out=c1)  # 1 + c (Eq. 6)
+            scores[i, :, r0:r1, :cols].addcmul_(shifted, c1)
     return scores
 
 
@@ -46,11 +63,11 @@ class GatedBDAdd(torch.autograd.Function):
     """``scores + (1 + gate @ onehot) * rel_shift(q_pos * scale @ r^T)`` written into ``scores``."""
 
     @staticmethod
-    def forward(ctx, scores, q_pos, r, gate, onehot, scale):
-        ctx.scale = scale
+    def forward(ctx, scores, q_pos, r, gate, onehot, scale, causal):
+        ctx.scale, ctx.causal = scale, causal
         ctx.mark_dirty(scores)
         ctx.save_for_backward(q_pos, r, gate, onehot)
-        return _gated_bd_add_(scores, q_pos, r * scale, gate + 1, onehot)
+        return _gated_bd_add_(scores, q_pos, r * scale, gate + 1, onehot, causal)
 
     @staticmethod
     @once_differentiable
@@ -59,40 +76,46 @@ class GatedBDAdd(torch.autograd.Function):
         need_q, need_r, need_gate = ctx.needs_input_grad[1:4]
         b, h, t, _ = grad.shape
         r_scaled, gate1 = r * ctx.scale, gate + 1
-        pad, cbuf = _buffers(grad, h, t)  # recomputed BD; then 1 + c, reused for grad wrt (1 + c)
-        gpad, _ = _buffers(grad, h, t)  # grad wrt the unshifted product, padded like the forward's
-        prod, shifted = _views(pad, t)
-        gprod, gshifted = _views(gpad, t)
-        grad_q = torch.empty_like(q_pos) if need_q else None
-        grad_r = torch.zeros(h, t, r.size(-1), dtype=r.dtype, device=r.device) if need_r else None
+        blocks = _blocks(t, ctx.causal)
+        pad, gpad, cbuf = (_buffer(grad, h, blocks) for _ in range(3))
+        grad_q = q_pos.new_empty(q_pos.shape) if need_q else None
+        grad_r = torch.zeros_like(r) if need_r else None
         grad_gate_t = gate.new_empty(b, h, gate.size(-1), t) if need_gate else None  # transposed: faster matmul
-        r_t = r_scaled.transpose(-1, -2)
-        for i in range(b):
-            g = grad[i]
-            torch.matmul(q_pos[i], r_t, out=prod)
-            torch.matmul(gate1[i], onehot[i], out=cbuf)
-            if need_q or need_r:
-                torch.mul(g, cbuf, out=gshifted)  # d/dBD = g * (1 + c), at the shifted positions
-                if need_q:
-                    torch.matmul(gprod, r_scaled, out=grad_q[i])
-                if need_r:
-                    grad_r.baddbmm_(gprod.transpose(-1, -2), q_pos[i])
-            if need_gate:  # d/dc = g * BD, summed per key class: onehot @ (g * BD)^T
-                torch.mul(g, shifted, out=cbuf)
-                torch.matmul(onehot[i], cbuf.transpose(-1, -2), out=grad_gate_t[i])
+        for r0, r1, cols in blocks:
+            rows = r1 - r0
+            zero, prod, shifted = _views(pad, rows, cols)
+            _, gprod, gshifted = _views(gpad, rows, cols)  # grad wrt the product, padded like it
+            c1 = cbuf[:, :rows * cols].view(h, rows, cols)  # 1 + c, then reused for grad wrt it
+            r_s = r_scaled[:, t - cols:]
+            zero.zero_()
+            gpad[:, :rows].zero_()  # the slots the adjoint view reads but no output maps to
+            for i in range(b):
+                g = grad[i, :, r0:r1, :cols]
+                torch.matmul(q_pos[i, :, r0:r1], r_s.transpose(-1, -2), out=prod)
+                torch.matmul(gate1[i, :, r0:r1], onehot[i, :, :, :cols], out=c1)
+                if need_q or need_r:
+                    torch.mul(g, c1, out=gshifted)  # d/dBD = g * (1 + c)
+                    if need_q:
+                        torch.matmul(gprod, r_s, out=grad_q[i, :, r0:r1])
+                    if need_r:
+                        grad_r[:, t - cols:].baddbmm_(gprod.transpose(-1, -2), q_pos[i, :, r0:r1])
+                if need_gate:  # d/dc = g * BD, summed per key class: onehot @ (g * BD)^T
+                    torch.mul(g, shifted, out=c1)
+                    torch.matmul(onehot[i, :, :, :cols], c1.transpose(-1, -2), out=grad_gate_t[i, :, :, r0:r1])
         if need_r:
             grad_r.mul_(ctx.scale)
         grad_gate = grad_gate_t.transpose(-1, -2) if need_gate else None
-        return grad, grad_q, grad_r, grad_gate, None, None
+        return grad, grad_q, grad_r, grad_gate, None, None, None
 
 
-def gated_bd_add(scores, q_pos, r, gate, onehot, scale):
+def gated_bd_add(scores, q_pos, r, gate, onehot, scale, causal=False):
     """Eq. 6: scores + (1 + c) * BD, in place (``scores`` must be a fresh (B, H, T, T) tensor that
     nothing saved for backward). q_pos (B, H, T, d), r (H, T, d), gate (B, H, T, 11), onehot
-    (B, 1, 11, T). Entries j > i are rel_shift's garbage, as in BD; the caller masks them."""
+    (B, 1, 11, T). Entries j > i: rel_shift's garbage as in BD; with ``causal`` unspecified (masked
+    by the caller; backward assumes nothing about their gradient, it is exact for what was written)."""
     if torch.is_grad_enabled():
-        return GatedBDAdd.apply(scores, q_pos, r, gate, onehot, scale)
-    return _gated_bd_add_(scores, q_pos, r * scale, gate + 1, onehot)
+        return GatedBDAdd.apply(scores, q_pos, r, gate, onehot, scale, causal)
+    return _gated_bd_add_(scores, q_pos, r * scale, gate + 1, onehot, causal)
 
 
 def _class_bias_add_(scores, bias, onehot):
