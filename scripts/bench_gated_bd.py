@@ -36,7 +36,7 @@ def _autograd(scores, q_pos, r, gate, onehot, scale, causal=False):
     return scores + _gated_bd(q_pos, r, gate, onehot, scale)
 
 
-def _baddbmm(scores, bias, onehot):
+def _baddbmm(scores, bias, onehot, causal=False):
     b, h, t, _ = scores.shape
     return torch.baddbmm(scores.reshape(b * h, t, t), bias.reshape(b * h, t, -1),
                          onehot.expand(b, h, -1, t).reshape(b * h, -1, t)).view(b, h, t, t)

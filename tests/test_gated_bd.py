@@ -126,21 +126,24 @@ def test_no_grad_path_writes_in_place(monkeypatch, causal):
     torch.testing.assert_close(visible(out, causal), visible(expected, causal), rtol=1e-12, atol=1e-12)
 
 
-def test_class_bias_add_gradcheck_and_reference():
+@pytest.mark.parametrize("causal", [False, True])
+def test_class_bias_add_gradcheck_and_reference(monkeypatch, causal):
+    monkeypatch.setattr(gated_bd, "BLOCK_ROWS", 4)
     x = leaves(inputs(t=9, seed=8), ("scores", "gate"))
     bias, onehot = x["gate"], x["onehot"]
-    assert torch.autograd.gradcheck(lambda s, e: class_bias_add(s.clone(), e, onehot), (x["scores"], bias))
+    assert torch.autograd.gradcheck(lambda s, e: class_bias_add(s.clone(), e, onehot, causal), (x["scores"], bias))
     upstream = torch.randn(x["scores"].shape, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+    upstream = visible(upstream, causal)
     results = []
-    for f in (lambda s, e: s + torch.matmul(e, onehot), lambda s, e: class_bias_add(s.clone(), e, onehot)):
+    for f in (lambda s, e: s + torch.matmul(e, onehot), lambda s, e: class_bias_add(s.clone(), e, onehot, causal)):
         s, e = (v.detach().clone().requires_grad_() for v in (x["scores"], bias))
         y = f(s, e)
         y.backward(upstream)
-        results.append((y.detach(), s.grad, e.grad))
+        results.append((visible(y.detach(), causal), s.grad, e.grad))
     for a, r in zip(*results):
         torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
     with torch.no_grad():
-        torch.testing.assert_close(class_bias_add(x["scores"].clone(), bias, onehot), results[0][0])
+        torch.testing.assert_close(visible(class_bias_add(x["scores"].clone(), bias, onehot, causal), causal), results[0][0])
 
 
 @pytest.mark.parametrize("injection,position", [(["position"], "relative"), (["position", "attention-bias"], "relative"),
@@ -170,7 +173,7 @@ def test_attention_layer_equals_reference(monkeypatch, injection, position):
     with torch.no_grad():
         fused_eval = attn(x, tags)[0]
     monkeypatch.setattr(attention_module, "gated_bd_add", lambda scores, *args: scores + _gated_bd(*args[:5]))
-    monkeypatch.setattr(attention_module, "class_bias_add", lambda scores, bias, onehot: scores + torch.matmul(bias, onehot))
+    monkeypatch.setattr(attention_module, "class_bias_add", lambda scores, bias, onehot, causal: scores + torch.matmul(bias, onehot))
     ref_run = run()
     for a, r in zip(fused_run[:3], ref_run[:3]):
         torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-12)

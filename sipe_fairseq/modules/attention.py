@@ -75,7 +75,7 @@ class SiPEAttention(nn.Module):
                 scores = scores + self.relative.score(q_pos, self.scale, r)  # BD
         biases = [e for e in (inj.score_bias(q, q_pos, tags, self.scale) for inj in hooks) if e is not None]
         if biases:  # Eq. 7, 8: scores_ij += bias[i, cls_j], (T x 11) @ (11 x T) matmul-adds in place
-            scores = class_bias_add(scores, sum(biases), onehot)
+            scores = class_bias_add(scores, sum(biases), onehot, causal)
 
         if causal:
             future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu_(1)

@@ -118,9 +118,11 @@ def gated_bd_add(scores, q_pos, r, gate, onehot, scale, causal=False):
     return _gated_bd_add_(scores, q_pos, r * scale, gate + 1, onehot, causal)
 
 
-def _class_bias_add_(scores, bias, onehot):
-    for i in range(scores.size(0)):
-        scores[i].baddbmm_(bias[i], onehot[i].expand(scores.size(1), -1, -1))
+def _class_bias_add_(scores, bias, onehot, causal):
+    h = scores.size(1)
+    for r0, r1, cols in _blocks(scores.size(-1), causal):
+        for i in range(scores.size(0)):
+            scores[i, :, r0:r1, :cols].baddbmm_(bias[i, :, r0:r1], onehot[i, :, :, :cols].expand(h, -1, -1))
     return scores
 
 
@@ -128,24 +130,31 @@ class ClassBiasAdd(torch.autograd.Function):
     """``scores + bias @ onehot`` written into ``scores`` (Eq. 7, 8: A_ij += bias[i, cls_j])."""
 
     @staticmethod
-    def forward(ctx, scores, bias, onehot):
+    def forward(ctx, scores, bias, onehot, causal):
+        ctx.causal = causal
         ctx.mark_dirty(scores)
         ctx.save_for_backward(onehot)
-        return _class_bias_add_(scores, bias, onehot)
+        return _class_bias_add_(scores, bias, onehot, causal)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         (onehot,) = ctx.saved_tensors
-        grad_bias = None
+        grad_bias_t = None
         if ctx.needs_input_grad[1]:  # onehot @ grad^T: (11, T) x (T, T) is far faster than grad @ onehot^T
-            grad_bias = torch.matmul(onehot, grad.transpose(-1, -2)).transpose(-1, -2)
-        return grad, grad_bias, None
+            b, h, t, _ = grad.shape
+            grad_bias_t = grad.new_empty(b, h, onehot.size(-2), t)
+            for r0, r1, cols in _blocks(t, ctx.causal):
+                for i in range(b):
+                    torch.matmul(onehot[i, :, :, :cols], grad[i, :, r0:r1, :cols].transpose(-1, -2),
+                                 out=grad_bias_t[i, :, :, r0:r1])
+            grad_bias_t = grad_bias_t.transpose(-1, -2)
+        return grad, grad_bias_t, None, None
 
 
-def class_bias_add(scores, bias, onehot):
-    """scores + bias @ onehot, in place (same contract as :func:`gated_bd_add`): scores (B, H, T, T),
-    bias (B, H, T, 11), onehot (B, 1, 11, T)."""
+def class_bias_add(scores, bias, onehot, causal=False):
+    """scores + bias @ onehot, in place (same contract as :func:`gated_bd_add`, with ``causal`` the
+    entries j > i are unspecified): scores (B, H, T, T), bias (B, H, T, 11), onehot (B, 1, 11, T)."""
     if torch.is_grad_enabled():
-        return ClassBiasAdd.apply(scores, bias, onehot)
-    return _class_bias_add_(scores, bias, onehot)
+        return ClassBiasAdd.apply(scores, bias, onehot, causal)
+    return _class_bias_add_(scores, bias, onehot, causal)
