@@ -11,9 +11,11 @@ buffers: on CPU a fresh 64 MB tensor costs about as much as a matmul in page fau
 recomputes BD and c block by block. Causal: query rows [r0, r1) only need keys j < r1, i.e. the
 distances T - r1 .. T - 1, so about half of the products and element-wise work is skipped; the
 entries j > i are unspecified (the caller masks them). Non-causal: one block, exactly rel_shift,
-garbage included. The shift (pad a zero column, reinterpret (rows, cols+1) as
-(rows+1, cols), drop the first row) is a view: the matmul writes straight into a padded buffer,
-and in backward the adjoint is the same view of a second buffer, so gradients are exact.
+garbage included. The shift (pad a zero column, reinterpret (rows, cols+1) as (rows+1, cols), drop
+the first row) is a view: the matmul writes straight into a padded buffer, and in backward the
+adjoint is the same view of a second buffer, so gradients are exact.
+
+:func:`class_bias_add` is Eq. 7-8's ``scores + bias @ onehot`` in the same way.
 """
 import torch
 from torch.autograd.function import once_differentiable
@@ -34,7 +36,8 @@ def _buffer(like: torch.Tensor, h: int, blocks):
 
 def _views(buf: torch.Tensor, rows: int, cols: int):
     """Buffer (H, >= rows * (cols+1)) -> (zero column, product (rows, cols) in padded rows of cols+1,
-    its rel-shifted (rows, cols) view: [i, j] = product[i, cols - 1 - (r0 + i) + j] for j <= r0 + i)."""
+    its rel-shifted (rows, cols) view: [i, j] = product[i, rows - 1 - i + j], i.e. distance r0 + i - j
+    when the product's column m holds distance cols - 1 - m)."""
     h = buf.size(0)
     flat = buf[:, :rows * (cols + 1)]
     padded = flat.view(h, rows, cols + 1)
