@@ -17,12 +17,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from .gated_bd import class_bias_add, gated_bd_add
 from .injections import TagContext, class_onehot
 from .positional import RelativePosition, Rotary, rel_shift, skew
 
 
 def _gated_bd(q_pos, r, gate, onehot, scale):
-    """Eq. 6's (1 + c) * BD as bd + bd * c, with c_ij = gate[i, cls_j] spread by the one-hot."""
+    """Eq. 6's (1 + c) * BD as bd + bd * c, with c_ij = gate[i, cls_j] spread by the one-hot (plain
+    autograd reference of :func:`gated_bd.gated_bd_add`, which the forward uses)."""
     bd = rel_shift(torch.matmul(q_pos * scale, r.transpose(-1, -2)))  # scale the (T, d) side, not (T, T)
     return torch.addcmul(bd, bd, torch.matmul(gate, onehot))
 
@@ -90,12 +92,10 @@ class SiPEAttention(nn.Module):
             q_pos = self.relative.effective_query(q)  # q + v
             r = self.relative.keys(t, q.dtype, x.device)
             gates = [g for g in (inj.position_scale(q, q_pos, tags, self.scale) for inj in hooks) if g is not None]
-            if gates:  # Eq. 6; recomputed in backward rather than keeping BD and c, two (B, H, T, T) per layer
-                args = (q_pos, r, sum(gates), onehot, self.scale)
-                bd = checkpoint(_gated_bd, *args, use_reentrant=False) if torch.is_grad_enabled() else _gated_bd(*args)
+            if gates:  # Eq. 6 added in place, BD and c recomputed in backward (gated_bd.py); reference: _gated_bd
+                scores = gated_bd_add(scores, q_pos, r, sum(gates), onehot, self.scale, causal)
             else:
-                bd = self.relative.score(q_pos, self.scale, r)  # BD
-            scores = scores + bd
+                scores = scores + self.relative.score(q_pos, self.scale, r)  # BD
         elif self.position == "disentangled":
             if rel is None:
                 raise ValueError("disentangled attention needs the relative table rows (rel)")
@@ -109,10 +109,8 @@ class SiPEAttention(nn.Module):
                 spos = _disentangled_spos(q, k, pos_q, pos_k, self.score_scale)
             scores = scores + spos
         biases = [e for e in (inj.score_bias(q, q_pos, tags, self.scale) for inj in hooks) if e is not None]
-        if biases:  # Eq. 7, 8: scores_ij += bias[i, cls_j], one batched (T x 11) @ (11 x T) matmul-add
-            h = self.num_heads
-            scores = torch.baddbmm(scores.reshape(b * h, t, t), sum(biases).reshape(b * h, t, -1),
-                                   onehot.expand(b, h, -1, t).reshape(b * h, -1, t)).view(b, h, t, t)
+        if biases:  # Eq. 7, 8: scores_ij += bias[i, cls_j], (T x 11) @ (11 x T) matmul-adds in place
+            scores = class_bias_add(scores, sum(biases), onehot, causal)
 
         if causal:
             future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu_(1)

@@ -1,0 +1,163 @@
+"""Score terms added into the attention scores in place, without (B, H, T, T) temporaries.
+
+:func:`gated_bd_add` is Eq. 6's ``scores + (1 + c) * BD``: BD = rel_shift((q + v) W_R r^T / sqrt(d))
+(Eq. 3) and c_ij = gate[i, cls_j] (Eq. 5), a (T, 11) per-class table spread over the keys by the
+one-hot (B, 1, 11, T). Every column of the one-hot holds exactly one 1, so ``(gate + 1) @ onehot``
+is 1 + c at no extra cost.
+
+The work goes one batch row, and (causal) one block of query rows, at a time through small reused
+buffers: on CPU a fresh 64 MB tensor costs about as much as a matmul in page faults, so no
+(B, H, T, T) temporary is allocated, and nothing of that size is saved for backward, which
+recomputes BD and c block by block. Causal: query rows [r0, r1) only need keys j < r1, i.e. the
+distances T - r1 .. T - 1, so about half of the products and element-wise work is skipped; the
+entries j > i are unspecified (the caller masks them). Non-causal: one block, exactly rel_shift,
+garbage included. The shift (pad a zero column, reinterpret (rows, cols+1) as (rows+1, cols), drop
+the first row) is a view: the matmul writes straight into a padded buffer, and in backward the
+adjoint is the same view of a second buffer, so gradients are exact.
+
+:func:`class_bias_add` is Eq. 7-8's ``scores + bias @ onehot`` in the same way.
+"""
+import torch
+from torch.autograd.function import once_differentiable
+
+BLOCK_ROWS = 64  # query rows per causal block
+
+
+def _blocks(t: int, causal: bool):
+    """(r0, r1, cols): query rows [r0, r1) and the keys [0, cols) they see."""
+    if not causal:
+        return [(0, t, t)]
+    return [(r0, min(r0 + BLOCK_ROWS, t), min(r0 + BLOCK_ROWS, t)) for r0 in range(0, t, BLOCK_ROWS)]
+
+
+def _buffer(like: torch.Tensor, h: int, blocks):
+    return like.new_empty(h, max((r1 - r0) * (cols + 1) for r0, r1, cols in blocks))
+
+
+def _views(buf: torch.Tensor, rows: int, cols: int):
+    """Buffer (H, >= rows * (cols+1)) -> (zero column, product (rows, cols) in padded rows of cols+1,
+    its rel-shifted (rows, cols) view: [i, j] = product[i, rows - 1 - i + j], i.e. distance r0 + i - j
+    when the product's column m holds distance cols - 1 - m)."""
+    h = buf.size(0)
+    flat = buf[:, :rows * (cols + 1)]
+    padded = flat.view(h, rows, cols + 1)
+    return padded[..., 0], padded[..., 1:], flat[:, rows:].view(h, rows, cols)
+
+
+def _gated_bd_add_(scores, q_pos, r_scaled, gate1, onehot, causal):
+    """scores += rel_shift(q_pos r_scaled^T) * (gate1 @ onehot), in place, without autograd."""
+    b, h, t, _ = scores.shape
+    blocks = _blocks(t, causal)
+    pad, cbuf = _buffer(scores, h, blocks), _buffer(scores, h, blocks)
+    for r0, r1, cols in blocks:
+        rows = r1 - r0
+        zero, prod, shifted = _views(pad, rows, cols)
+        c1 = cbuf[:, :rows * cols].view(h, rows, cols)
+        r_t = r_scaled[:, t - cols:].transpose(-1, -2)  # distances cols - 1 .. 0
+        zero.zero_()
+        for i in range(b):
+            torch.matmul(q_pos[i, :, r0:r1], r_t, out=prod)  # BD in distance layout
+            torch.matmul(gate1[i, :, r0:r1], onehot[i, :, :, :cols], out=c1)  # 1 + c (Eq. 6)
+            scores[i, :, r0:r1, :cols].addcmul_(shifted, c1)
+    return scores
+
+
+class GatedBDAdd(torch.autograd.Function):
+    """``scores + (1 + gate @ onehot) * rel_shift(q_pos * scale @ r^T)`` written into ``scores``."""
+
+    @staticmethod
+    def forward(ctx, scores, q_pos, r, gate, onehot, scale, causal):
+        ctx.scale, ctx.causal = scale, causal
+        ctx.mark_dirty(scores)
+        ctx.save_for_backward(q_pos, r, gate, onehot)
+        return _gated_bd_add_(scores, q_pos, r * scale, gate + 1, onehot, causal)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        q_pos, r, gate, onehot = ctx.saved_tensors
+        need_q, need_r, need_gate = ctx.needs_input_grad[1:4]
+        b, h, t, _ = grad.shape
+        r_scaled, gate1 = r * ctx.scale, gate + 1
+        blocks = _blocks(t, ctx.causal)
+        pad, gpad, cbuf = (_buffer(grad, h, blocks) for _ in range(3))
+        grad_q = q_pos.new_empty(q_pos.shape) if need_q else None
+        grad_r = torch.zeros_like(r) if need_r else None
+        grad_gate_t = gate.new_empty(b, h, gate.size(-1), t) if need_gate else None  # transposed: faster matmul
+        for r0, r1, cols in blocks:
+            rows = r1 - r0
+            zero, prod, shifted = _views(pad, rows, cols)
+            _, gprod, gshifted = _views(gpad, rows, cols)  # grad wrt the product, padded like it
+            c1 = cbuf[:, :rows * cols].view(h, rows, cols)  # 1 + c, then reused for grad wrt it
+            r_s = r_scaled[:, t - cols:]
+            zero.zero_()
+            gpad[:, :rows].zero_()  # the slots the adjoint view reads but no output maps to
+            for i in range(b):
+                g = grad[i, :, r0:r1, :cols]
+                torch.matmul(q_pos[i, :, r0:r1], r_s.transpose(-1, -2), out=prod)
+                torch.matmul(gate1[i, :, r0:r1], onehot[i, :, :, :cols], out=c1)
+                if need_q or need_r:
+                    torch.mul(g, c1, out=gshifted)  # d/dBD = g * (1 + c)
+                    if need_q:
+                        torch.matmul(gprod, r_s, out=grad_q[i, :, r0:r1])
+                    if need_r:
+                        grad_r[:, t - cols:].baddbmm_(gprod.transpose(-1, -2), q_pos[i, :, r0:r1])
+                if need_gate:  # d/dc = g * BD, summed per key class: onehot @ (g * BD)^T
+                    torch.mul(g, shifted, out=c1)
+                    torch.matmul(onehot[i, :, :, :cols], c1.transpose(-1, -2), out=grad_gate_t[i, :, :, r0:r1])
+        if need_r:
+            grad_r.mul_(ctx.scale)
+        grad_gate = grad_gate_t.transpose(-1, -2) if need_gate else None
+        return grad, grad_q, grad_r, grad_gate, None, None, None
+
+
+def gated_bd_add(scores, q_pos, r, gate, onehot, scale, causal=False):
+    """Eq. 6: scores + (1 + c) * BD, in place (``scores`` must be a fresh (B, H, T, T) tensor that
+    nothing saved for backward). q_pos (B, H, T, d), r (H, T, d), gate (B, H, T, 11), onehot
+    (B, 1, 11, T). Entries j > i: rel_shift's garbage as in BD; with ``causal`` unspecified (masked
+    by the caller; backward assumes nothing about their gradient, it is exact for what was written)."""
+    if torch.is_grad_enabled():
+        return GatedBDAdd.apply(scores, q_pos, r, gate, onehot, scale, causal)
+    return _gated_bd_add_(scores, q_pos, r * scale, gate + 1, onehot, causal)
+
+
+def _class_bias_add_(scores, bias, onehot, causal):
+    h = scores.size(1)
+    for r0, r1, cols in _blocks(scores.size(-1), causal):
+        for i in range(scores.size(0)):
+            scores[i, :, r0:r1, :cols].baddbmm_(bias[i, :, r0:r1], onehot[i, :, :, :cols].expand(h, -1, -1))
+    return scores
+
+
+class ClassBiasAdd(torch.autograd.Function):
+    """``scores + bias @ onehot`` written into ``scores`` (Eq. 7, 8: A_ij += bias[i, cls_j])."""
+
+    @staticmethod
+    def forward(ctx, scores, bias, onehot, causal):
+        ctx.causal = causal
+        ctx.mark_dirty(scores)
+        ctx.save_for_backward(onehot)
+        return _class_bias_add_(scores, bias, onehot, causal)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        (onehot,) = ctx.saved_tensors
+        grad_bias_t = None
+        if ctx.needs_input_grad[1]:  # onehot @ grad^T: (11, T) x (T, T) is far faster than grad @ onehot^T
+            b, h, t, _ = grad.shape
+            grad_bias_t = grad.new_empty(b, h, onehot.size(-2), t)
+            for r0, r1, cols in _blocks(t, ctx.causal):
+                for i in range(b):
+                    torch.matmul(onehot[i, :, :, :cols], grad[i, :, r0:r1, :cols].transpose(-1, -2),
+                                 out=grad_bias_t[i, :, :, r0:r1])
+            grad_bias_t = grad_bias_t.transpose(-1, -2)
+        return grad, grad_bias_t, None, None
+
+
+def class_bias_add(scores, bias, onehot, causal=False):
+    """scores + bias @ onehot, in place (same contract as :func:`gated_bd_add`, with ``causal`` the
+    entries j > i are unspecified): scores (B, H, T, T), bias (B, H, T, 11), onehot (B, 1, 11, T)."""
+    if torch.is_grad_enabled():
+        return ClassBiasAdd.apply(scores, bias, onehot, causal)
+    return _class_bias_add_(scores, bias, onehot, causal)
