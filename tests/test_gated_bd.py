@@ -180,3 +180,49 @@ def test_attention_layer_equals_reference(monkeypatch, injection, position):
     for a, r in zip(fused_run[3], ref_run[3]):
         torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(fused_eval, ref_run[0], rtol=1e-10, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- DeBERTa, Eq. 12-13
+
+def spos_inputs(b=2, h=3, t=6, d=4, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    rand = lambda *s: torch.randn(*s, generator=g, dtype=dtype)  # noqa: E731
+    qk = rand(b, t, 2, h, d).permute(2, 0, 3, 1, 4)  # permuted views, as the attention makes them
+    pos = rand(2 * t - 1, 2, h, d).permute(1, 2, 0, 3)
+    cls = torch.randint(0, N_CLASSES, (b, t), generator=g)
+    return {"scores": rand(b, h, t, t), "q": qk[0], "k": qk[1], "pos_q": pos[0], "pos_k": pos[1],
+            "gate": 0.5 * rand(b, h, t, N_CLASSES), "onehot": class_onehot(cls, N_CLASSES, dtype), "scale": (3 * d) ** -0.5}
+
+
+def test_gated_spos_add_matches_autograd_reference():
+    """Forward and every gradient of the in-place Eq. 13 equal ``scores + S_pos + S_pos * c``."""
+    from sipe_fairseq.modules.attention import _gated_spos
+    from sipe_fairseq.modules.gated_bd import gated_spos_add
+
+    x = spos_inputs()
+    names = ("q", "k", "pos_q", "pos_k", "gate")
+    a = {n: v.clone().requires_grad_(n in names) if torch.is_tensor(v) else v for n, v in x.items()}
+    b = {n: v.clone().requires_grad_(n in names) if torch.is_tensor(v) else v for n, v in x.items()}
+    want = b["scores"] + _gated_spos(b["q"], b["k"], b["pos_q"], b["pos_k"], b["gate"], b["onehot"], b["scale"])
+    got = gated_spos_add(a["scores"].clone(), a["q"], a["k"], a["pos_q"], a["pos_k"], a["gate"], a["onehot"], a["scale"])
+    torch.testing.assert_close(got, want)
+    w = torch.randn_like(want)
+    (got * w).sum().backward()
+    (want * w).sum().backward()
+    for n in names:
+        torch.testing.assert_close(a[n].grad, b[n].grad, msg=n)
+    with torch.no_grad():  # the no-grad path computes the same
+        torch.testing.assert_close(gated_spos_add(x["scores"].clone(), x["q"], x["k"], x["pos_q"], x["pos_k"], x["gate"],
+                                                  x["onehot"], x["scale"]), want.detach())
+
+
+def test_gated_spos_add_gradcheck():
+    from sipe_fairseq.modules.gated_bd import gated_spos_add
+
+    x = spos_inputs(b=1, h=2, t=4, d=3)
+    args = [x[n].clone().requires_grad_(n != "onehot") for n in ("scores", "q", "k", "pos_q", "pos_k", "gate", "onehot")]
+
+    def fn(scores, *rest):
+        return gated_spos_add(scores.clone(), *rest, x["scale"])
+
+    assert torch.autograd.gradcheck(fn, args)

@@ -15,9 +15,8 @@ from typing import Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
-from .gated_bd import class_bias_add, gated_bd_add
+from .gated_bd import class_bias_add, gated_bd_add, gated_spos_add
 from .injections import TagContext, class_onehot
 from .positional import RelativePosition, Rotary, rel_shift, skew
 
@@ -38,7 +37,7 @@ def _disentangled_spos(q, k, pos_q, pos_k, scale):
 
 
 def _gated_spos(q, k, pos_q, pos_k, gate, onehot, scale):
-    """Eq. 13's (1 + c) * S_pos."""
+    """Eq. 13's (1 + c) * S_pos (plain autograd reference of :func:`gated_bd.gated_spos_add`)."""
     spos = _disentangled_spos(q, k, pos_q, pos_k, scale)
     return torch.addcmul(spos, spos, torch.matmul(gate, onehot))
 
@@ -102,12 +101,10 @@ class SiPEAttention(nn.Module):
             w, bias = self.qkv.weight[: 2 * c], self.qkv.bias[: 2 * c] if self.qkv.bias is not None else None
             pos_q, pos_k = F.linear(rel, w, bias).view(-1, 2, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
             gates = [g for g in (inj.position_scale(q, q, tags, self.scale) for inj in hooks) if g is not None]
-            if gates:  # Eq. 12-13, recomputed in backward like the TXL gate
-                args = (q, k, pos_q, pos_k, sum(gates), onehot, self.score_scale)
-                spos = checkpoint(_gated_spos, *args, use_reentrant=False) if torch.is_grad_enabled() else _gated_spos(*args)
+            if gates:  # Eq. 12-13 added in place, S_pos and c recomputed in backward (gated_bd.py); reference: _gated_spos
+                scores = gated_spos_add(scores, q, k, pos_q, pos_k, sum(gates), onehot, self.score_scale)
             else:
-                spos = _disentangled_spos(q, k, pos_q, pos_k, self.score_scale)
-            scores = scores + spos
+                scores = scores + _disentangled_spos(q, k, pos_q, pos_k, self.score_scale)
         biases = [e for e in (inj.score_bias(q, q_pos, tags, self.scale) for inj in hooks) if e is not None]
         if biases:  # Eq. 7, 8: scores_ij += bias[i, cls_j], (T x 11) @ (11 x T) matmul-adds in place
             scores = class_bias_add(scores, sum(biases), onehot, causal)

@@ -161,3 +161,84 @@ def class_bias_add(scores, bias, onehot, causal=False):
     if torch.is_grad_enabled():
         return ClassBiasAdd.apply(scores, bias, onehot, causal)
     return _class_bias_add_(scores, bias, onehot, causal)
+
+
+# ----------------------------------------------------------------------------- DeBERTa (Eq. 12-13)
+
+def _skew_view(buf: torch.Tensor, t: int) -> torch.Tensor:
+    """(H, T, 2T-1) buffer -> (H, T, T) view with [i, j] = buf[i, T-1-i+j] (offset i - j; see
+    ``positional.skew``)."""
+    h = buf.size(0)
+    return buf.as_strided((h, t, t), (buf.stride(0), 2 * t - 2, 1), buf.storage_offset() + t - 1)
+
+
+def _spos_row(q_s, k_s, pos_q, pos_k, full_a, full_b, out):
+    """One batch row's S_pos = c2p + p2c (Eq. 10) from scaled q, k into ``out`` (H, T, T), via two
+    (H, T, 2T-1) buffers."""
+    t = q_s.size(-2)
+    torch.matmul(q_s, pos_k.transpose(-1, -2), out=full_a)  # c2p over offsets
+    torch.matmul(k_s, pos_q.transpose(-1, -2), out=full_b)  # p2c over offsets, key-major
+    torch.add(_skew_view(full_a, t), _skew_view(full_b, t).transpose(-1, -2), out=out)
+    return out
+
+
+def _gated_spos_add_(scores, q_s, k_s, pos_q, pos_k, gate1, onehot):
+    b, h, t, _ = scores.shape
+    full_a, full_b = scores.new_empty(h, t, 2 * t - 1), scores.new_empty(h, t, 2 * t - 1)
+    spos, c1 = scores.new_empty(h, t, t), scores.new_empty(h, t, t)
+    for i in range(b):
+        _spos_row(q_s[i], k_s[i], pos_q, pos_k, full_a, full_b, spos)
+        torch.matmul(gate1[i], onehot[i], out=c1)  # 1 + c (Eq. 12)
+        scores[i].addcmul_(spos, c1)
+    return scores
+
+
+class GatedSposAdd(torch.autograd.Function):
+    """``scores + (1 + gate @ onehot) * S_pos`` written into ``scores`` (Eq. 13); S_pos and c are
+    recomputed per batch row in backward instead of being saved."""
+
+    @staticmethod
+    def forward(ctx, scores, q, k, pos_q, pos_k, gate, onehot, scale):
+        ctx.scale = scale
+        ctx.mark_dirty(scores)
+        ctx.save_for_backward(q, k, pos_q, pos_k, gate, onehot)
+        return _gated_spos_add_(scores, q * scale, k * scale, pos_q, pos_k, gate + 1, onehot)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        q, k, pos_q, pos_k, gate, onehot = ctx.saved_tensors
+        s = ctx.scale
+        b, h, t, _ = grad.shape
+        q_s, k_s, gate1 = q * s, k * s, gate + 1  # scaled on the (T, d) side, as the forward
+        full_a, full_b = grad.new_empty(h, t, 2 * t - 1), grad.new_empty(h, t, 2 * t - 1)
+        d_a, d_b = grad.new_zeros(h, t, 2 * t - 1), grad.new_zeros(h, t, 2 * t - 1)  # off-view cells stay 0
+        spos, c1, g_s = grad.new_empty(h, t, t), grad.new_empty(h, t, t), grad.new_empty(h, t, t)
+        grad_q, grad_k = torch.empty_like(q), torch.empty_like(k)
+        grad_pos_q, grad_pos_k = torch.zeros_like(pos_q), torch.zeros_like(pos_k)
+        grad_gate_t = gate.new_empty(b, h, gate.size(-1), t)
+        for i in range(b):
+            g = grad[i]
+            _spos_row(q_s[i], k_s[i], pos_q, pos_k, full_a, full_b, spos)
+            torch.matmul(gate1[i], onehot[i], out=c1)
+            torch.mul(g, spos, out=spos)  # d/dc = g * S_pos, summed per key class below
+            torch.matmul(onehot[i], spos.transpose(-1, -2), out=grad_gate_t[i])
+            torch.mul(g, c1, out=g_s)  # d/dS_pos = g * (1 + c)
+            _skew_view(d_a, t).copy_(g_s)  # adjoint of the c2p skew
+            _skew_view(d_b, t).copy_(g_s.transpose(-1, -2))  # adjoint of the transposed p2c skew
+            torch.matmul(d_a, pos_k, out=grad_q[i])
+            torch.matmul(d_b, pos_q, out=grad_k[i])
+            grad_pos_k.baddbmm_(d_a.transpose(-1, -2), q_s[i])
+            grad_pos_q.baddbmm_(d_b.transpose(-1, -2), k_s[i])
+        grad_q.mul_(s)
+        grad_k.mul_(s)
+        return grad, grad_q, grad_k, grad_pos_q, grad_pos_k, grad_gate_t.transpose(-1, -2), None, None
+
+
+def gated_spos_add(scores, q, k, pos_q, pos_k, gate, onehot, scale):
+    """Eq. 13: scores + (1 + c) * S_pos, in place (``scores``: a fresh (B, H, T, T) tensor nothing
+    saved for backward). q, k (B, H, T, d); pos_q, pos_k (H, 2T-1, d) for offsets T-1 .. -(T-1);
+    gate (B, H, T, 11); onehot (B, 1, 11, T)."""
+    if torch.is_grad_enabled():
+        return GatedSposAdd.apply(scores, q, k, pos_q, pos_k, gate, onehot, scale)
+    return _gated_spos_add_(scores, q * scale, k * scale, pos_q, pos_k, gate + 1, onehot)
