@@ -12,7 +12,12 @@ With ``glue.json`` present, ``--num-classes`` defaults to the task's and is chec
 ``--regression-target``; and fairseq's ``sentence_prediction`` criterion is told to report the
 task's GLUE metric (``--report-mcc`` for CoLA, ``--report-acc-and-f1`` for MRPC/QQP,
 ``--report-pearson-and-spearman`` for STS-B; accuracy is always logged for classification).
+
+Encoders (the RoBERTa recipe): ``--init-token 0 --separator-token 2 --add-mask-symbol`` gives
+``<s> s1 </s> </s> s2 </s>`` with tags ``<notag> t1 <notag> <notag> t2 <notag>`` (the ``<s>`` of
+``hexatag_mlm`` blocks is ``<notag>`` too) and the masked-LM dictionary (dict.txt + ``<mask>``).
 """
+import argparse
 import contextlib
 import logging
 import os
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
+import torch
 from fairseq.data import (
     ConcatSentencesDataset, Dictionary, IdDataset, NestedDictionaryDataset, NumelDataset, NumSamplesDataset,
     OffsetTokensDataset, PrependTokenDataset, RawLabelDataset, RightPadDataset, SortDataset, StripTokenDataset,
@@ -36,6 +42,11 @@ from ..data.tag_dictionary import NOTAG_ID, TAG_KINDS, load_tag_dictionary
 from ..data.tag_streams import load_tag_streams
 
 logger = logging.getLogger(__name__)
+
+# fairseq's argparse-configured models (its roberta, for one) store an argparse.Namespace in their
+# checkpoints, which torch >= 2.6 refuses to unpickle by default (weights-only loading): allow that
+# one plain class, so such checkpoints fine-tune (--restore-file) and evaluate through this task.
+torch.serialization.add_safe_globals([argparse.Namespace])
 
 REPORT_FLAGS = {"mcc": "report_mcc", "acc_and_f1": "report_acc_and_f1", "pearson_and_spearman": "report_pearson_and_spearman"}
 
