@@ -20,6 +20,7 @@ from sipe_fairseq.cli.preprocess import main as preprocess_main
 from sipe_fairseq.data import toy_grammar
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.eval import glue as glue_eval
+from conftest import ROOT
 from test_glue import BIN, ENV, PLUGIN, RTE, _stream, make_task, run, write_task  # also registers the fake parser
 
 HEAD = "classification_heads.sentence_classification_head."
@@ -219,11 +220,24 @@ def test_finetune_end_to_end(pretrained):
                "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple"]
         procs[name] = subprocess.Popen([str(c) for c in cmd], cwd=root, env=ENV, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True)
+    # examples/glue/finetune.sh: encoder inputs, and the Table 11 row of the checkpoint's backbone
+    script = [str(ROOT / "examples" / "glue" / "finetune.sh"), "rte", str(data), str(pretrained["ckpt"]["sipe_modernbert"]),
+              str(root / "ft-script"), "--max-update", "2", "--batch-size", "16"]
+    script_proc = subprocess.Popen(["bash", *script], cwd=root, env=dict(ENV, PYTHON=sys.executable),
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     logs = {}
     for name, p in procs.items():
         out, _ = p.communicate(timeout=900)
         assert p.returncode == 0, f"{name}\n{out[-4000:]}"
         logs[name] = out
+    out, _ = script_proc.communicate(timeout=900)
+    assert script_proc.returncode == 0, out[-4000:]
+    assert "sipe_modernbert_tiny (encoder) backbone=modernbert lr=5e-5 wd=1e-5" in out, out[:3000]  # Table 11, RTE
+    cmd = next(line for line in out.splitlines() if "exec " in line and "fairseq-train" in line)
+    for flags in ("--init-token 0 --separator-token 2 --add-mask-symbol --shorten-method truncate", "--sipe-injection position",
+                  f"--max-positions {TPS}", "--lr 5e-5", "--weight-decay 1e-5", "--adam-eps 1e-6", "--max-epoch 20"):
+        assert flags in cmd, (flags, cmd)
+    assert "initialized fresh" in out and "valid on 'valid' subset" in out
     for name, log in logs.items():
         assert f"Loaded checkpoint {pretrained['ckpt'][name]}" in log, log[-3000:]
         if name == "roberta":  # fairseq's own upgrade logs each new head key
