@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from fairseq import checkpoint_utils
@@ -260,6 +261,11 @@ def test_finetune_end_to_end(pretrained):
         if name != "roberta":  # the fine-tuned model has the MLM's injection
             mlm_cfg, ft_cfg = model_cfg(mlm), model_cfg(ft)
             assert ft_cfg.sipe_injection == mlm_cfg.sipe_injection != "none" and ft_cfg.sipe_tag_heads == "off"
+    # a best metric computed by scikit-learn (MCC, F1, Pearson) is a numpy scalar in fairseq's checkpoint
+    state = torch.load(str(root / "ft-sipe_deberta" / "checkpoint_last.pt"), map_location="cpu", weights_only=False)
+    state["extra_state"]["best"] = state["extra_state"]["val_loss"] = np.float64(55.5)
+    torch.save(state, str(root / "numpy-best.pt"))
+    assert glue_eval.evaluate(str(root / "numpy-best.pt"), str(data), "valid")["n"] == 40
     out = run([sys.executable, "-m", "sipe_fairseq.eval.glue", "--data", data, "--path",
                root / "ft-roberta" / "checkpoint_last.pt"], root)  # fairseq's roberta: argparse checkpoint
     assert re.search(r"rte valid \(n=40\): accuracy [\d.]+", out), out

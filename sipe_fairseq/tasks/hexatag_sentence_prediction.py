@@ -43,10 +43,17 @@ from ..data.tag_streams import load_tag_streams
 
 logger = logging.getLogger(__name__)
 
-# fairseq's argparse-configured models (its roberta, for one) store an argparse.Namespace in their
-# checkpoints, which torch >= 2.6 refuses to unpickle by default (weights-only loading): allow that
-# one plain class, so such checkpoints fine-tune (--restore-file) and evaluate through this task.
-torch.serialization.add_safe_globals([argparse.Namespace])
+# torch >= 2.6 unpickles checkpoints weights-only by default and refuses two things fairseq writes:
+# the argparse.Namespace of argparse-configured models (its roberta, for one) and numpy scalars (the
+# best validation metric when scikit-learn computed it: MCC, F1, Pearson; e.g. finetune.sh's
+# --best-checkpoint-metric mcc). Allow just these plain data types, so such checkpoints fine-tune
+# (--restore-file), resume and evaluate through this task.
+try:
+    from numpy._core.multiarray import scalar as _np_scalar  # numpy >= 2
+except ImportError:
+    from numpy.core.multiarray import scalar as _np_scalar
+torch.serialization.add_safe_globals([argparse.Namespace, _np_scalar, np.dtype] + [
+    type(np.dtype(t)) for t in (np.float64, np.float32, np.int64, np.int32, np.bool_)])
 
 REPORT_FLAGS = {"mcc": "report_mcc", "acc_and_f1": "report_acc_and_f1", "pearson_and_spearman": "report_pearson_and_spearman"}
 
