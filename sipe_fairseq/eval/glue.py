@@ -92,15 +92,31 @@ def glue_metrics(metric: str, preds, labels, positive=1) -> Dict[str, float]:
 
 # ----------------------------------------------------------------------------- model flags
 
-_NOT_MODEL_FLAGS = {"_name", "tokens_per_sample", "max_target_positions", "max_positions", "pooler_dropout",
-                    "pooler_activation_fn", "tie_adaptive_weights"}
+# head settings are left to the fine-tuning command; the rest are task settings or interpolations
+_NOT_MODEL_FLAGS = {"_name", "tokens_per_sample", "max_target_positions", "pooler_dropout", "pooler_activation_fn",
+                    "tie_adaptive_weights", "load_checkpoint_heads", "spectral_norm_classification_head"}
+
+
+def _legacy_model_options(arch: str):
+    """``{dest: (flag, default, is_switch)}`` of an argparse-configured fairseq model (e.g. ``roberta``)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    cls = ARCH_MODEL_REGISTRY.get(arch)
+    if cls is None or not hasattr(cls, "add_args"):
+        return None
+    parser = argparse.ArgumentParser(add_help=False)
+    cls.add_args(parser)
+    return {a.dest: (a.option_strings[0], a.default, a.nargs == 0) for a in parser._actions if a.option_strings}
 
 
 def model_flags(path: str) -> List[str]:
     """fairseq-train flags that rebuild the model body of a (pre-trained) checkpoint: ``--arch`` and
     every field of the model's config with its saved value (booleans only when they differ from the
-    default, as fairseq's store_true/store_false flags require), so ``--finetune-from-model`` loads
-    it strictly. Classification-head settings are left to the fine-tuning command."""
+    default, as fairseq's store_true/store_false flags require), so ``--finetune-from-model`` or
+    ``--restore-file`` loads it strictly. Encoders get ``--max-positions``, their pre-training length
+    (``sipe_roberta``'s learned positions are sized by it, as RoBERTa's). fairseq's argparse models
+    (``roberta``) are read through their ``add_args``. Classification-head settings are left to the
+    fine-tuning command."""
     import fairseq  # noqa: F401
     from fairseq import checkpoint_utils
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_DATACLASS_REGISTRY
@@ -108,23 +124,29 @@ def model_flags(path: str) -> List[str]:
 
     import sipe_fairseq
 
-    sipe_fairseq.register()
+    sipe_fairseq.register()  # also allows the argparse.Namespace of legacy checkpoints
     state = checkpoint_utils.load_checkpoint_to_cpu(path)
-    model = OmegaConf.to_container(state["cfg"], resolve=True)["model"]
-    arch = model["_name"]
+    cfg = state["cfg"]
+    model = OmegaConf.to_container(cfg, resolve=True)["model"] if OmegaConf.is_config(cfg["model"]) else vars(cfg["model"])
+    arch = model.get("_name") or model.get("arch")
     dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY.get(arch, arch))
-    if dc is None:
-        raise ValueError(f"{path}: architecture {arch!r} has no dataclass config (not a sipe_fairseq model?)")
-    defaults = dc()
+    if dc is not None:
+        defaults = dc()
+        options = {name: ("--" + name.replace("_", "-"), getattr(defaults, name), isinstance(model.get(name), bool))
+                   for name in dc.__dataclass_fields__}
+    else:
+        options = _legacy_model_options(arch)
+        if options is None:
+            raise ValueError(f"{path}: architecture {arch!r} is neither a dataclass nor an argparse fairseq model")
     flags = ["--arch", arch]
-    for name in dc.__dataclass_fields__:
+    for name, (flag, default, switch) in options.items():
         if name in _NOT_MODEL_FLAGS or name not in model or model[name] is None:
             continue
-        value, flag = model[name], "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            if value != getattr(defaults, name):
+        value = model[name]
+        if switch:
+            if bool(value) != bool(default):
                 flags.append(flag)
-        else:
+        elif dc is not None or value != default:  # an argparse default needs no flag
             flags += [flag, str(value)]
     return flags
 

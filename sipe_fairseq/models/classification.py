@@ -7,7 +7,11 @@ A decoder classifies from its final token: the features of the last non-pad posi
 created by the task (``register_classification_head``); the LM body keeps its state-dict keys, so a
 ``hexatag_lm`` checkpoint loads into the classifier with only the new head missing:
 :meth:`ClassificationHeadsMixin.upgrade_state_dict_named` fills exactly those keys from the fresh
-initialization and logs them (everything else is loaded strictly).
+initialization and logs them (everything else is loaded strictly). A masked-LM encoder keeps its
+LM head (``encoder.lm_head.*``) as fairseq's RoBERTa does: it is unused by classification (no
+gradient; multi-GPU runs need ``--find-unused-parameters`` as in fairseq's RoBERTa GLUE recipe), and
+the fine-tuned checkpoint stays a complete masked LM. A body that does not match the checkpoint
+still fails, with hints for the usual causes (:meth:`ClassificationHeadsMixin.load_state_dict`).
 """
 import logging
 
@@ -122,3 +126,32 @@ class ClassificationHeadsMixin:
                     fresh.append(k)
         if fresh:
             logger.info(f"not in the checkpoint, initialized fresh (the new classification head): {fresh}")
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """fairseq's strict load; a mismatch error gets hints on its usual causes appended."""
+        try:
+            return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}\n{self._mismatch_hints(state_dict)}") from e
+
+    def _mismatch_hints(self, state_dict) -> str:
+        """Hints for a checkpoint whose body does not fit this model (``state_dict`` as upgraded)."""
+        body, hints = self.body_name, []
+        ck_emb, own_emb = state_dict.get(f"{body}.embed_tokens.weight"), self.body.embed_tokens.weight
+        if ck_emb is not None and ck_emb.size(0) != own_emb.size(0):
+            if ck_emb.size(0) == own_emb.size(0) + 1:
+                hints.append("the checkpoint's dictionary has one more symbol (a masked LM's <mask>): pass --add-mask-symbol")
+            elif ck_emb.size(0) + 1 == own_emb.size(0):
+                hints.append("this dictionary has one more symbol than the checkpoint's: drop --add-mask-symbol")
+            else:
+                hints.append(f"the checkpoint has {ck_emb.size(0)} token types, this dictionary {own_emb.size(0)}: "
+                             "preprocess with --pretrain-data of the checkpoint's own data directory")
+        ck_pos = state_dict.get(f"{body}.embed_positions.weight")
+        own_pos = getattr(getattr(self.body, "embed_positions", None), "weight", None)
+        if ck_pos is not None and own_pos is not None and ck_pos.shape != own_pos.shape:
+            n = ck_pos.size(0) - self.body.padding_idx - 1  # fairseq's learned positions: max_positions + pad + 1 rows
+            hints.append(f"the checkpoint's learned positions cover {n} tokens: pass --max-positions {n} "
+                         "(its pre-training --tokens-per-sample) and --shorten-method truncate")
+        hints.append("build the body with the checkpoint's settings (--arch, --sipe-injection, ...): "
+                     "`python -m sipe_fairseq.eval.glue --model-flags --path CHECKPOINT` prints them")
+        return "hints: " + "; ".join(hints)
