@@ -174,8 +174,11 @@ class SiPEEncoder(FairseqEncoder):
                         raise ValueError(f"--sipe-input-strategy {self.fusion.strategy} needs src_deprels "
                                          "(train with --deprel-stream on data preprocessed with --deprel)")
                     deprel_cls = self._deprel_classes(deprels)
-                priors = prior_embeddings(self.tags, cls, self.deprel, deprel_cls, self.fusion.components)
-                x, skip_extra = self.fusion(x, priors)  # Eq. 2 / 11 and Table 12, inside the embedding norm
+                if self.fusion.strategy == "ADD_T_NT":  # Eq. 2 / 11: one gather from the 11-row class table
+                    x = x + F.embedding(cls, tag_ctx.table)
+                else:  # Table 12
+                    priors = prior_embeddings(self.tags, cls, self.deprel, deprel_cls, self.fusion.components)
+                    x, skip_extra = self.fusion(x, priors)  # inside the embedding norm
         x = F.dropout(self.emb_norm(x), self.cfg.dropout, self.training)
         if skip_extra is not None:
             skip_extra = F.dropout(skip_extra, self.cfg.dropout, self.training)

@@ -118,7 +118,12 @@ def gated_bd_add(scores, q_pos, r, gate, onehot, scale, causal=False):
     by the caller; backward assumes nothing about their gradient, it is exact for what was written)."""
     if torch.is_grad_enabled():
         return GatedBDAdd.apply(scores, q_pos, r, gate, onehot, scale, causal)
-    return _gated_bd_add_(scores, q_pos, r * scale, gate + 1, onehot, causal)
+    # inference: one batched pass (the per-row loop saves memory for backward, but costs wall time
+    # on a multi-threaded CPU, where the small per-row products do not keep every thread busy)
+    b, h, t, _ = scores.shape
+    bd = torch.matmul(q_pos * scale, r.transpose(-1, -2))
+    bd = torch.cat([bd.new_zeros(b, h, t, 1), bd], dim=-1).view(b, h, t + 1, t)[:, :, 1:].view(b, h, t, t)  # rel_shift
+    return scores.addcmul_(bd, torch.matmul(gate, onehot).add_(1))
 
 
 def _class_bias_add_(scores, bias, onehot, causal):
@@ -160,7 +165,9 @@ def class_bias_add(scores, bias, onehot, causal=False):
     entries j > i are unspecified): scores (B, H, T, T), bias (B, H, T, 11), onehot (B, 1, 11, T)."""
     if torch.is_grad_enabled():
         return ClassBiasAdd.apply(scores, bias, onehot, causal)
-    return _class_bias_add_(scores, bias, onehot, causal)
+    b, h, t, _ = scores.shape  # inference: one batched matmul-add (see gated_bd_add)
+    return torch.baddbmm(scores.view(b * h, t, t), bias.reshape(b * h, t, -1),
+                         onehot.expand(b, h, -1, t).reshape(b * h, -1, t), out=scores.view(b * h, t, t)).view(b, h, t, t)
 
 
 # ----------------------------------------------------------------------------- DeBERTa (Eq. 12-13)
