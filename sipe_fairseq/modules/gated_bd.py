@@ -5,9 +5,9 @@
 one-hot (B, 1, 11, T). Every column of the one-hot holds exactly one 1, so ``(gate + 1) @ onehot``
 is 1 + c at no extra cost.
 
-The work goes one batch row, and (causal) one block of query rows, at a time through small reused
-buffers: on CPU a fresh 64 MB tensor costs about as much as a matmul in page faults, so no
-(B, H, T, T) temporary is allocated, and nothing of that size is saved for backward, which
+The work goes (causal) one block of query rows at a time, for the whole batch, through reused
+buffers: on CPU a fresh 64 MB tensor costs about as much as a matmul in page faults, so (causal)
+no (B, H, T, T) temporary is allocated, and nothing of that size is saved for backward, which
 recomputes BD and c block by block. Causal: query rows [r0, r1) only need keys j < r1, i.e. the
 distances T - r1 .. T - 1, so about half of the products and element-wise work is skipped; the
 entries j > i are unspecified (the caller masks them). Non-causal: one block, exactly rel_shift,
@@ -30,35 +30,34 @@ def _blocks(t: int, causal: bool):
     return [(r0, min(r0 + BLOCK_ROWS, t), min(r0 + BLOCK_ROWS, t)) for r0 in range(0, t, BLOCK_ROWS)]
 
 
-def _buffer(like: torch.Tensor, h: int, blocks):
-    return like.new_empty(h, max((r1 - r0) * (cols + 1) for r0, r1, cols in blocks))
+def _buffer(like: torch.Tensor, b: int, h: int, blocks):
+    return like.new_empty(b, h, max((r1 - r0) * (cols + 1) for r0, r1, cols in blocks))
 
 
 def _views(buf: torch.Tensor, rows: int, cols: int):
-    """Buffer (H, >= rows * (cols+1)) -> (zero column, product (rows, cols) in padded rows of cols+1,
-    its rel-shifted (rows, cols) view: [i, j] = product[i, rows - 1 - i + j], i.e. distance r0 + i - j
-    when the product's column m holds distance cols - 1 - m)."""
-    h = buf.size(0)
-    flat = buf[:, :rows * (cols + 1)]
-    padded = flat.view(h, rows, cols + 1)
-    return padded[..., 0], padded[..., 1:], flat[:, rows:].view(h, rows, cols)
+    """Buffer (B, H, >= rows * (cols+1)) -> (zero column, product (rows, cols) in padded rows of
+    cols+1, its rel-shifted (rows, cols) view: [i, j] = product[i, rows - 1 - i + j], i.e. distance
+    r0 + i - j when the product's column m holds distance cols - 1 - m)."""
+    b, h = buf.shape[:2]
+    flat = buf[..., :rows * (cols + 1)]
+    padded = flat.view(b, h, rows, cols + 1)
+    return padded[..., 0], padded[..., 1:], flat[..., rows:].view(b, h, rows, cols)
 
 
 def _gated_bd_add_(scores, q_pos, r_scaled, gate1, onehot, causal):
     """scores += rel_shift(q_pos r_scaled^T) * (gate1 @ onehot), in place, without autograd."""
     b, h, t, _ = scores.shape
     blocks = _blocks(t, causal)
-    pad, cbuf = _buffer(scores, h, blocks), _buffer(scores, h, blocks)
+    pad, cbuf = _buffer(scores, b, h, blocks), _buffer(scores, b, h, blocks)
     for r0, r1, cols in blocks:
         rows = r1 - r0
         zero, prod, shifted = _views(pad, rows, cols)
-        c1 = cbuf[:, :rows * cols].view(h, rows, cols)
+        c1 = cbuf[..., :rows * cols].view(b, h, rows, cols)
         r_t = r_scaled[:, t - cols:].transpose(-1, -2)  # distances cols - 1 .. 0
         zero.zero_()
-        for i in range(b):
-            torch.matmul(q_pos[i, :, r0:r1], r_t, out=prod)  # BD in distance layout
-            torch.matmul(gate1[i, :, r0:r1], onehot[i, :, :, :cols], out=c1)  # 1 + c (Eq. 6)
-            scores[i, :, r0:r1, :cols].addcmul_(shifted, c1)
+        torch.matmul(q_pos[:, :, r0:r1], r_t, out=prod)  # BD in distance layout
+        torch.matmul(gate1[:, :, r0:r1], onehot[..., :cols], out=c1)  # 1 + c (Eq. 6)
+        scores[:, :, r0:r1, :cols].addcmul_(shifted, c1)
     return scores
 
 
@@ -80,7 +79,7 @@ class GatedBDAdd(torch.autograd.Function):
         b, h, t, _ = grad.shape
         r_scaled, gate1 = r * ctx.scale, gate + 1
         blocks = _blocks(t, ctx.causal)
-        pad, gpad, cbuf = (_buffer(grad, h, blocks) for _ in range(3))
+        pad, gpad, cbuf = (_buffer(grad, b, h, blocks) for _ in range(3))
         grad_q = q_pos.new_empty(q_pos.shape) if need_q else None
         grad_r = torch.zeros_like(r) if need_r else None
         grad_gate_t = gate.new_empty(b, h, gate.size(-1), t) if need_gate else None  # transposed: faster matmul
@@ -88,23 +87,22 @@ class GatedBDAdd(torch.autograd.Function):
             rows = r1 - r0
             zero, prod, shifted = _views(pad, rows, cols)
             _, gprod, gshifted = _views(gpad, rows, cols)  # grad wrt the product, padded like it
-            c1 = cbuf[:, :rows * cols].view(h, rows, cols)  # 1 + c, then reused for grad wrt it
+            c1 = cbuf[..., :rows * cols].view(b, h, rows, cols)  # 1 + c, then reused for grad wrt it
             r_s = r_scaled[:, t - cols:]
             zero.zero_()
-            gpad[:, :rows].zero_()  # the slots the adjoint view reads but no output maps to
-            for i in range(b):
-                g = grad[i, :, r0:r1, :cols]
-                torch.matmul(q_pos[i, :, r0:r1], r_s.transpose(-1, -2), out=prod)
-                torch.matmul(gate1[i, :, r0:r1], onehot[i, :, :, :cols], out=c1)
-                if need_q or need_r:
-                    torch.mul(g, c1, out=gshifted)  # d/dBD = g * (1 + c)
-                    if need_q:
-                        torch.matmul(gprod, r_s, out=grad_q[i, :, r0:r1])
-                    if need_r:
-                        grad_r[:, t - cols:].baddbmm_(gprod.transpose(-1, -2), q_pos[i, :, r0:r1])
-                if need_gate:  # d/dc = g * BD, summed per key class: onehot @ (g * BD)^T
-                    torch.mul(g, shifted, out=c1)
-                    torch.matmul(onehot[i, :, :, :cols], c1.transpose(-1, -2), out=grad_gate_t[i, :, :, r0:r1])
+            gpad[..., :rows].zero_()  # the slots the adjoint view reads but no output maps to
+            g = grad[:, :, r0:r1, :cols]
+            torch.matmul(q_pos[:, :, r0:r1], r_s.transpose(-1, -2), out=prod)
+            torch.matmul(gate1[:, :, r0:r1], onehot[..., :cols], out=c1)
+            if need_q or need_r:
+                torch.mul(g, c1, out=gshifted)  # d/dBD = g * (1 + c)
+                if need_q:
+                    torch.matmul(gprod, r_s, out=grad_q[:, :, r0:r1])
+                if need_r:
+                    grad_r[:, t - cols:] += torch.matmul(gprod.transpose(-1, -2), q_pos[:, :, r0:r1]).sum(0)
+            if need_gate:  # d/dc = g * BD, summed per key class: onehot @ (g * BD)^T
+                torch.mul(g, shifted, out=c1)
+                torch.matmul(onehot[..., :cols], c1.transpose(-1, -2), out=grad_gate_t[:, :, :, r0:r1])
         if need_r:
             grad_r.mul_(ctx.scale)
         grad_gate = grad_gate_t.transpose(-1, -2) if need_gate else None
@@ -127,10 +125,8 @@ def gated_bd_add(scores, q_pos, r, gate, onehot, scale, causal=False):
 
 
 def _class_bias_add_(scores, bias, onehot, causal):
-    h = scores.size(1)
     for r0, r1, cols in _blocks(scores.size(-1), causal):
-        for i in range(scores.size(0)):
-            scores[i, :, r0:r1, :cols].baddbmm_(bias[i, :, r0:r1], onehot[i, :, :, :cols].expand(h, -1, -1))
+        scores[:, :, r0:r1, :cols] += torch.matmul(bias[:, :, r0:r1], onehot[..., :cols])
     return scores
 
 
@@ -153,9 +149,8 @@ class ClassBiasAdd(torch.autograd.Function):
             b, h, t, _ = grad.shape
             grad_bias_t = grad.new_empty(b, h, onehot.size(-2), t)
             for r0, r1, cols in _blocks(t, ctx.causal):
-                for i in range(b):
-                    torch.matmul(onehot[i, :, :, :cols], grad[i, :, r0:r1, :cols].transpose(-1, -2),
-                                 out=grad_bias_t[i, :, :, r0:r1])
+                torch.matmul(onehot[..., :cols], grad[:, :, r0:r1, :cols].transpose(-1, -2),
+                             out=grad_bias_t[:, :, :, r0:r1])
             grad_bias_t = grad_bias_t.transpose(-1, -2)
         return grad, grad_bias_t, None, None
 
