@@ -50,18 +50,33 @@ class HexatagLMCriterion(FairseqCriterion):
         loss = lm
         ntokens = sample["ntokens"]
         log = {"lm_loss": lm.data, "ntokens": ntokens, "nsentences": sample["target"].size(0), "sample_size": ntokens}
-        tag_total = lm.new_zeros(())
+        loss, tag_total = self.add_tag_losses(loss, net_output[1], sample, log)
+        log["loss"] = loss.data
+        log["joint_loss"] = lm.data + tag_total
+        return loss, ntokens, log
+
+    def add_tag_losses(self, loss, extra, sample, log):
+        """loss + lambda_T L_T + lambda_NT L_NT from the tag heads' logits in ``extra`` against the
+        sample's ``{kind}_target``; logs each head's loss, count and correct. Returns (loss, tag NLL)."""
+        tag_total = loss.new_zeros(())
         for kind, n in TAG_HEADS:
-            logits = net_output[1].get(f"{kind}_logits")
+            logits = extra.get(f"{kind}_logits")
             if logits is None or f"{kind}_target" not in sample:
                 continue
             nll, count, correct = tag_nll(logits, sample[f"{kind}_target"], n)
             loss = loss + self.weights[kind] * nll
             tag_total = tag_total + nll.data
             log.update({f"{kind}_loss": nll.data, f"{kind}_count": count, f"{kind}_correct": correct})
-        log["loss"] = loss.data
-        log["joint_loss"] = lm.data + tag_total
-        return loss, ntokens, log
+        return loss, tag_total
+
+    @staticmethod
+    def log_tag_metrics(total) -> None:
+        ln2 = math.log(2)
+        for kind, _ in TAG_HEADS:
+            count = total(f"{kind}_count")
+            if count:
+                metrics.log_scalar(f"{kind}_loss", total(f"{kind}_loss") / count / ln2, count, round=3)
+                metrics.log_scalar(f"{kind}_acc", 100.0 * total(f"{kind}_correct") / count, count, round=2)
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
@@ -73,11 +88,7 @@ class HexatagLMCriterion(FairseqCriterion):
         metrics.log_derived("ppl", lambda m: utils.get_perplexity(m["nll_loss"].avg))
         metrics.log_scalar("joint_loss", total("joint_loss") / ntokens / ln2, ntokens, round=3)
         metrics.log_derived("joint_ppl", lambda m: utils.get_perplexity(m["joint_loss"].avg))
-        for kind, _ in TAG_HEADS:
-            count = total(f"{kind}_count")
-            if count:
-                metrics.log_scalar(f"{kind}_loss", total(f"{kind}_loss") / count / ln2, count, round=3)
-                metrics.log_scalar(f"{kind}_acc", 100.0 * total(f"{kind}_correct") / count, count, round=2)
+        HexatagLMCriterion.log_tag_metrics(total)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

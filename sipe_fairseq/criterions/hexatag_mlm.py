@@ -6,27 +6,23 @@ there); the tag terms are cross-entropies of the tag heads at masked first subwo
 the MLM term per masked token, each tag loss per tagged target, tag accuracies.
 """
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch.nn.functional as F
 from fairseq import metrics, utils
-from fairseq.criterions import FairseqCriterion, register_criterion
-from fairseq.dataclass import FairseqDataclass
+from fairseq.criterions import register_criterion
 
-from .hexatag_lm import TAG_HEADS, tag_nll
+from .hexatag_lm import HexatagLMCriterion, HexatagLMCriterionConfig
 
 
 @dataclass
-class HexatagMLMCriterionConfig(FairseqDataclass):
-    terminal_weight: float = field(default=1.0, metadata={"help": "lambda_T, weight of the terminal-tag loss"})
-    nonterminal_weight: float = field(default=1.0, metadata={"help": "lambda_NT, weight of the non-terminal-tag loss"})
+class HexatagMLMCriterionConfig(HexatagLMCriterionConfig):
+    """Same options as ``hexatag_lm``: --terminal-weight, --nonterminal-weight."""
 
 
 @register_criterion("hexatag_mlm", dataclass=HexatagMLMCriterionConfig)
-class HexatagMLMCriterion(FairseqCriterion):
-    def __init__(self, task, terminal_weight=1.0, nonterminal_weight=1.0):
-        super().__init__(task)
-        self.weights = {"terminal": terminal_weight, "nonterminal": nonterminal_weight}
+class HexatagMLMCriterion(HexatagLMCriterion):
+    """The tag weights and tag-loss bookkeeping of ``hexatag_lm``, on a masked-LM term."""
 
     def forward(self, model, sample, reduce=True):
         masked = sample["target"].ne(self.padding_idx)
@@ -41,13 +37,7 @@ class HexatagMLMCriterion(FairseqCriterion):
         loss = mlm
         log = {"mlm_loss": mlm.data, "ntokens": sample["ntokens"], "nsentences": sample["nsentences"],
                "sample_size": sample_size, "masked_tokens": sample_size}
-        for kind, n in TAG_HEADS:
-            tag_logits = extra.get(f"{kind}_logits")
-            if tag_logits is None or f"{kind}_target" not in sample:
-                continue
-            nll, count, correct = tag_nll(tag_logits, sample[f"{kind}_target"], n)
-            loss = loss + self.weights[kind] * nll
-            log.update({f"{kind}_loss": nll.data, f"{kind}_count": count, f"{kind}_correct": correct})
+        loss, _ = self.add_tag_losses(loss, extra, sample, log)
         log["loss"] = loss.data
         return loss, max(sample_size, 1), log
 
@@ -59,11 +49,7 @@ class HexatagMLMCriterion(FairseqCriterion):
         metrics.log_scalar("loss", total("loss") / n / ln2, n, round=3)
         metrics.log_scalar("nll_loss", total("mlm_loss") / n / ln2, n, round=3)
         metrics.log_derived("ppl", lambda m: utils.get_perplexity(m["nll_loss"].avg))
-        for kind, _ in TAG_HEADS:
-            count = total(f"{kind}_count")
-            if count:
-                metrics.log_scalar(f"{kind}_loss", total(f"{kind}_loss") / count / ln2, count, round=3)
-                metrics.log_scalar(f"{kind}_acc", 100.0 * total(f"{kind}_correct") / count, count, round=2)
+        HexatagLMCriterion.log_tag_metrics(total)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

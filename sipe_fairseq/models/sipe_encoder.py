@@ -32,6 +32,7 @@ from ..modules.assembly import INJECTION_CHOICES
 from ..modules.input_injection import STRATEGIES, InputFusion, prior_embeddings, uses_deprel
 from ..modules.positional import DisentangledPosition
 from ..modules.tag_embedding import FIRST_TAG_ID
+from ._common import log_parameters
 from .classification import ClassificationHeadsMixin
 
 logger = logging.getLogger(__name__)
@@ -224,10 +225,7 @@ class _SiPEEncoderModel(ClassificationHeadsMixin, FairseqEncoderModel):
     @classmethod
     def build_model(cls, args, task):
         encoder = SiPEEncoder(args, task.source_dictionary, getattr(task, "deprel_dictionary", None))
-        n = sum(p.numel() for p in encoder.parameters())
-        sipe = sum(p.numel() for name, p in encoder.named_parameters()
-                   if name.startswith(("tags.", "fusion.", "deprel.")) or "injections" in name)
-        logger.info(f"{cls.__name__}: {n:,} parameters ({sipe:,} SiPE: tag tables, fusion and projections)")
+        log_parameters(cls.__name__, encoder)
         return cls(encoder)
 
 

@@ -18,6 +18,7 @@ from omegaconf import II
 
 from ..modules import HexatagEmbedding, SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_classes
 from ..modules.assembly import INJECTION_CHOICES
+from ._common import log_parameters
 from .classification import ClassificationHeadsMixin
 
 logger = logging.getLogger(__name__)
@@ -146,9 +147,7 @@ class _SiPELanguageModel(ClassificationHeadsMixin, FairseqLanguageModel):
     @classmethod
     def build_model(cls, args, task):
         decoder = SiPEDecoder(args, task.target_dictionary)
-        n = sum(p.numel() for p in decoder.parameters())
-        sipe = sum(p.numel() for name, p in decoder.named_parameters() if name.startswith("tags.") or "injections" in name)
-        logger.info(f"{cls.__name__}: {n:,} parameters ({sipe:,} SiPE: tag tables and projections)")
+        log_parameters(cls.__name__, decoder)
         return cls(decoder)
 
 
