@@ -13,6 +13,9 @@ __version__ = "0.1.0"
 def register() -> None:
     """Import the fairseq-registered modules (tasks, models, criterions); idempotent."""
     from . import criterions, models, tasks  # noqa: F401
+    from .checkpoint_compat import allow_fairseq_checkpoint_globals
+
+    allow_fairseq_checkpoint_globals()
 
 
 if "fairseq" in sys.modules:  # loaded as a fairseq --user-dir (or after fairseq)

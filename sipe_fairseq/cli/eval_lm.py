@@ -20,6 +20,7 @@ from fairseq import checkpoint_utils
 from omegaconf import OmegaConf
 
 import sipe_fairseq
+from sipe_fairseq.checkpoint_compat import allow_fairseq_checkpoint_globals
 from sipe_fairseq.eval.lm_scores import markdown, score_split
 
 logger = logging.getLogger(__name__)
@@ -54,8 +55,8 @@ def load(path: str, data: str, context_window: int = 0):
     from sipe_fairseq.tasks.hexatag_mlm import HexatagMaskedLMTask, HexatagMLMConfig
 
     # legacy fairseq models (e.g. roberta) store an argparse.Namespace in the checkpoint: allow just that class
-    with torch.serialization.safe_globals([argparse.Namespace]):
-        state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    allow_fairseq_checkpoint_globals()
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
     saved = OmegaConf.to_container(state["cfg"]["task"], resolve=True)
     if saved.get("_name") in MASKED_LM_TASKS:
         if context_window:
@@ -68,8 +69,8 @@ def load(path: str, data: str, context_window: int = 0):
     cfg.data = data
     cfg.tokens_per_sample -= context_window  # as fairseq-eval-lm does
     task = task_cls.setup_task(cfg)
-    with torch.serialization.safe_globals([argparse.Namespace]):
-        models, _ = checkpoint_utils.load_model_ensemble([path], arg_overrides={"data": data}, task=task)
+    allow_fairseq_checkpoint_globals()
+    models, _ = checkpoint_utils.load_model_ensemble([path], arg_overrides={"data": data}, task=task)
     return models[0], task
 
 

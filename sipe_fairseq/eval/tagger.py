@@ -31,11 +31,13 @@ def load_tagger(path: str, data: str = None):
     import sipe_fairseq
     from fairseq import checkpoint_utils
 
+    from ..checkpoint_compat import allow_fairseq_checkpoint_globals
+
     sipe_fairseq.register()
     overrides = {"data": data} if data else {}
     # fairseq stores the model's argparse.Namespace in the checkpoint config: allow just that class
-    with torch.serialization.safe_globals([argparse.Namespace]):
-        models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
+    allow_fairseq_checkpoint_globals()
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
     model = models[0].eval()
     return model, task
 

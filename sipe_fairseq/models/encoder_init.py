@@ -28,6 +28,8 @@ from typing import Dict, List, Optional
 
 import torch
 
+from ..checkpoint_compat import allow_fairseq_checkpoint_globals
+
 logger = logging.getLogger(__name__)
 
 KINDS = ("sipe", "roberta")
@@ -237,8 +239,8 @@ def read_checkpoint(path: str, dictionary, dict_path: str, dict_override: str = 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"--init-encoder {path}: no such file")
     # fairseq stores a legacy model config as argparse.Namespace: allow just that class
-    with torch.serialization.safe_globals([argparse.Namespace]):
-        state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    allow_fairseq_checkpoint_globals()
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
     cfg = state.get("cfg")
     if cfg is None or _lookup(cfg, "model") is None:
         raise ValueError(f"--init-encoder {path}: no model config in the checkpoint (not a fairseq checkpoint?)")

@@ -17,7 +17,6 @@ Encoders (the RoBERTa recipe): ``--init-token 0 --separator-token 2 --add-mask-s
 ``<s> s1 </s> </s> s2 </s>`` with tags ``<notag> t1 <notag> <notag> t2 <notag>`` (the ``<s>`` of
 ``hexatag_mlm`` blocks is ``<notag>`` too) and the masked-LM dictionary (dict.txt + ``<mask>``).
 """
-import argparse
 import contextlib
 import logging
 import os
@@ -25,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-import torch
 from fairseq.data import (
     ConcatSentencesDataset, Dictionary, IdDataset, NestedDictionaryDataset, NumelDataset, NumSamplesDataset,
     OffsetTokensDataset, PrependTokenDataset, RawLabelDataset, RightPadDataset, SortDataset, StripTokenDataset,
@@ -36,6 +34,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
 from omegaconf import II, OmegaConf, open_dict
 
+from ..checkpoint_compat import allow_fairseq_checkpoint_globals
 from ..data.glue import glue_task, read_glue_info
 from ..data.lm_dataset import input_key
 from ..data.tag_dictionary import NOTAG_ID, TAG_KINDS, load_tag_dictionary
@@ -43,17 +42,7 @@ from ..data.tag_streams import load_tag_streams
 
 logger = logging.getLogger(__name__)
 
-# torch >= 2.6 unpickles checkpoints weights-only by default and refuses two things fairseq writes:
-# the argparse.Namespace of argparse-configured models (its roberta, for one) and numpy scalars (the
-# best validation metric when scikit-learn computed it: MCC, F1, Pearson; e.g. finetune.sh's
-# --best-checkpoint-metric mcc). Allow just these plain data types, so such checkpoints fine-tune
-# (--restore-file), resume and evaluate through this task.
-try:
-    from numpy._core.multiarray import scalar as _np_scalar  # numpy >= 2
-except ImportError:
-    from numpy.core.multiarray import scalar as _np_scalar
-torch.serialization.add_safe_globals([argparse.Namespace, _np_scalar, np.dtype] + [
-    type(np.dtype(t)) for t in (np.float64, np.float32, np.int64, np.int32, np.bool_)])
+allow_fairseq_checkpoint_globals()  # fine-tune (--restore-file), resume and evaluate fairseq checkpoints
 
 REPORT_FLAGS = {"mcc": "report_mcc", "acc_and_f1": "report_acc_and_f1", "pearson_and_spearman": "report_pearson_and_spearman"}
 
