@@ -574,22 +574,27 @@ def render(summary):
     return "\n".join(out)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_common_arguments(p, vocab_help: str) -> None:
+    """Model size, batch, tagging and measurement options shared with bench_encoders.py."""
     p.add_argument("--embed-dim", type=int, default=512, help="d_model")
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--ffn", type=int, default=2048)
-    p.add_argument("--vocab", type=int, default=8000, help="dictionary size (incl. fairseq's 4 specials)")
+    p.add_argument("--ffn", type=int, default=2048, help="FFN inner dimension")
+    p.add_argument("--vocab", type=int, default=8000, help=vocab_help)
     p.add_argument("--batch", type=int, default=8, help="sequences per batch")
     p.add_argument("--tokens", type=int, default=512, help="tokens per sequence")
-    p.add_argument("--dropout", type=float, default=0.1, help="residual/embedding dropout (SiPE default)")
     p.add_argument("--tag-density", type=float, default=0.75, help="fraction of positions with a hexatag")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in every worker")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3, help="measured rounds (median reported)")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(p, "dictionary size (incl. fairseq's 4 specials)")
+    p.add_argument("--dropout", type=float, default=0.1, help="residual/embedding dropout (SiPE default)")
     p.add_argument("--steps", type=int, default=1, help="train and eval steps per configuration per round")
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {','.join(CONFIGS)} (none is always run)")
     p.add_argument("--quick", action="store_true", help="tiny smoke run (checks the plumbing; at this size per-op overhead dominates, so its ratios mean "
