@@ -46,11 +46,13 @@ def leaves(x, names=("scores", "q_pos", "r", "gate")):
     return {k: (v.detach().clone().requires_grad_(k in names) if torch.is_tensor(v) else v) for k, v in x.items()}
 
 
-@pytest.mark.parametrize("causal,t,block", [(False, 7, 64), (True, 7, 64), (True, 11, 4), (True, 12, 4)])
-def test_gradcheck_float64(monkeypatch, causal, t, block):
+@pytest.mark.parametrize("causal,t,block,batch_rows", [(False, 7, 64, 4), (True, 7, 64, 4), (True, 11, 4, 1), (True, 12, 4, 4),
+                                                        (False, 6, 64, 1)])
+def test_gradcheck_float64(monkeypatch, causal, t, block, batch_rows):
     """Exact adjoint of every output entry (non-causal: rel_shift's garbage j > i included), also
-    with several causal row blocks."""
+    with several causal row blocks and batch chunks."""
     monkeypatch.setattr(gated_bd, "BLOCK_ROWS", block)
+    monkeypatch.setattr(gated_bd, "BATCH_ROWS", batch_rows)
     x = leaves(inputs(t=t))
     names = ("scores", "q_pos", "r", "gate")
 
@@ -62,9 +64,10 @@ def test_gradcheck_float64(monkeypatch, causal, t, block):
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
 @pytest.mark.parametrize("layout_like_model", [False, True])
-@pytest.mark.parametrize("causal,block", [(False, 64), (True, 64), (True, 8), (True, 5)])
-def test_forward_and_gradients_equal_reference(monkeypatch, dtype, tol, layout_like_model, causal, block):
+@pytest.mark.parametrize("causal,block,batch_rows", [(False, 64, 4), (False, 64, 2), (True, 64, 4), (True, 8, 2), (True, 5, 1)])
+def test_forward_and_gradients_equal_reference(monkeypatch, dtype, tol, layout_like_model, causal, block, batch_rows):
     monkeypatch.setattr(gated_bd, "BLOCK_ROWS", block)
+    monkeypatch.setattr(gated_bd, "BATCH_ROWS", batch_rows)
     x = dict(inputs(b=3, h=4, t=33, d=8, dtype=dtype, seed=1, layout_like_model=layout_like_model), causal=causal)
     g = torch.Generator().manual_seed(2)
     upstream = visible(torch.randn(x["scores"].shape, generator=g, dtype=dtype), causal)
@@ -129,6 +132,7 @@ def test_no_grad_path_writes_in_place(monkeypatch, causal):
 @pytest.mark.parametrize("causal", [False, True])
 def test_class_bias_add_gradcheck_and_reference(monkeypatch, causal):
     monkeypatch.setattr(gated_bd, "BLOCK_ROWS", 4)
+    monkeypatch.setattr(gated_bd, "BATCH_ROWS", 1)
     x = leaves(inputs(t=9, seed=8), ("scores", "gate"))
     bias, onehot = x["gate"], x["onehot"]
     assert torch.autograd.gradcheck(lambda s, e: class_bias_add(s.clone(), e, onehot, causal), (x["scores"], bias))
@@ -151,8 +155,9 @@ def test_class_bias_add_gradcheck_and_reference(monkeypatch, causal):
                                                 (["disentangled"], "none")])
 def test_attention_layer_equals_reference(monkeypatch, injection, position):
     """SiPEAttention with the in-place terms vs. the same layer computing ``scores + _gated_bd`` and
-    ``scores + bias @ onehot`` (causal blocks of 6 rows)."""
+    ``scores + bias @ onehot`` (causal blocks of 6 rows, one batch row per op)."""
     monkeypatch.setattr(gated_bd, "BLOCK_ROWS", 6)
+    monkeypatch.setattr(gated_bd, "BATCH_ROWS", 1)
     torch.manual_seed(0)
     b, t, c, h = 2, 16, 32, 4
     attn = SiPEAttention(c, h, position=position).double()

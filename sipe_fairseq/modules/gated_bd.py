@@ -5,10 +5,12 @@
 one-hot (B, 1, 11, T). Every column of the one-hot holds exactly one 1, so ``(gate + 1) @ onehot``
 is 1 + c at no extra cost.
 
-The work goes (causal) one block of query rows at a time, for the whole batch, through reused
-buffers: on CPU a fresh 64 MB tensor costs about as much as a matmul in page faults, so (causal)
-no (B, H, T, T) temporary is allocated, and nothing of that size is saved for backward, which
-recomputes BD and c block by block. Causal: query rows [r0, r1) only need keys j < r1, i.e. the
+The work goes a few batch rows, and (causal) one block of query rows, at a time through small
+reused buffers: on CPU a fresh 64 MB tensor costs about as much as a matmul in page faults, so no
+(B, H, T, T) temporary is allocated, and nothing of that size is saved for backward, which
+recomputes BD and c block by block. Each block is a handful of ops over all heads and those batch
+rows (few thread synchronisations; the products are (B' * rows) x d x cols matmuls per head), in
+training and inference alike. Causal: query rows [r0, r1) only need keys j < r1, i.e. the
 distances T - r1 .. T - 1, so about half of the products and element-wise work is skipped; the
 entries j > i are unspecified (the caller masks them). Non-causal: one block, exactly rel_shift,
 garbage included. The shift (pad a zero column, reinterpret (rows, cols+1) as (rows+1, cols), drop
@@ -21,6 +23,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 BLOCK_ROWS = 64  # query rows per causal block
+BATCH_ROWS = 4  # batch rows per op
 
 
 def _blocks(t: int, causal: bool):
@@ -30,18 +33,34 @@ def _blocks(t: int, causal: bool):
     return [(r0, min(r0 + BLOCK_ROWS, t), min(r0 + BLOCK_ROWS, t)) for r0 in range(0, t, BLOCK_ROWS)]
 
 
-def _buffer(like: torch.Tensor, b: int, h: int, blocks):
-    return like.new_empty(b, h, max((r1 - r0) * (cols + 1) for r0, r1, cols in blocks))
+def _chunks(b: int):
+    return [slice(i, min(i + BATCH_ROWS, b)) for i in range(0, b, BATCH_ROWS)]
 
 
-def _views(buf: torch.Tensor, rows: int, cols: int):
-    """Buffer (B, H, >= rows * (cols+1)) -> (zero column, product (rows, cols) in padded rows of
-    cols+1, its rel-shifted (rows, cols) view: [i, j] = product[i, rows - 1 - i + j], i.e. distance
-    r0 + i - j when the product's column m holds distance cols - 1 - m)."""
-    b, h = buf.shape[:2]
-    flat = buf[..., :rows * (cols + 1)]
-    padded = flat.view(b, h, rows, cols + 1)
-    return padded[..., 0], padded[..., 1:], flat[..., rows:].view(b, h, rows, cols)
+def _buffer(like: torch.Tensor, b: int, h: int, blocks, width: int = 1):
+    return like.new_empty(min(b, BATCH_ROWS) * h * max((r1 - r0) * (cols + width) for r0, r1, cols in blocks))
+
+
+def _views(buf: torch.Tensor, b: int, h: int, rows: int, cols: int):
+    """Buffer -> (zero column (H, B*rows), product (H, B*rows, cols) in padded rows of cols+1, its
+    rel-shifted (H, B, rows, cols) view: [.., i, j] = product[.., i, rows - 1 - i + j], i.e. distance
+    r0 + i - j when the product's column m holds distance cols - 1 - m; the (H, B, rows) slots the
+    shifted view skips, which the adjoint reads and must be zero)."""
+    seg = buf[:h * b * rows * (cols + 1)].view(h, b, rows * (cols + 1))
+    padded = seg.view(h, b * rows, cols + 1)
+    return padded[..., 0], padded[..., 1:], seg[..., rows:].view(h, b, rows, cols), seg[..., :rows]
+
+
+def _rows(x: torch.Tensor, r0: int, r1: int):
+    """(B, H, T, k) -> rows [r0, r1) as (H, B * rows, k) (a copy)."""
+    b, h, _, k = x.shape
+    return x[:, :, r0:r1].transpose(0, 1).reshape(h, b * (r1 - r0), k)
+
+
+def _class_rows(table: torch.Tensor, r0: int, r1: int):
+    """(B, H, T, 11) -> rows [r0, r1) as (B, H * rows, 11)."""
+    b, h, _, n = table.shape
+    return table[:, :, r0:r1].reshape(b, h * (r1 - r0), n)
 
 
 def _gated_bd_add_(scores, q_pos, r_scaled, gate1, onehot, causal):
@@ -49,15 +68,16 @@ def _gated_bd_add_(scores, q_pos, r_scaled, gate1, onehot, causal):
     b, h, t, _ = scores.shape
     blocks = _blocks(t, causal)
     pad, cbuf = _buffer(scores, b, h, blocks), _buffer(scores, b, h, blocks)
-    for r0, r1, cols in blocks:
-        rows = r1 - r0
-        zero, prod, shifted = _views(pad, rows, cols)
-        c1 = cbuf[..., :rows * cols].view(b, h, rows, cols)
-        r_t = r_scaled[:, t - cols:].transpose(-1, -2)  # distances cols - 1 .. 0
-        zero.zero_()
-        torch.matmul(q_pos[:, :, r0:r1], r_t, out=prod)  # BD in distance layout
-        torch.matmul(gate1[:, :, r0:r1], onehot[..., :cols], out=c1)  # 1 + c (Eq. 6)
-        scores[:, :, r0:r1, :cols].addcmul_(shifted, c1)
+    for sl in _chunks(b):
+        bc, oh = sl.stop - sl.start, onehot[sl, 0]
+        for r0, r1, cols in blocks:
+            rows = r1 - r0
+            zero, prod, shifted, _ = _views(pad, bc, h, rows, cols)
+            c1 = cbuf[:bc * h * rows * cols].view(bc, h * rows, cols)
+            zero.zero_()
+            torch.bmm(_rows(q_pos[sl], r0, r1), r_scaled[:, t - cols:].transpose(-1, -2), out=prod)  # BD, distance layout
+            torch.bmm(_class_rows(gate1[sl], r0, r1), oh[..., :cols], out=c1)  # 1 + c (Eq. 6)
+            scores[sl, :, r0:r1, :cols].addcmul_(shifted.transpose(0, 1), c1.view(bc, h, rows, cols))
     return scores
 
 
@@ -76,36 +96,39 @@ class GatedBDAdd(torch.autograd.Function):
     def backward(ctx, grad):
         q_pos, r, gate, onehot = ctx.saved_tensors
         need_q, need_r, need_gate = ctx.needs_input_grad[1:4]
-        b, h, t, _ = grad.shape
+        b, h, t, d = q_pos.shape
         r_scaled, gate1 = r * ctx.scale, gate + 1
         blocks = _blocks(t, ctx.causal)
         pad, gpad, cbuf = (_buffer(grad, b, h, blocks) for _ in range(3))
         grad_q = q_pos.new_empty(q_pos.shape) if need_q else None
         grad_r = torch.zeros_like(r) if need_r else None
-        grad_gate_t = gate.new_empty(b, h, gate.size(-1), t) if need_gate else None  # transposed: faster matmul
-        for r0, r1, cols in blocks:
-            rows = r1 - r0
-            zero, prod, shifted = _views(pad, rows, cols)
-            _, gprod, gshifted = _views(gpad, rows, cols)  # grad wrt the product, padded like it
-            c1 = cbuf[..., :rows * cols].view(b, h, rows, cols)  # 1 + c, then reused for grad wrt it
-            r_s = r_scaled[:, t - cols:]
-            zero.zero_()
-            gpad[..., :rows].zero_()  # the slots the adjoint view reads but no output maps to
-            g = grad[:, :, r0:r1, :cols]
-            torch.matmul(q_pos[:, :, r0:r1], r_s.transpose(-1, -2), out=prod)
-            torch.matmul(gate1[:, :, r0:r1], onehot[..., :cols], out=c1)
-            if need_q or need_r:
-                torch.mul(g, c1, out=gshifted)  # d/dBD = g * (1 + c)
-                if need_q:
-                    torch.matmul(gprod, r_s, out=grad_q[:, :, r0:r1])
-                if need_r:
-                    grad_r[:, t - cols:] += torch.matmul(gprod.transpose(-1, -2), q_pos[:, :, r0:r1]).sum(0)
-            if need_gate:  # d/dc = g * BD, summed per key class: onehot @ (g * BD)^T
-                torch.mul(g, shifted, out=c1)
-                torch.matmul(onehot[..., :cols], c1.transpose(-1, -2), out=grad_gate_t[:, :, :, r0:r1])
+        grad_gate = gate.new_empty(gate.shape) if need_gate else None
+        for sl in _chunks(b):
+            bc, oh = sl.stop - sl.start, onehot[sl, 0]
+            for r0, r1, cols in blocks:
+                rows = r1 - r0
+                zero, prod, shifted, _ = _views(pad, bc, h, rows, cols)
+                _, gprod, gshifted, gskipped = _views(gpad, bc, h, rows, cols)  # grad wrt the product
+                c1 = cbuf[:bc * h * rows * cols].view(bc, h * rows, cols)  # 1 + c, then grad wrt it
+                c1_4d = c1.view(bc, h, rows, cols)
+                g = grad[sl, :, r0:r1, :cols]
+                q_rows, r_s = _rows(q_pos[sl], r0, r1), r_scaled[:, t - cols:]
+                zero.zero_()
+                gskipped.zero_()
+                torch.bmm(q_rows, r_s.transpose(-1, -2), out=prod)
+                torch.bmm(_class_rows(gate1[sl], r0, r1), oh[..., :cols], out=c1)
+                if need_q or need_r:
+                    torch.mul(g, c1_4d, out=gshifted.transpose(0, 1))  # d/dBD = g * (1 + c)
+                    if need_q:
+                        grad_q[sl, :, r0:r1] = torch.bmm(gprod, r_s).view(h, bc, rows, d).transpose(0, 1)
+                    if need_r:
+                        grad_r[:, t - cols:].baddbmm_(gprod.transpose(-1, -2), q_rows)
+                if need_gate:  # d/dc = g * BD, summed per key class: onehot @ (g * BD)^T
+                    torch.mul(g, shifted.transpose(0, 1), out=c1_4d)
+                    per_class = torch.bmm(oh[..., :cols], c1.transpose(-1, -2))  # (B', 11, H * rows)
+                    grad_gate[sl, :, r0:r1] = per_class.view(bc, -1, h, rows).permute(0, 2, 3, 1)
         if need_r:
             grad_r.mul_(ctx.scale)
-        grad_gate = grad_gate_t.transpose(-1, -2) if need_gate else None
         return grad, grad_q, grad_r, grad_gate, None, None, None
 
 
@@ -116,17 +139,19 @@ def gated_bd_add(scores, q_pos, r, gate, onehot, scale, causal=False):
     by the caller; backward assumes nothing about their gradient, it is exact for what was written)."""
     if torch.is_grad_enabled():
         return GatedBDAdd.apply(scores, q_pos, r, gate, onehot, scale, causal)
-    # inference: one batched pass (the per-row loop saves memory for backward, but costs wall time
-    # on a multi-threaded CPU, where the small per-row products do not keep every thread busy)
-    b, h, t, _ = scores.shape
-    bd = torch.matmul(q_pos * scale, r.transpose(-1, -2))
-    bd = torch.cat([bd.new_zeros(b, h, t, 1), bd], dim=-1).view(b, h, t + 1, t)[:, :, 1:].view(b, h, t, t)  # rel_shift
-    return scores.addcmul_(bd, torch.matmul(gate, onehot).add_(1))
+    return _gated_bd_add_(scores, q_pos, r * scale, gate + 1, onehot, causal)
 
 
 def _class_bias_add_(scores, bias, onehot, causal):
-    for r0, r1, cols in _blocks(scores.size(-1), causal):
-        scores[:, :, r0:r1, :cols] += torch.matmul(bias[:, :, r0:r1], onehot[..., :cols])
+    b, h, t, _ = scores.shape
+    blocks = _blocks(t, causal)
+    buf = _buffer(scores, b, h, blocks, width=0)
+    for sl in _chunks(b):
+        bc, oh = sl.stop - sl.start, onehot[sl, 0]
+        for r0, r1, cols in blocks:
+            rows = r1 - r0
+            term = torch.bmm(_class_rows(bias[sl], r0, r1), oh[..., :cols], out=buf[:bc * h * rows * cols].view(bc, h * rows, cols))
+            scores[sl, :, r0:r1, :cols].add_(term.view(bc, h, rows, cols))
     return scores
 
 
@@ -144,15 +169,21 @@ class ClassBiasAdd(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad):
         (onehot,) = ctx.saved_tensors
-        grad_bias_t = None
+        grad_bias = None
         if ctx.needs_input_grad[1]:  # onehot @ grad^T: (11, T) x (T, T) is far faster than grad @ onehot^T
             b, h, t, _ = grad.shape
-            grad_bias_t = grad.new_empty(b, h, onehot.size(-2), t)
-            for r0, r1, cols in _blocks(t, ctx.causal):
-                torch.matmul(onehot[..., :cols], grad[:, :, r0:r1, :cols].transpose(-1, -2),
-                             out=grad_bias_t[:, :, :, r0:r1])
-            grad_bias_t = grad_bias_t.transpose(-1, -2)
-        return grad, grad_bias_t, None, None
+            blocks = _blocks(t, ctx.causal)
+            buf = _buffer(grad, b, h, blocks, width=0)
+            grad_bias = grad.new_empty(b, h, t, onehot.size(-2))
+            for sl in _chunks(b):
+                bc, oh = sl.stop - sl.start, onehot[sl, 0]
+                for r0, r1, cols in blocks:
+                    rows = r1 - r0
+                    g = buf[:bc * h * rows * cols].view(bc, h * rows, cols)
+                    g.view(bc, h, rows, cols).copy_(grad[sl, :, r0:r1, :cols])
+                    per_class = torch.bmm(oh[..., :cols], g.transpose(-1, -2))  # (B', 11, H * rows)
+                    grad_bias[sl, :, r0:r1] = per_class.view(bc, -1, h, rows).permute(0, 2, 3, 1)
+        return grad, grad_bias, None, None
 
 
 def class_bias_add(scores, bias, onehot, causal=False):
@@ -160,9 +191,7 @@ def class_bias_add(scores, bias, onehot, causal=False):
     entries j > i are unspecified): scores (B, H, T, T), bias (B, H, T, 11), onehot (B, 1, 11, T)."""
     if torch.is_grad_enabled():
         return ClassBiasAdd.apply(scores, bias, onehot, causal)
-    b, h, t, _ = scores.shape  # inference: one batched matmul-add (see gated_bd_add)
-    return torch.baddbmm(scores.view(b * h, t, t), bias.reshape(b * h, t, -1),
-                         onehot.expand(b, h, -1, t).reshape(b * h, -1, t), out=scores.view(b * h, t, t)).view(b, h, t, t)
+    return _class_bias_add_(scores, bias, onehot, causal)
 
 
 # ----------------------------------------------------------------------------- DeBERTa (Eq. 12-13)
