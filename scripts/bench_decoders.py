@@ -7,9 +7,14 @@ as ratios to ``sipe_txl`` with ``none``; prints a markdown table (``--json FILE`
     .venv/bin/python scripts/bench_decoders.py --baseline /path/to/old/checkout   # before/after
 
 Method (what makes the ratios trustworthy on a shared, noisy 2-core box):
-  * every configuration lives in its own fresh worker process (this script with ``--child``),
-    built once; the parent drives the workers by turns, so only one computes at any moment;
-  * memory: each worker's first training step (fresh process) is recorded with
+  * every host process (this script with ``--child``) holds every configuration, each built once
+    (model, Adam, a fixed batch), and there are ``--replicas`` hosts; the parent drives them by
+    turns, so only one computes at any moment. Why hosts and not one process per configuration: an
+    A/A test (the same model in two processes) differed by 3-8% in train-step time and up to 20% in
+    eval time on this box, a process's own speed that no number of rounds removes; inside a host it
+    is shared by the configurations being compared and cancels in their ratios (same-model A/A
+    within one process: about 1-2%);
+  * memory: each configuration's first training step, in a fresh process of its own, is recorded with
     ``torch.profiler.profile(profile_memory=True)``; the maximum of the running sum of the CPU
     allocator's allocation/free events, plus the tensors alive at the start (parameters, Adam
     state, batch), is the step's peak tensor memory -- exact, and independent of load, malloc
@@ -21,8 +26,9 @@ Method (what makes the ratios trustworthy on a shared, noisy 2-core box):
     training step (zero_grad, forward, LM + tag-head loss as ``hexatag_lm``, backward, Adam step)
     and one eval forward (eval mode, no grad, log-softmax over the vocabulary, the target's
     log-probability gathered as ``fairseq-eval-lm`` does), in an order rotated every round, so load
-    drift hits all configurations alike; the median per configuration is reported, with the
-    min-max of the per-round ratios as a noise gauge. Each sample also records the worker's CPU
+    drift hits all configurations alike; the ratio reported is the median of the per-sample
+    ratios to ``none`` of the same round and host, with their min-max and the ratio within each
+    host alone as noise gauges. Each sample also records the worker's CPU
     time and the load other processes put on the machine (/proc/stat);
     CPU-time ratios are shown as the load-robust cross-check (and used for the verdict when the
     machine was busy).
@@ -274,27 +280,30 @@ def _malloc_trim():
 
 
 def child_main(args, worker_cls=None):
-    """Line protocol: the parent writes ``{"cmd": ..., "kw": {...}}``, the worker (``worker_cls``,
-    default :class:`Worker`) answers one JSON line on its original stdout (everything else printed
-    goes to stderr)."""
+    """A host process for the configurations ``args.child`` (comma-separated): one worker
+    (``worker_cls``, default :class:`Worker`) each, built in turn. Line protocol: the parent writes
+    ``{"cmd": ..., "cfg": ..., "kw": {...}}``, the host answers one JSON line on its original stdout
+    (everything else printed goes to stderr); the first line holds every worker's ``info``."""
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    workers = {}
     try:
-        worker = (worker_cls or Worker)(args)
-        reply = {"ok": True, "result": worker.cmd_info()}
+        for cfg in args.child.split(","):
+            workers[cfg] = (worker_cls or Worker)(argparse.Namespace(**{**vars(args), "child": cfg}))
+        reply = {"ok": True, "result": {cfg: w.cmd_info() for cfg, w in workers.items()}}
     except Exception as exc:  # report build errors to the parent
-        reply, worker = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, None
+        reply, workers = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, None
     proto.write(json.dumps(reply) + "\n")
     proto.flush()
-    if worker is None:
+    if workers is None:
         return 1
     for line in sys.stdin:
         msg = json.loads(line)
         if msg["cmd"] == "quit":
             break
         try:
-            reply = {"ok": True, "result": getattr(worker, "cmd_" + msg["cmd"])(**msg.get("kw", {}))}
+            reply = {"ok": True, "result": getattr(workers[msg["cfg"]], "cmd_" + msg["cmd"])(**msg.get("kw", {}))}
         except Exception as exc:
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         proto.write(json.dumps(reply) + "\n")
@@ -314,20 +323,25 @@ def reference_of(label):
 
 
 class Child:
-    """A worker process for one label (config, optionally ``@base``), spoken to line by line: ``script``
-    (default this one) run with ``--child CONFIG`` and the options ``keys`` of ``args``."""
+    """A host process (``name``) for ``labels`` of one code version (working tree, or ``--baseline``
+    for ``@base`` labels), spoken to line by line: ``script`` (default this one) run with ``--child
+    CONFIG,CONFIG,...`` and the options ``keys`` of ``args``."""
 
-    def __init__(self, label, args, logdir, script=None, keys=SIZE_KEYS):
-        self.label = label
-        self.log = open(os.path.join(logdir, label.replace("+", "_").replace("@", "_") + ".log"), "w+")
-        argv = [sys.executable, script or os.path.abspath(__file__), "--child", label.split("@")[0]]
+    def __init__(self, name, labels, args, logdir, script=None, keys=SIZE_KEYS):
+        self.label = name
+        self.log = open(os.path.join(logdir, name.replace("@", "_").replace("#", "_") + ".log"), "w+")
+        base = {lab.endswith(BASE) for lab in labels}
+        if len(base) != 1:
+            raise ValueError(f"one host process runs one code version, got {labels}")
+        configs = ",".join(lab.split("@")[0] for lab in labels)
+        argv = [sys.executable, script or os.path.abspath(__file__), "--child", configs]
         for key in keys:
             argv += ["--" + key.replace("_", "-"), str(getattr(args, key))]
         argv += ["--no-trim"] if args.no_trim else []
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if not args.omp_spin:  # idle OpenMP threads sleep instead of spinning: CPU time = work done
             env["OMP_WAIT_POLICY"] = "PASSIVE"
-        if label.endswith(BASE):
+        if base.pop():
             env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.abspath(args.baseline), env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      cwd=str(ROOT), env=env)
@@ -343,8 +357,8 @@ class Child:
             raise RuntimeError(f"worker {self.label}: {reply['error']}")
         return reply["result"]
 
-    def call(self, cmd, **kw):
-        self.proc.stdin.write(json.dumps({"cmd": cmd, "kw": kw}) + "\n")
+    def call(self, cmd, label, **kw):
+        self.proc.stdin.write(json.dumps({"cmd": cmd, "cfg": label.split("@")[0], "kw": kw}) + "\n")
         self.proc.stdin.flush()
         return self.read()
 
@@ -373,57 +387,124 @@ def run(args):
     if args.baseline:
         wanted = ["none"] + [c for c in (args.baseline_configs or args.configs) if c not in ("none", FAIRSEQ)]
         labels += [c + BASE for c in wanted]
-    results, elapsed = drive(labels, lambda lab, logdir: Child(lab, args, logdir), args, ("train", "eval"))
-    settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "warmup", "steps", "quiet_load", "baseline", "omp_spin")}
+    results, elapsed = drive(labels, lambda name, mine, logdir: Child(name, mine, args, logdir), args, ("train", "eval"))
+    settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "replicas", "warmup", "steps", "quiet_load", "baseline", "omp_spin")}
     return summarize(settings, labels, results, elapsed, torch.__version__)
 
 
+def host_groups(labels, replicas):
+    """Host processes: ``replicas`` per code version, each holding every label of that version.
+    Returns ``{process name: labels}``; names ``w0``, ``w1``, ... (``base0``, ... for ``@base``)."""
+    groups = {}
+    for prefix, mine in (("w", [lab for lab in labels if not lab.endswith(BASE)]),
+                         ("base", [lab for lab in labels if lab.endswith(BASE)])):
+        if mine:
+            for k in range(max(1, replicas)):
+                groups[f"{prefix}{k}"] = mine
+    return groups
+
+
 def drive(labels, make_child, args, kinds, reference="none"):
-    """Measure one worker per label (``make_child(label, logdir)``): build them all in parallel; then,
-    one worker computing at a time, each one's memory step, ``args.warmup + args.repeats`` rounds in
-    an order rotated every round (a turn = ``args.steps`` steps of each of ``kinds``, then
-    ``args.pause`` s), the profile tables of ``args.profile`` and the idle RSS. Returns
-    ``(results per label, seconds)``; ``reference`` is the label whose step time is logged."""
+    """Time ``labels`` in ``args.replicas`` host processes per code version, each holding every label
+    (``make_child(name, labels, logdir)``): a process's own speed (memory placement; an A/A test here
+    measured 3-8% between two processes running the same model) is shared by the configurations it
+    compares, so it cancels in their ratios instead of posing as a cost. One step computing at a
+    time: first each label's memory step, in a fresh process of its own; then the hosts build (in
+    parallel) and run ``args.warmup + args.repeats`` rounds of turns (a turn = ``args.steps`` steps
+    of each of ``kinds`` of one label in one host, then ``args.pause`` s) in an order rotated every
+    round; then the profile tables of ``args.profile`` and the idle RSS. A label's samples pool its hosts; ``slots`` holds each sample's
+    [round, host]. Returns ``(results per label, seconds)``; ``reference``'s step time is logged."""
     start = time.perf_counter()
     stamp = lambda: f"[{time.perf_counter() - start:.0f}s]"  # noqa: E731
     results = {lab: {f"{k}_{m}": [] for k in kinds for m in ("wall", "cpu", "load")} for lab in labels}
+    for lab in labels:
+        results[lab]["slots"] = []
+    groups = host_groups(labels, getattr(args, "replicas", 1))
+    first = {}  # label -> its first host
+    turns = []  # (label, host index within its code version, host name)
+    for name, mine in groups.items():
+        for lab in mine:
+            first.setdefault(lab, name)
+            turns.append((lab, int(name.lstrip("abesw")), name))
     with tempfile.TemporaryDirectory(prefix="bench.") as logdir:
         children = {}
         try:
-            for lab in labels:  # the workers build in parallel; nothing is measured yet
-                children[lab] = make_child(lab, logdir)
-            for lab in labels:
-                results[lab]["info"] = children[lab].read()
-            log(f"{stamp()} {len(labels)} workers built")
-            for lab in labels:  # one at a time: a training step's activations take GBs
-                results[lab]["memory"] = children[lab].call("memory")
+            for lab in labels:  # memory: one fresh process per label, one at a time (a step takes GBs)
+                mem = make_child("memory-" + lab, [lab], logdir)
+                try:
+                    results[lab]["info"] = mem.read()[lab.split("@")[0]]
+                    results[lab]["memory"] = mem.call("memory", lab)
+                finally:
+                    mem.close()
                 log(f"{stamp()} memory {lab}: {results[lab]['memory']['alloc_peak_bytes'] / 2**20:,.0f} MB")
+            for name, mine in groups.items():  # the hosts build in parallel; nothing is measured yet
+                children[name] = make_child(name, mine, logdir)
+            for name in groups:
+                children[name].read()
+            log(f"{stamp()} {len(groups)} host processes built, {len(turns)} turns per round")
             rounds = args.warmup + args.repeats
             for r in range(rounds):
-                order = labels[r % len(labels):] + labels[:r % len(labels)]
-                for lab in order:
+                order = turns[r % len(turns):] + turns[:r % len(turns)]
+                for lab, k, name in order:
+                    res = results[lab]
                     for kind in kinds:
-                        steps = children[lab].call(kind, n=args.steps)
+                        steps = children[name].call(kind, lab, n=args.steps)
                         if r >= args.warmup:  # one sample per turn: the median of its steps
-                            res = results[lab]
                             res[kind + "_wall"].append(median([st["wall"] for st in steps]))
                             res[kind + "_cpu"].append(median([st["cpu"] for st in steps]))
                             res[kind + "_load"].append(max(st["load"] for st in steps))
                         if args.pause:
                             time.sleep(args.pause)
+                    if r >= args.warmup:
+                        res["slots"].append([r - args.warmup, k])
                 tag = "warm-up" if r < args.warmup else f"repeat {r - args.warmup + 1}/{args.repeats}"
                 last = results[reference][kinds[0] + "_wall"]
                 log(f"{stamp()} round {r + 1}/{rounds} ({tag}) done"
                     + (f"; {reference} {kinds[0]} step {last[-1]:.1f} s" if last else ""))
             for lab in args.profile:
-                if lab in children:
-                    results[lab]["profile"] = children[lab].call("profile", kinds=list(kinds))
+                if lab in first:
+                    results[lab]["profile"] = children[first[lab]].call("profile", lab, kinds=list(kinds))
             for lab in labels:
-                results[lab]["rss_idle_kb"] = children[lab].call("rss")
+                results[lab]["rss_idle_kb"] = children[first[lab]].call("rss", lab)
         finally:
             for child in children.values():
                 child.close()
     return results, time.perf_counter() - start
+
+
+def _slots(res, key):
+    return [tuple(slot) for slot in res.get("slots") or [(i, 0) for i in range(len(res[key]))]]
+
+
+def paired_ratios(res, ref_res, key):
+    """Per-sample ratios ``res[key] / ref_res[key]`` of the same round and host process."""
+    ref = dict(zip(_slots(ref_res, key), ref_res[key]))
+    return [v / ref[slot] for slot, v in zip(_slots(res, key), res[key]) if slot in ref]
+
+
+def paired_ratio(res, ref_res, key):
+    """The reported ratio: median of the per-sample ratios (same round and host), so a host's own
+    speed cancels; the ratio of medians if nothing pairs."""
+    paired = paired_ratios(res, ref_res, key)
+    return median(paired) if paired else ratio(median(res[key]), median(ref_res[key]))
+
+
+def host_ratios(res, ref_res, key):
+    """The ratio measured within each host process alone (their spread is the run's noise gauge)."""
+    ref = dict(zip(_slots(ref_res, key), ref_res[key]))
+    by = {}
+    for slot, v in zip(_slots(res, key), res[key]):
+        if slot in ref:
+            by.setdefault(slot[1], []).append(v / ref[slot])
+    return [median(by[k]) for k in sorted(by)]
+
+
+def process_effect(res, key):
+    """A/A: the same configuration's median in host k / in host 0, k >= 1 (a process's own speed)."""
+    by = {}
+    for slot, v in zip(_slots(res, key), res[key]):
+        by.setdefault(slot[1], []).append(v)
+    return [median(by[k]) / median(by[0]) for k in sorted(by) if k > 0]
 
 
 def resummarize(path):
@@ -465,13 +546,15 @@ def summarize(settings, labels, results, elapsed, torch_version):
             "samples": len(res["train_wall"]), "external_load": {k: st[k + "_load"] for k in ("train", "eval")},
             "time_target": time_target(cfg), "memory_target": None if cfg == FAIRSEQ else MEMORY_TARGET,
             "memory": res["memory"], "info": res["info"], "rss_idle_mb": res.get("rss_idle_kb", 0) / 1024,
-            "samples_raw": {k: res[k] for k in res if k.split("_")[0] in ("train", "eval")},
+            "samples_raw": {k: res[k] for k in res if k.split("_")[0] in ("train", "eval") or k == "slots"},
+            "process_effect": {k: process_effect(res, k + "_wall") for k in ("train", "eval")},
         }
         basis = {}
         for k in ("train", "eval"):
-            row[k + "_ratio"] = ratio(st[k + "_wall"], ref[k + "_wall"])
-            row[k + "_cpu_ratio"] = ratio(st[k + "_cpu"], ref[k + "_cpu"])
-            paired = [a / b for a, b in zip(res[k + "_wall"], ref_res[k + "_wall"])]
+            row[k + "_ratio"] = paired_ratio(res, ref_res, k + "_wall")
+            row[k + "_cpu_ratio"] = paired_ratio(res, ref_res, k + "_cpu")
+            row[k + "_host_ratios"] = host_ratios(res, ref_res, k + "_wall")
+            paired = paired_ratios(res, ref_res, k + "_wall")
             row[k + "_ratio_range"] = [min(paired), max(paired)] if paired else None
             # the verdict trusts wall-clock medians only when both sides ran on a mostly quiet machine
             quiet = max(st[k + "_load"], ref[k + "_load"]) <= settings["quiet_load"]
@@ -489,6 +572,32 @@ def summarize(settings, labels, results, elapsed, torch_version):
         rows.append(row)
     return {"settings": settings, "torch": torch_version, "elapsed_s": elapsed, "rows": rows,
             "profiles": {lab: results[lab]["profile"] for lab in labels if "profile" in results[lab]}}
+
+
+def replicas_of(settings):
+    return settings.get("replicas") or 1
+
+
+def host_note(rows, reference_labels, kinds=("train", "eval")):
+    """Notes on the host processes: their own speed (A/A) and the ratios each measured alone."""
+    out = []
+    for ref in (r for r in rows if r["label"] in reference_labels):
+        eff = ref.get("process_effect") or {}
+        eff = {"train": eff} if isinstance(eff, list) else eff
+        if not any(eff.get(k) for k in kinds):
+            return ["- One host process (--replicas 1): no A/A control."]
+        parts = "; ".join(f"{k} " + ", ".join(f"{v:.3f}x" for v in eff[k]) for k in kinds if eff.get(k))
+        out.append(f"- A/A control: `{ref['label']}` in host process 2.. vs host 1, same code and batch: {parts} -- a "
+                   "process's own speed, which cancels in the ratios because every host runs every configuration.")
+    spread = []
+    for r in rows:
+        for k in kinds:
+            hr = r.get(k + "_host_ratios") or []
+            if len(hr) > 1 and r["label"] not in reference_labels:
+                spread.append(f"{r['label']} {k} " + "/".join(f"{v:.3f}" for v in hr))
+    if spread:
+        out.append("- Ratio measured within each host alone (noise gauge): " + "; ".join(spread) + ".")
+    return out
 
 
 def ratio(a, b):
@@ -547,10 +656,12 @@ def render(summary):
     out += [
         "",
         "Notes:",
-        f"- Time: {s['warmup']} warm-up round(s), then the median of {s['repeats']} rounds ({s['steps']} step(s) per "
-        "configuration per round; their median is the round's sample). Every configuration runs in its own worker "
-        "process; the workers take turns (only one computes at a time) and the order rotates every round, so load "
-        "drift hits all configurations alike. [a-b] = min-max of the per-round ratios to `none`.",
+        f"- Time: {s['warmup']} warm-up round(s), then {s['repeats']} rounds in each of {replicas_of(s)} host process(es); "
+        f"every host holds every configuration (model, Adam, batch), so a process's own speed cancels in the ratios. "
+        f"A turn = {s['steps']} step(s) of one configuration in one host (their median is the sample); only one turn "
+        "computes at a time and the order rotates every round, so load drift hits all configurations alike. Ratio = "
+        "median of the per-sample ratios to `none` of the same round and host; [a-b] = their min-max.",
+        *host_note(rows, [r["label"] for r in rows if r["label"] == reference_of(r["label"])]),
         "- Train step = zero_grad(set_to_none) + forward + loss (LM NLL + tag-head NLL, as the `hexatag_lm` criterion) "
         "+ backward + `torch.optim.Adam` step. Eval = eval mode, `torch.no_grad`, log-softmax over the vocabulary and "
         "the target's log-probability (as `fairseq-eval-lm`); eval tok/s = batch tokens / wall time.",
@@ -559,7 +670,7 @@ def render(summary):
         "processes than wall time (workers run with OMP_WAIT_POLICY=PASSIVE unless --omp-spin, so waiting threads do "
         f"not burn CPU). The time verdict uses the wall ratio when the median other load was <= {s['quiet_load']} "
         "cores for both the configuration and its `none`, else the CPU ratio (shown in `meets`).",
-        "- Peak memory (ratio column): torch's CPU allocator events of one training step in the fresh worker, recorded "
+        "- Peak memory (ratio column): torch's CPU allocator events of the configuration's first training step (a fresh process), recorded "
         "with `torch.profiler.profile(profile_memory=True)`: max of the running sum of allocations minus frees, plus the "
         "tensors alive at the start (parameters, Adam state, batch). Exact and independent of load and malloc caching. "
         "Adam's state is created beforehand by a zero-gradient step (no change to the weights), so this is a "
@@ -588,6 +699,9 @@ def add_common_arguments(p, vocab_help: str) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3, help="measured rounds (median reported)")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
+    p.add_argument("--replicas", type=int, default=2,
+                   help="host processes, each holding every configuration; samples pooled, ratios paired within a host "
+                        "(a process's own speed differs by several percent here: the A/A line of the report)")
 
 
 def main():

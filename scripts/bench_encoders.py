@@ -16,8 +16,9 @@ DeBERTa disentangled attention over 256 log buckets (max relative position 512),
 ModernBERT rotary, pre-norm, no biases, no dropout, layers 1, 4, 7, .. global and the others local
 with a 128-token window (layers G L L G L L at 6 layers).
 
-Method: the machinery of scripts/bench_decoders.py (see its docstring): one fresh worker process
-per configuration, driven by turns (only one computes at a time) in an order rotated every round;
+Method: the machinery of scripts/bench_decoders.py (see its docstring): ``--replicas`` host
+processes, each holding every configuration (a process's own speed cancels in the ratios), driven
+by turns (only one computes at a time) in an order rotated every round;
 memory from the torch profiler's allocator events of one steady-state training step; time as the
 median of ``--repeats`` rounds, wall and CPU time, with the load of other processes recorded per
 sample. A training step is what fairseq's trainer does with ``--criterion hexatag_mlm``:
@@ -156,9 +157,9 @@ def run(args):
         labels += [c + bench.BASE for c in labels]
     script = os.path.abspath(__file__)
     load_before = os.getloadavg()
-    results, elapsed = bench.drive(labels, lambda lab, logdir: bench.Child(lab, args, logdir, script, SIZE_KEYS), args,
+    results, elapsed = bench.drive(labels, lambda name, mine, logdir: bench.Child(name, mine, args, logdir, script, SIZE_KEYS), args,
                                    ("train",), reference=labels[0])
-    settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "warmup", "steps", "quiet_load", "baseline", "omp_spin")}
+    settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "replicas", "warmup", "steps", "quiet_load", "baseline", "omp_spin")}
     settings["loadavg_before"], settings["loadavg_after"] = load_before, os.getloadavg()
     settings["quick"] = args.quick
     return summarize(settings, labels, results, elapsed, torch.__version__)
@@ -172,7 +173,7 @@ def summarize(settings, labels, results, elapsed, torch_version):
         ref_res, ref = results[reference_of(lab)], med[reference_of(lab)]
         enc, inj = lab.split("@")[0].split(".")
         mem, rss = res["memory"]["alloc_peak_bytes"], res["memory"]["rss_peak_increase_kb"]
-        paired = [a / b for a, b in zip(res["train_wall"], ref_res["train_wall"])]
+        paired = bench.paired_ratios(res, ref_res, "train_wall")
         quiet = max(st["load"], ref["load"]) <= settings["quiet_load"]  # else judge time by CPU time
         row = {
             "label": lab, "encoder": "sipe_" + enc, "injection": inj,
@@ -180,13 +181,16 @@ def summarize(settings, labels, results, elapsed, torch_version):
             "params": res["info"]["params"], "sipe_params": res["info"]["sipe_params"],
             "tag_head_params": res["info"]["tag_head_params"],
             "train_ms": 1000 * st["wall"], "train_cpu_s": st["cpu"], "external_load": st["load"],
-            "train_ratio": bench.ratio(st["wall"], ref["wall"]), "train_cpu_ratio": bench.ratio(st["cpu"], ref["cpu"]),
+            "train_ratio": bench.paired_ratio(res, ref_res, "train_wall"),
+            "train_cpu_ratio": bench.paired_ratio(res, ref_res, "train_cpu"),
+            "train_host_ratios": bench.host_ratios(res, ref_res, "train_wall"),
             "train_ratio_range": [min(paired), max(paired)] if paired else None,
             "peak_mb": mem / 2**20, "rss_peak_increase_mb": rss / 1024,
             "memory_ratio": bench.ratio(mem, ref_res["memory"]["alloc_peak_bytes"]),
             "rss_ratio": bench.ratio(rss, ref_res["memory"]["rss_peak_increase_kb"]),
             "memory": res["memory"], "rss_idle_mb": res.get("rss_idle_kb", 0) / 1024,
-            "samples_raw": {k: res[k] for k in res if k.startswith("train_")},
+            "samples_raw": {k: res[k] for k in res if k.startswith("train_") or k == "slots"},
+            "process_effect": bench.process_effect(res, "train_wall"),
             "target": TARGET[inj], "verdict_basis": "wall" if quiet else "cpu",
         }
         row["train_verdict_ratio"] = row["train_ratio"] if quiet else row["train_cpu_ratio"]
@@ -250,9 +254,12 @@ def render(summary):
     out += [
         "",
         "Notes:",
-        f"- Time: {s['warmup']} warm-up round(s), then the median of {s['repeats']} rounds ({s['steps']} step(s) per "
-        "configuration per round, their median the round's sample); one worker process per configuration, the "
-        "workers take turns and the order rotates every round. [a-b] = min-max of the per-round ratios.",
+        f"- Time: {s['warmup']} warm-up round(s), then {s['repeats']} rounds in each of {bench.replicas_of(s)} host "
+        f"process(es), every host holding every configuration, so a process's own speed cancels in the ratios; a turn "
+        f"= {s['steps']} step(s) of one configuration in one host (their median the sample), one turn at a time, the "
+        "order rotated every round. Ratio = median of the per-sample ratios to the same encoder's `none` of the same "
+        "round and host; [a-b] = their min-max.",
+        *bench.host_note(rows, [r["label"] for r in rows if r["label"] == reference_of(r["label"])], ("train",)),
         "- Train step = zero_grad + the `hexatag_mlm` criterion (forward, MLM logits at the masked positions only, MLM "
         "cross-entropy + terminal/non-terminal tag-head NLL at masked tagged positions; `none` has no tag heads) + "
         "backward of loss / masked tokens + `torch.optim.Adam` step.",
