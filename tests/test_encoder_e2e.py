@@ -141,3 +141,52 @@ def test_train_then_validate(name, data_dir):
               data_dir.parent)
     got = re.search(r"valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]+)", out)
     assert got and got.groups() == valid[-1], (got and got.groups(), valid[-1])
+
+
+def test_mask_whole_words_selects_whole_words(data_dir, caplog):
+    """--mask-whole-words: a word's subwords (a tagged first subword up to the next word) are selected
+    together; the vocabulary's word starts agree with the tag streams on this data (logged)."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="sipe_fairseq.tasks.hexatag_mlm"):
+        task = load_task(data_dir, "--mask-whole-words", "--mask-prob", "0.3")
+        task.load_dataset("train")
+    assert re.search(r"train: --mask-whole-words over \d+ words; word starts agree", caplog.text)
+    ds = task.dataset("train")
+    ds.set_epoch(1)
+    d = task.source_dictionary
+    n_multi = 0
+    for item in items(ds):
+        net, target = item["net_input"], item["target"]
+        selected = target.ne(d.pad())
+        tokens = torch.where(selected, target, net["src_tokens"])
+        tags = torch.where(selected, torch.where(item["terminal_target"] >= FIRST_TAG_ID, item["terminal_target"],
+                                                 torch.full_like(target, NOTAG_ID)), net["src_terminals"])
+        word = torch.cumsum(((tags >= FIRST_TAG_ID) | (tokens < d.nspecial)).long(), 0)
+        for w in word.unique():
+            sel = selected[word == w]
+            assert sel.all() or not sel.any(), f"block {item['id']}: word {int(w)} partly masked"
+            n_multi += int(sel.all() and len(sel) > 1)
+    assert n_multi > 0  # some multi-subword word was masked whole
+
+
+def test_word_start_check_counts_disagreements(data_dir):
+    from fairseq.data import Dictionary, data_utils
+    from sipe_fairseq.data.mlm_dataset import check_word_starts, word_start_mask
+
+    d = Dictionary.load(str(data_dir / "dict.txt"))
+    starts = word_start_mask(d)
+    assert check_word_starts(starts, str(data_dir), "valid", d) == {
+        "positions": int(sum(int((t != d.eos()).sum()) for t in data_utils.load_indexed_dataset(str(data_dir / "valid"), None))),
+        "words": sum(int((t >= FIRST_TAG_ID).sum()) for t in data_utils.load_indexed_dataset(str(data_dir / "valid.terminal"), None)),
+        "differ": 0}
+    tok = data_utils.load_indexed_dataset(str(data_dir / "valid"), None)
+    tags = data_utils.load_indexed_dataset(str(data_dir / "valid.terminal"), None)
+    s, t = next((s, t) for s in range(len(tok)) for t in range(len(tok[s]))
+                if tags[s][t] < FIRST_TAG_ID and tok[s][t] != d.eos())  # the first continuation subword
+    cont = int(tok[s][t])
+    starts[cont] = 1  # pretend that piece starts a word
+    out = check_word_starts(starts, str(data_dir), "valid", d)
+    n = sum(int(((x == cont) & (y < FIRST_TAG_ID)).sum()) for x, y in zip(tok, tags))
+    assert out["differ"] == n > 0
+    assert out["first"] == {"sentence": s, "token": t, "piece": d[cont], "tag_stream_says": "continuation"}

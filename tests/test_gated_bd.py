@@ -10,6 +10,7 @@ from sipe_fairseq.modules.assembly import attach_injections
 from sipe_fairseq.modules.attention import SiPEAttention, _gated_bd
 from sipe_fairseq.modules.gated_bd import class_bias_add, gated_bd_add
 from sipe_fairseq.modules.injections import TagContext, class_onehot
+from sipe_fairseq.modules.positional import RelativePosition, rel_shift
 
 N_CLASSES = 11
 
@@ -129,6 +130,31 @@ def test_no_grad_path_writes_in_place(monkeypatch, causal):
     torch.testing.assert_close(visible(out, causal), visible(expected, causal), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("causal,block,batch_rows", [(False, 64, 4), (True, 64, 4), (True, 4, 1), (True, 5, 2)])
+def test_ungated_is_plain_bd(monkeypatch, causal, block, batch_rows):
+    """gate=None: scores + BD (Eq. 3, the vanilla model's route) equals RelativePosition.score's
+    rel_shift, forward and backward, and passes gradcheck."""
+    monkeypatch.setattr(gated_bd, "BLOCK_ROWS", block)
+    monkeypatch.setattr(gated_bd, "BATCH_ROWS", batch_rows)
+    x = inputs(b=3, h=2, t=13, d=4, seed=10)
+    names = ("scores", "q_pos", "r")
+    assert torch.autograd.gradcheck(lambda s, q, r: gated_bd_add(s.clone(), q, r, None, None, x["scale"], causal),
+                                    tuple(leaves(x, names)[k] for k in names), eps=1e-6, atol=1e-7)
+    rel = RelativePosition(8, 2).double()
+    upstream = visible(torch.randn(x["scores"].shape, dtype=torch.float64, generator=torch.Generator().manual_seed(11)), causal)
+    results = []
+    for f in (lambda s, q, r: s + rel.score(q, x["scale"], r), lambda s, q, r: gated_bd_add(s.clone(), q, r, None, None, x["scale"], causal)):
+        a = leaves(x, names)
+        y = f(a["scores"], a["q_pos"], a["r"])
+        y.backward(upstream)
+        results.append([visible(y.detach(), causal)] + [a[k].grad for k in names])
+    for got, ref in zip(results[1], results[0]):
+        torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
+    with torch.no_grad():
+        out = gated_bd_add(x["scores"].clone(), x["q_pos"], x["r"], None, None, x["scale"], causal)
+    torch.testing.assert_close(visible(out, causal), results[0][0], rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_class_bias_add_gradcheck_and_reference(monkeypatch, causal):
     monkeypatch.setattr(gated_bd, "BLOCK_ROWS", 4)
@@ -150,7 +176,7 @@ def test_class_bias_add_gradcheck_and_reference(monkeypatch, causal):
         torch.testing.assert_close(visible(class_bias_add(x["scores"].clone(), bias, onehot, causal), causal), results[0][0])
 
 
-@pytest.mark.parametrize("injection,position", [(["position"], "relative"), (["position", "attention-bias"], "relative"),
+@pytest.mark.parametrize("injection,position", [([], "relative"), (["position"], "relative"), (["position", "attention-bias"], "relative"),
                                                 (["attention-bias"], "relative"), (["attention-bias"], "rotary"),
                                                 (["disentangled"], "none")])
 def test_attention_layer_equals_reference(monkeypatch, injection, position):
@@ -177,7 +203,8 @@ def test_attention_layer_equals_reference(monkeypatch, injection, position):
     fused_run = run()
     with torch.no_grad():
         fused_eval = attn(x, tags)[0]
-    monkeypatch.setattr(attention_module, "gated_bd_add", lambda scores, *args: scores + _gated_bd(*args[:5]))
+    monkeypatch.setattr(attention_module, "gated_bd_add", lambda scores, q_pos, r, gate, onehot, scale, causal: scores + (
+        _gated_bd(q_pos, r, gate, onehot, scale) if gate is not None else rel_shift(torch.matmul(q_pos * scale, r.transpose(-1, -2)))))
     monkeypatch.setattr(attention_module, "class_bias_add", lambda scores, bias, onehot, causal: scores + torch.matmul(bias, onehot))
     ref_run = run()
     for a, r in zip(fused_run[:3], ref_run[:3]):

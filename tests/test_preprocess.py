@@ -225,3 +225,47 @@ def test_words_never_lose_their_position(built):
     pieces, n_none = segment_words(["\u200b", "know"], sp)  # a zero-width space normalizes to nothing
     assert pieces["\u200b"] == ["\u2581"] and n_none == 1
     assert all(" ".join(p).split() == p for p in pieces.values())
+
+
+OTHER = _conllu(LONG, SPACE, [(1, "Linguists", 2, "nsubj"), (2, "know", 0, "root"), (3, ".", 2, "punct")])
+
+
+def test_srcdict_reuses_the_vocabulary(built, tmp_path):
+    """A second corpus preprocessed with the first one's dict.txt and spm.model: same files, same ids."""
+    src, _ = built
+    dest, manifest = _run(tmp_path, "again", train=OTHER, deprel=True, srcdict=str(src / "dict.txt"),
+                          spm_model=str(src / "spm.model"))
+    for name in ("dict.txt", "dict.deprel.txt", "spm.model"):
+        assert (dest / name).read_bytes() == (src / name).read_bytes(), name
+    for kind in ("terminal", "nonterminal"):  # fixed layout; only the counts (of the new train) differ
+        a, b = (load_tag_dictionary(str(x / f"dict.{kind}.txt")) for x in (src, dest))
+        assert a.symbols == b.symbols and a.count != b.count
+    assert manifest["settings"]["srcdict"]["path"] == str(src / "dict.txt")
+    assert manifest["dictionaries"]["dict.txt"] == len(Dictionary.load(str(src / "dict.txt")))
+    for split in ("valid",):  # the same sentences get the same token and tag ids
+        a, sa = _load(src, split, ("terminal", "deprel"))
+        b, sb = _load(dest, split, ("terminal", "deprel"))
+        for i in range(len(a)):
+            assert a[i].tolist() == b[i].tolist()
+            assert sa["deprel"][i].tolist() == sb["deprel"][i].tolist()
+    # train is new text: every piece is looked up in the fixed dictionary, never added to it
+    d = Dictionary.load(str(dest / "dict.txt"))
+    tok, _ = _load(dest, "train")
+    assert all(0 <= j < len(d) for i in range(len(tok)) for j in tok[i].tolist())
+
+
+def test_srcdict_errors_name_the_problem(built, tmp_path):
+    src, _ = built
+    with pytest.raises(Exception, match="--srcdict needs the sentencepiece model"):
+        _run(tmp_path, "a", srcdict=str(src / "dict.txt"))
+    with pytest.raises(Exception, match="--thresholdsrc: the dictionary is fixed"):
+        _run(tmp_path, "b", srcdict=str(src / "dict.txt"), no_split=True, thresholdsrc=2)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("the 10\nof\n", encoding="utf-8")
+    with pytest.raises(Exception, match=r"bad\.txt:2: not a fairseq dictionary line"):
+        _run(tmp_path, "c", srcdict=str(bad), no_split=True)
+    bad.write_text("the 10\nof 3\nthe 2\n", encoding="utf-8")
+    with pytest.raises(Exception, match=r"bad\.txt:3: token 'the' already on line 1"):
+        _run(tmp_path, "d", srcdict=str(bad), no_split=True)
+    assert main(["--train", str(tmp_path / "train.conllu"), "--destdir", str(tmp_path / "e"),
+                 "--srcdict", str(tmp_path / "missing.txt"), "--no-split"]) == 1

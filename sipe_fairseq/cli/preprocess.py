@@ -43,6 +43,9 @@ def get_parser() -> argparse.ArgumentParser:
                     "(as sipe-tag -o writes them; written even when --fail-on-refusal stops)")
     sw = p.add_argument_group("subwords")
     sw.add_argument("--spm-model", metavar="FILE", help="use this sentencepiece model instead of training one")
+    sw.add_argument("--srcdict", metavar="FILE", help="reuse this dict.txt (e.g. of the pre-training data) instead of "
+                    "building one from --train, as fairseq-preprocess --srcdict; needs --spm-model (its sentencepiece "
+                    "model) or --no-split; with --deprel, dict.deprel.txt beside it is reused too")
     sw.add_argument("--spm-vocab-size", type=int, default=8000, metavar="N", help="pieces of the trained model (default 8000)")
     sw.add_argument("--spm-model-type", choices=("unigram", "bpe"), default="unigram")
     sw.add_argument("--no-split", action="store_true", help="no subwords: each (already tokenized) word is one token")
@@ -79,7 +82,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     opts = PreprocessOptions(
         train=args.train, destdir=args.destdir, valid=_files(args.valid), test=_files(args.test),
-        spm_model=args.spm_model, spm_vocab_size=args.spm_vocab_size, spm_model_type=args.spm_model_type,
+        spm_model=args.spm_model, srcdict=args.srcdict, spm_vocab_size=args.spm_vocab_size, spm_model_type=args.spm_model_type,
         no_split=args.no_split, deprel=args.deprel, strict=args.strict, fail_on_refusal=args.fail_on_refusal,
         keep_text=args.keep_text, workers=max(1, args.workers), thresholdsrc=args.thresholdsrc,
         nwordssrc=args.nwordssrc, padding_factor=args.padding_factor, input_format=args.input_format,

@@ -8,9 +8,17 @@ streams read that same selection, so they stay deterministic per seed and epoch:
   with the token, also where the token was kept or randomly replaced, so no prior leaks);
 * target view: the tag heads predict (tau_p, nu_p) at selected positions that carry a tag (first
   subwords), pad everywhere else.
+
+``--mask-whole-words`` hands fairseq a per-vocabulary word-start mask (:func:`word_start_mask`:
+sentencepiece's U+2581 mark); :func:`check_word_starts` compares it with the tag streams' word
+starts over a whole split, so any disagreement (e.g. an ``<unk>`` continuation piece) is counted.
 """
+import os
+
+import numpy as np
 import torch
 from fairseq.data import BaseWrapperDataset
+from fairseq.data.indexed_dataset import MMapIndexedDataset, data_file_path, index_file_path
 
 from .tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 
@@ -44,3 +52,40 @@ class MaskedTagDataset(BaseWrapperDataset):
         super().set_epoch(epoch)
         if hasattr(self.masked_targets, "set_epoch"):
             self.masked_targets.set_epoch(epoch)
+
+
+SPACE_MARK = "\u2581"  # sentencepiece's word-start mark (sipe_fairseq.data.preprocess)
+
+
+def word_start_mask(dictionary, no_split: bool = False) -> torch.Tensor:
+    """fairseq's ``mask_whole_words`` for a ``sipe-preprocess`` vocabulary: 1 where a token starts a
+    word -- specials, padding symbols, and pieces with the U+2581 mark (every piece with ``--no-split``)."""
+    return torch.ByteTensor([
+        int(no_split or i < dictionary.nspecial or sym.startswith(SPACE_MARK) or sym.startswith("madeupword")
+            or sym == "<mask>")
+        for i, sym in enumerate(dictionary.symbols)])
+
+
+def _flat(prefix: str) -> np.ndarray:
+    return np.memmap(data_file_path(prefix), dtype=MMapIndexedDataset.Index(index_file_path(prefix)).dtype, mode="r")
+
+
+def check_word_starts(starts: torch.Tensor, data_path: str, split: str, dictionary) -> dict:
+    """Compare the vocabulary's word starts with the tag stream's (tags sit on first subwords) over a
+    whole split. Returns counts and, if they differ, the first differing sentence and token."""
+    tokens = _flat(os.path.join(data_path, split)).astype(np.int64)
+    tagged = _flat(os.path.join(data_path, f"{split}.terminal")) >= FIRST_TAG_ID
+    real = tokens != dictionary.eos()
+    vocab = starts.numpy().astype(bool)[tokens]
+    bad = np.flatnonzero(real & (vocab != tagged))
+    out = {"positions": int(real.sum()), "words": int(tagged.sum()), "differ": int(bad.size)}
+    if bad.size:
+        index = MMapIndexedDataset.Index(index_file_path(os.path.join(data_path, split)))
+        sizes = np.array(index.sizes, dtype=np.int64)  # a copy: the index's buffer closes with it
+        del index
+        starts_at = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        pos = int(bad[0])
+        sent = int(np.searchsorted(starts_at, pos, side="right") - 1)
+        out["first"] = {"sentence": sent, "token": pos - int(starts_at[sent]), "piece": dictionary[int(tokens[pos])],
+                        "tag_stream_says": "word start" if tagged[pos] else "continuation"}
+    return out

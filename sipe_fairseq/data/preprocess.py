@@ -59,6 +59,7 @@ import json
 import logging
 import os
 import re
+import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain
@@ -72,7 +73,8 @@ from ..hexatag import encode, encode_tree
 from ..hexatag.conllu_io import parse_sentence, sentence_blocks
 from ..hexatag.errors import ConlluError, HexatagError, NonProjectiveError, TreeError
 from .tag_dictionary import (
-    FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_label_dictionary, build_tag_dictionary, tag_classes,
+    FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_label_dictionary, build_tag_dictionary, load_tag_dictionary,
+    tag_classes,
 )
 
 logger = logging.getLogger(__name__)
@@ -97,6 +99,7 @@ class PreprocessOptions:
     valid: Sequence[str] = ()
     test: Sequence[str] = ()
     spm_model: Optional[str] = None
+    srcdict: Optional[str] = None  # reuse this dict.txt (and dict.deprel.txt beside it) instead of building
     spm_vocab_size: int = 8000
     spm_model_type: str = "unigram"
     no_split: bool = False
@@ -334,6 +337,27 @@ def build_token_dictionary(words_per_sentence, pieces: Dict[str, List[str]], thr
 # ----------------------------------------------------------------------------- writing
 
 
+def load_token_dictionary(path: str):
+    """A fairseq ``Dictionary`` from ``path`` (``--srcdict``). Lines are checked first as fairseq reads
+    them (``<token> <count> [#fairseq:overwrite]``, no duplicate token), so an error names the line."""
+    from fairseq.data import Dictionary
+
+    seen = {}
+    with open(path, encoding="utf-8") as f:
+        for n, raw in enumerate(f, 1):
+            parts = raw.rstrip().rsplit(" ", 1)
+            overwrite = len(parts) == 2 and parts[1] == "#fairseq:overwrite"
+            if overwrite:
+                parts = parts[0].rsplit(" ", 1)
+            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+                raise PreprocessError(f"{path}:{n}: not a fairseq dictionary line '<token> <count> "
+                                      f"[#fairseq:overwrite]': {raw.rstrip()!r}")
+            if parts[0] in seen and not overwrite:
+                raise PreprocessError(f"{path}:{n}: token {parts[0]!r} already on line {seen[parts[0]]}")
+            seen[parts[0]] = n
+    return Dictionary.load(path)
+
+
 def write_stream(prefix: str, flat: np.ndarray, sizes: np.ndarray, vocab_size: int) -> None:
     """Write ``{prefix}.bin/.idx`` exactly as fairseq's mmap builder does for the sentences of
     ``flat`` split by ``sizes`` (dtype from ``best_fitting_int_dtype(vocab_size)``, items
@@ -412,8 +436,16 @@ def preprocess(opts: PreprocessOptions) -> dict:
     text_input = opts.input_format != "conllu"
     if not text_input and (opts.backend or opts.save_conllu):
         raise PreprocessError("a backend and --save-conllu need --input-format text or tokenized")
+    if opts.srcdict:
+        if not (opts.spm_model or opts.no_split):
+            raise PreprocessError("--srcdict needs the sentencepiece model its pieces come from (--spm-model, e.g. "
+                                  "the spm.model beside it) or --no-split")
+        fixed = [o for o, v, default in (("--thresholdsrc", opts.thresholdsrc, 0), ("--nwordssrc", opts.nwordssrc, -1))
+                 if v != default]
+        if fixed:
+            raise PreprocessError(f"{', '.join(fixed)}: the dictionary is fixed by --srcdict")
     splits = split_inputs(opts.train, opts.valid, opts.test)
-    for name, path in splits + ([("spm-model", opts.spm_model)] if opts.spm_model else []):
+    for name, path in splits + [(n, v) for n, v in (("spm-model", opts.spm_model), ("srcdict", opts.srcdict)) if v]:
         if not os.path.isfile(path):
             raise PreprocessError(f"{name}: no such file: {path}")
     dest = opts.destdir
@@ -466,9 +498,14 @@ def preprocess(opts: PreprocessOptions) -> dict:
     if spm_info:
         spm_info["distinct_words_without_pieces"] = n_nopiece
 
-    # dictionaries (built from train)
-    tok_dict = build_token_dictionary(train.words, pieces, opts.thresholdsrc, opts.nwordssrc, opts.padding_factor)
-    tok_dict.save(os.path.join(dest, "dict.txt"))
+    # dictionaries (built from train, or the token/deprel ones given by --srcdict)
+    if opts.srcdict:
+        tok_dict = load_token_dictionary(opts.srcdict)
+        shutil.copyfile(opts.srcdict, os.path.join(dest, "dict.txt"))  # byte for byte, as fairseq-preprocess
+        logger.info("dictionary: %s (%d entries, --srcdict)", opts.srcdict, len(tok_dict))
+    else:
+        tok_dict = build_token_dictionary(train.words, pieces, opts.thresholdsrc, opts.nwordssrc, opts.padding_factor)
+        tok_dict.save(os.path.join(dest, "dict.txt"))
     layouts = {name: _layout(d, pieces) for name, d in data.items()}
     train_notag = int(layouts["train"][3].sum()) - len(layouts["train"][0])  # positions - words
     dicts = {}
@@ -476,10 +513,23 @@ def preprocess(opts: PreprocessOptions) -> dict:
         counts = Counter(tag_classes(kind)[i - FIRST_TAG_ID] for i in chain.from_iterable(getattr(train, kind)))
         counts[NOTAG] = train_notag
         dicts[kind] = build_tag_dictionary(kind, counts)
-    if opts.deprel:
+    deprel_src = os.path.join(os.path.dirname(os.path.abspath(opts.srcdict)), "dict.deprel.txt") if opts.srcdict else None
+    if opts.deprel and deprel_src and os.path.isfile(deprel_src):
+        load_token_dictionary(deprel_src)  # line-level checks
+        try:
+            dicts["deprel"] = load_tag_dictionary(deprel_src, "deprel")
+        except ValueError as e:
+            raise PreprocessError(str(e)) from e
+        logger.info("deprel dictionary: %s (beside --srcdict)", deprel_src)
+    elif opts.deprel:
+        if deprel_src:
+            logger.warning("--deprel: no %s beside --srcdict; building the deprel dictionary from %s", deprel_src, opts.train)
         dicts["deprel"] = build_label_dictionary(Counter(chain.from_iterable(train.deprels)), train_notag)
     for kind, d in dicts.items():
-        d.save(os.path.join(dest, f"dict.{kind}.txt"))
+        if kind == "deprel" and deprel_src and os.path.isfile(deprel_src):
+            shutil.copyfile(deprel_src, os.path.join(dest, "dict.deprel.txt"))
+        else:
+            d.save(os.path.join(dest, f"dict.{kind}.txt"))
 
     # streams
     stats = {}
@@ -532,6 +582,7 @@ def preprocess(opts: PreprocessOptions) -> dict:
             "alignment": "first-subword", "dataset_impl": "mmap", "deprel": opts.deprel, "no_split": opts.no_split,
             "strict": opts.strict, "thresholdsrc": opts.thresholdsrc, "nwordssrc": opts.nwordssrc,
             "padding_factor": opts.padding_factor, "spm": spm_info, "input_format": opts.input_format,
+            "srcdict": {"path": opts.srcdict, "sha256": _sha256(opts.srcdict)} if opts.srcdict else None,
             **({"backend": opts.backend or _default_backend()} if text_input else {}),
         },
         "dictionaries": {"dict.txt": len(tok_dict), **{f"dict.{k}.txt": len(d) for k, d in dicts.items()}},

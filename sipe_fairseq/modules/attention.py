@@ -91,10 +91,10 @@ class SiPEAttention(nn.Module):
             q_pos = self.relative.effective_query(q)  # q + v
             r = self.relative.keys(t, q.dtype, x.device)
             gates = [g for g in (inj.position_scale(q, q_pos, tags, self.scale) for inj in hooks) if g is not None]
-            if gates:  # Eq. 6 added in place, BD and c recomputed in backward (gated_bd.py); reference: _gated_bd
-                scores = gated_bd_add(scores, q_pos, r, sum(gates), onehot, self.scale, causal)
-            else:
-                scores = scores + self.relative.score(q_pos, self.scale, r)  # BD
+            # + BD (Eq. 3), or + (1 + c) BD (Eq. 6), added in place; nothing (B, H, T, T) saved, BD (and c)
+            # recomputed in backward (gated_bd.py); references: self.relative.score, _gated_bd
+            gate = sum(gates) if gates else None
+            scores = gated_bd_add(scores, q_pos, r, gate, onehot if gates else None, self.scale, causal)
         elif self.position == "disentangled":
             if rel is None:
                 raise ValueError("disentangled attention needs the relative table rows (rel)")

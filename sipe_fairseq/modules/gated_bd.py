@@ -64,20 +64,26 @@ def _class_rows(table: torch.Tensor, r0: int, r1: int):
 
 
 def _gated_bd_add_(scores, q_pos, r_scaled, gate1, onehot, causal):
-    """scores += rel_shift(q_pos r_scaled^T) * (gate1 @ onehot), in place, without autograd."""
+    """scores += rel_shift(q_pos r_scaled^T) * (gate1 @ onehot), in place, without autograd;
+    ``gate1=None``: scores += BD (Eq. 3, the vanilla model)."""
     b, h, t, _ = scores.shape
     blocks = _blocks(t, causal)
-    pad, cbuf = _buffer(scores, b, h, blocks), _buffer(scores, b, h, blocks)
+    pad = _buffer(scores, b, h, blocks)
+    cbuf = _buffer(scores, b, h, blocks) if gate1 is not None else None
     for sl in _chunks(b):
-        bc, oh = sl.stop - sl.start, onehot[sl, 0]
+        bc = sl.stop - sl.start
         for r0, r1, cols in blocks:
             rows = r1 - r0
             zero, prod, shifted, _ = _views(pad, bc, h, rows, cols)
-            c1 = cbuf[:bc * h * rows * cols].view(bc, h * rows, cols)
             zero.zero_()
             torch.bmm(_rows(q_pos[sl], r0, r1), r_scaled[:, t - cols:].transpose(-1, -2), out=prod)  # BD, distance layout
-            torch.bmm(_class_rows(gate1[sl], r0, r1), oh[..., :cols], out=c1)  # 1 + c (Eq. 6)
-            scores[sl, :, r0:r1, :cols].addcmul_(shifted.transpose(0, 1), c1.view(bc, h, rows, cols))
+            out = scores[sl, :, r0:r1, :cols]
+            if gate1 is None:
+                out.add_(shifted.transpose(0, 1))
+                continue
+            c1 = cbuf[:bc * h * rows * cols].view(bc, h * rows, cols)
+            torch.bmm(_class_rows(gate1[sl], r0, r1), onehot[sl, 0, :, :cols], out=c1)  # 1 + c (Eq. 6)
+            out.addcmul_(shifted.transpose(0, 1), c1.view(bc, h, rows, cols))
     return scores
 
 
@@ -89,41 +95,48 @@ class GatedBDAdd(torch.autograd.Function):
         ctx.scale, ctx.causal = scale, causal
         ctx.mark_dirty(scores)
         ctx.save_for_backward(q_pos, r, gate, onehot)
-        return _gated_bd_add_(scores, q_pos, r * scale, gate + 1, onehot, causal)
+        return _gated_bd_add_(scores, q_pos, r * scale, None if gate is None else gate + 1, onehot, causal)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         q_pos, r, gate, onehot = ctx.saved_tensors
         need_q, need_r, need_gate = ctx.needs_input_grad[1:4]
+        gated = gate is not None
         b, h, t, d = q_pos.shape
-        r_scaled, gate1 = r * ctx.scale, gate + 1
+        r_scaled, gate1 = r * ctx.scale, gate + 1 if gated else None
         blocks = _blocks(t, ctx.causal)
-        pad, gpad, cbuf = (_buffer(grad, b, h, blocks) for _ in range(3))
+        gpad = _buffer(grad, b, h, blocks)
+        pad, cbuf = (_buffer(grad, b, h, blocks), _buffer(grad, b, h, blocks)) if gated else (None, None)
         grad_q = q_pos.new_empty(q_pos.shape) if need_q else None
         grad_r = torch.zeros_like(r) if need_r else None
         grad_gate = gate.new_empty(gate.shape) if need_gate else None
         for sl in _chunks(b):
-            bc, oh = sl.stop - sl.start, onehot[sl, 0]
+            bc = sl.stop - sl.start
             for r0, r1, cols in blocks:
                 rows = r1 - r0
-                zero, prod, shifted, _ = _views(pad, bc, h, rows, cols)
                 _, gprod, gshifted, gskipped = _views(gpad, bc, h, rows, cols)  # grad wrt the product
-                c1 = cbuf[:bc * h * rows * cols].view(bc, h * rows, cols)  # 1 + c, then grad wrt it
-                c1_4d = c1.view(bc, h, rows, cols)
                 g = grad[sl, :, r0:r1, :cols]
                 q_rows, r_s = _rows(q_pos[sl], r0, r1), r_scaled[:, t - cols:]
-                zero.zero_()
                 gskipped.zero_()
-                torch.bmm(q_rows, r_s.transpose(-1, -2), out=prod)
-                torch.bmm(_class_rows(gate1[sl], r0, r1), oh[..., :cols], out=c1)
+                if gated:  # recompute BD and 1 + c
+                    oh = onehot[sl, 0]
+                    zero, prod, shifted, _ = _views(pad, bc, h, rows, cols)
+                    c1 = cbuf[:bc * h * rows * cols].view(bc, h * rows, cols)  # 1 + c, then grad wrt it
+                    c1_4d = c1.view(bc, h, rows, cols)
+                    zero.zero_()
+                    torch.bmm(q_rows, r_s.transpose(-1, -2), out=prod)
+                    torch.bmm(_class_rows(gate1[sl], r0, r1), oh[..., :cols], out=c1)
                 if need_q or need_r:
-                    torch.mul(g, c1_4d, out=gshifted.transpose(0, 1))  # d/dBD = g * (1 + c)
+                    if gated:
+                        torch.mul(g, c1_4d, out=gshifted.transpose(0, 1))  # d/dBD = g * (1 + c)
+                    else:
+                        gshifted.transpose(0, 1).copy_(g)  # d/dBD = g
                     if need_q:
                         grad_q[sl, :, r0:r1] = torch.bmm(gprod, r_s).view(h, bc, rows, d).transpose(0, 1)
                     if need_r:
                         grad_r[:, t - cols:].baddbmm_(gprod.transpose(-1, -2), q_rows)
-                if need_gate:  # d/dc = g * BD, summed per key class: onehot @ (g * BD)^T
+                if gated and need_gate:  # d/dc = g * BD, summed per key class: onehot @ (g * BD)^T
                     torch.mul(g, shifted.transpose(0, 1), out=c1_4d)
                     per_class = torch.bmm(oh[..., :cols], c1.transpose(-1, -2))  # (B', 11, H * rows)
                     grad_gate[sl, :, r0:r1] = per_class.view(bc, -1, h, rows).permute(0, 2, 3, 1)
@@ -135,11 +148,12 @@ class GatedBDAdd(torch.autograd.Function):
 def gated_bd_add(scores, q_pos, r, gate, onehot, scale, causal=False):
     """Eq. 6: scores + (1 + c) * BD, in place (``scores`` must be a fresh (B, H, T, T) tensor that
     nothing saved for backward). q_pos (B, H, T, d), r (H, T, d), gate (B, H, T, 11), onehot
-    (B, 1, 11, T). Entries j > i: rel_shift's garbage as in BD; with ``causal`` unspecified (masked
+    (B, 1, 11, T); ``gate=None`` (and ``onehot=None``): scores + BD, Eq. 3's position term by the
+    same route. Entries j > i: rel_shift's garbage as in BD; with ``causal`` unspecified (masked
     by the caller; backward assumes nothing about their gradient, it is exact for what was written)."""
     if torch.is_grad_enabled():
         return GatedBDAdd.apply(scores, q_pos, r, gate, onehot, scale, causal)
-    return _gated_bd_add_(scores, q_pos, r * scale, gate + 1, onehot, causal)
+    return _gated_bd_add_(scores, q_pos, r * scale, None if gate is None else gate + 1, onehot, causal)
 
 
 def _class_bias_add_(scores, bias, onehot, causal):

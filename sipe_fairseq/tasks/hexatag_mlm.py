@@ -5,6 +5,7 @@ mask (see :mod:`sipe_fairseq.data.mlm_dataset`): ``net_input`` gets ``src_termin
 ``src_nonterminals`` (and ``src_deprels`` with ``--deprel-stream``) with m_p = 0 at masked
 positions; the sample gets ``terminal_target``/``nonterminal_target`` at masked first subwords.
 """
+import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
 
 from ..data.lm_dataset import input_key
-from ..data.mlm_dataset import MaskedTagDataset
+from ..data.mlm_dataset import MaskedTagDataset, check_word_starts, word_start_mask
 from ..data.tag_dictionary import NOTAG_ID, TAG_KINDS, load_tag_dictionary
 from ..data.tag_streams import load_tag_streams
 
@@ -47,8 +48,6 @@ class HexatagMaskedLMTask(MaskedLMTask):
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         if self.cfg.shorten_method != "none":
             raise ValueError("--shorten-method is not supported by hexatag_mlm (it would cut tokens and tags apart)")
-        if self.cfg.mask_whole_words:
-            raise ValueError("--mask-whole-words needs a fairseq --bpe; hexatag_mlm data is sentencepiece-split by sipe-preprocess")
         paths = utils.split_paths(self.cfg.data)
         data_path = paths[(epoch - 1) % len(paths)]
         raw = data_utils.load_indexed_dataset(os.path.join(data_path, split), self.source_dictionary, combine=combine)
@@ -63,11 +62,12 @@ class HexatagMaskedLMTask(MaskedLMTask):
             return PrependTokenDataset(block, bos)
 
         d = self.source_dictionary
+        whole_words = self.whole_word_mask(data_path, split) if self.cfg.mask_whole_words else None
         tokens = blocks(raw, d.pad(), d.eos(), d.bos())
         src, tgt = MaskTokensDataset.apply_mask(
             tokens, d, pad_idx=d.pad(), mask_idx=self.mask_idx, seed=self.cfg.seed, mask_prob=self.cfg.mask_prob,
             leave_unmasked_prob=self.cfg.leave_unmasked_prob, random_token_prob=self.cfg.random_token_prob,
-            freq_weighted_replacement=self.cfg.freq_weighted_replacement,
+            freq_weighted_replacement=self.cfg.freq_weighted_replacement, mask_whole_words=whole_words,
             mask_multiple_length=self.cfg.mask_multiple_length, mask_stdev=self.cfg.mask_stdev,
             skip_masking=self.cfg.skip_masking)
         net_input = {"src_tokens": RightPadDataset(src, pad_idx=d.pad()), "src_lengths": NumelDataset(src, reduce=False)}
@@ -85,6 +85,25 @@ class HexatagMaskedLMTask(MaskedLMTask):
             shuffle = np.random.permutation(len(src))
         self.datasets[split] = SortDataset(dataset, sort_order=[shuffle, src.sizes])
         logger.info(f"{split}: {len(src)} blocks with streams {list(streams)} (tags masked with their tokens)")
+
+    def whole_word_mask(self, data_path, split):
+        """``--mask-whole-words``: word starts from the vocabulary (sentencepiece's U+2581; every token
+        for ``--no-split`` data, read from manifest.json), checked against the split's tag streams."""
+        no_split = False
+        manifest = os.path.join(data_path, "manifest.json")
+        if os.path.isfile(manifest):
+            with open(manifest, encoding="utf-8") as f:
+                no_split = bool(json.load(f).get("settings", {}).get("no_split", False))
+        starts = word_start_mask(self.source_dictionary, no_split)
+        check = check_word_starts(starts, data_path, split, self.source_dictionary)
+        if check["differ"]:
+            logger.warning(f"{split}: --mask-whole-words: at {check['differ']} of {check['positions']} positions the "
+                           f"vocabulary's word starts differ from the tag streams' (first: {check['first']}); fairseq "
+                           "masks by the vocabulary there")
+        else:
+            logger.info(f"{split}: --mask-whole-words over {check['words']} words; word starts agree with the tag "
+                        f"streams at all {check['positions']} positions")
+        return starts
 
     def get_batch_iterator(self, dataset, *args, required_batch_size_multiple=1, **kwargs):
         # as hexatag_lm: fairseq's batch_by_size drops the last partial batch when the multiple > 1
