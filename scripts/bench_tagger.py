@@ -32,7 +32,8 @@ def main(argv=None):
     import torch
 
     torch.set_num_threads(args.threads)
-    from sipe_fairseq.eval import parsers, tagger
+    from sipe_fairseq import parsing as parsers
+    from sipe_fairseq.checkpoints import hexatagger as tagger
     from sipe_fairseq.hexatag import read_conllu
 
     sents = list(read_conllu(args.conllu))[:args.n]

@@ -81,7 +81,8 @@ def main(argv=None):
         m = re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", out)
         results[inj] = {"fairseq_eval_lm_ppl": float(m.group(2)), "ckpt": str(ckpt)}
     print("[4/4] scoring: sipe-eval-lm and agreement minimal pairs", flush=True)
-    from sipe_fairseq.cli.eval_lm import evaluate, load
+    from sipe_fairseq.checkpoints import load_lm as load
+    from sipe_fairseq.cli.eval_lm import evaluate
     from sipe_fairseq.data.encode import SentenceEncoder
     from sipe_fairseq.eval.lm_scores import markdown
     from sipe_fairseq.eval.minimal_pairs import pair_accuracy

@@ -11,9 +11,10 @@ __version__ = "0.1.0"
 
 
 def register() -> None:
-    """Import the fairseq-registered modules (tasks, models, criterions); idempotent."""
-    from . import criterions, models, tasks  # noqa: F401
-    from .checkpoint_compat import allow_fairseq_checkpoint_globals
+    """Import the fairseq-registered modules (tasks, models, criterions) and the checkpoint layer
+    (which registers the ``hexatagger`` parser backend); idempotent."""
+    from . import checkpoints, criterions, models, tasks  # noqa: F401
+    from .checkpoints.compat import allow_fairseq_checkpoint_globals
 
     allow_fairseq_checkpoint_globals()
 

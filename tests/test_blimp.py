@@ -19,9 +19,9 @@ from sipe_fairseq.cli.eval import main as eval_main  # noqa: E402
 from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar as tg  # noqa: E402
 from sipe_fairseq.eval import blimp  # noqa: E402
-from sipe_fairseq.eval.parsers import (CachedParser, ConlluTrees, NoTrees, ParseError, SpacyParser,  # noqa: E402
-                                       attach_extra_roots, get_parser, parse_each, register_parser,
-                                       simple_tokenize, spacy_available)
+from sipe_fairseq.parsing import (CachedParser, ConlluTrees, NoTrees, ParseError, SpacyParser,  # noqa: E402
+                                  attach_extra_roots, get_parser, parse_each, register_parser, spacy_available,
+                                  split_words)
 from sipe_fairseq.hexatag import check_tree  # noqa: E402
 
 from conftest import shared_path  # noqa: E402
@@ -146,9 +146,9 @@ def test_parse_each_isolates_failures(tmp_path):
     assert len(cached) == 2  # refused sentences are not cached
 
 
-def test_simple_tokenize_and_no_trees():
-    assert simple_tokenize("Who isn't Craig's friend?") == ["Who", "is", "n't", "Craig", "'s", "friend", "?"]
-    assert simple_tokenize('He said: "no."') == ["He", "said", ":", '"', "no", ".", '"']
+def test_split_words_and_no_trees():
+    assert split_words("Who isn't Craig's friend?") == ["Who", "is", "n't", "Craig", "'s", "friend", "?"]
+    assert split_words('He said: "no."') == ["He", "said", ":", '"', "no", ".", '"']
     assert NoTrees().parse_text(["a b."]) == [(["a", "b", "."], None)]
     with pytest.raises(ParseError):
         NoTrees().parse_text(["  "])

@@ -17,7 +17,8 @@ from fairseq.data import data_utils
 
 sipe_fairseq.register()
 
-from sipe_fairseq.cli.eval_lm import evaluate, load  # noqa: E402
+from sipe_fairseq.checkpoints import load_lm as load  # noqa: E402
+from sipe_fairseq.cli.eval_lm import evaluate  # noqa: E402
 from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar  # noqa: E402
 from sipe_fairseq.modules.tag_embedding import FIRST_TAG_ID  # noqa: E402

@@ -29,7 +29,7 @@ from sipe_fairseq.data.glue import (  # noqa: E402
 )
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID  # noqa: E402
 from sipe_fairseq.eval import glue as glue_eval  # noqa: E402
-from sipe_fairseq.eval.parsers import ParseError, register_parser  # noqa: E402
+from sipe_fairseq.parsing import ParseError, register_parser  # noqa: E402
 from sipe_fairseq.hexatag import encode_tree  # noqa: E402
 from sipe_fairseq.models.classification import last_positions  # noqa: E402
 
@@ -295,8 +295,8 @@ def test_preprocess_pair_task_aligned(lm, glue_dirs):
             failed = "UNPARSABLE" in text or "CYCLE" in text
             words = text.split() if not failed else None
             if failed:
-                from sipe_fairseq.eval.parsers import simple_tokenize
-                words = simple_tokenize(text)
+                from sipe_fairseq.parsing import split_words
+                words = split_words(text)
             e_tok, e_t, e_n, firsts = enc.encode(words, None if failed else fake_heads(len(words)))
             assert torch.equal(toks[i], e_tok) and torch.equal(terms[i], e_t) and torch.equal(nts[i], e_n), (k, i)
             if failed:

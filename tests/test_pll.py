@@ -21,7 +21,7 @@ from fairseq.data import Dictionary  # noqa: E402
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
 
 from sipe_fairseq.cli.eval import main as eval_main  # noqa: E402
-from sipe_fairseq.cli.eval_lm import load  # noqa: E402
+from sipe_fairseq.checkpoints import load_lm as load  # noqa: E402
 from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar as tg  # noqa: E402
 from sipe_fairseq.data.encode import SentenceEncoder  # noqa: E402

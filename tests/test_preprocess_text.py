@@ -7,8 +7,8 @@ import pytest
 from sipe_fairseq.cli.preprocess import main as preprocess_main
 from sipe_fairseq.cli.tag import main as tag_main
 from sipe_fairseq.data.preprocess import PreprocessError, PreprocessOptions, preprocess
-from sipe_fairseq.eval import parsers
-from sipe_fairseq.eval.parsers import DEFAULT_SPACY_MODEL, ParseError, simple_tokenize, spacy_available
+from sipe_fairseq import parsing as parsers
+from sipe_fairseq.parsing import DEFAULT_SPACY_MODEL, ParseError, spacy_available, split_words
 
 
 class FakeParser:
@@ -31,7 +31,7 @@ class FakeParser:
         return out
 
     def parse_text(self, sentences):
-        words = [simple_tokenize(s) for s in sentences]
+        words = [split_words(s) for s in sentences]
         return list(zip(words, self.parse_words(words)))
 
 

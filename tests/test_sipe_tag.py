@@ -1,7 +1,7 @@
 """``sipe-tag`` with the spaCy backend: one output per input line, CoNLL-U and tags agree."""
 import pytest
 
-from sipe_fairseq.eval.parsers import DEFAULT_SPACY_MODEL, spacy_available
+from sipe_fairseq.parsing import DEFAULT_SPACY_MODEL, spacy_available
 from sipe_fairseq.hexatag import decode, encode_tree, format_tags, parse_tags
 from sipe_fairseq.hexatag.conllu_io import parse_sentence, sentence_blocks
 

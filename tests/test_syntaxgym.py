@@ -11,7 +11,7 @@ import pytest
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID
 from sipe_fairseq.eval import syntaxgym as sg
 from sipe_fairseq.cli.eval import main as sipe_eval
-from sipe_fairseq.eval.parsers import PARSERS, register_parser
+from sipe_fairseq.parsing import PARSERS, register_parser, split_words
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SAMPLE = SHARED / "data" / "syntaxgym-sample"
@@ -206,8 +206,8 @@ def test_cli_reports_suite_errors(tmp_path, caplog):
     ("isn't,", ["is", "n't", ","]),
     ("it\u2019s", ["it", "\u2019s"]),
 ])
-def test_split_region(text, words):
-    assert sg.split_region(text) == words
+def test_split_words(text, words):
+    assert split_words(text) == words
 
 
 # ----------------------------------------------------------------------------- surprisal arithmetic
@@ -411,7 +411,7 @@ def test_end_to_end_on_sample_suites(data_dir, tmp_path):
     assert "| suite | items | scored | sipe | stock |" in md and "**overall**" in md
 
     # the region surprisals of one sentence plus its </s> add up to the sentence's total surprisal
-    from sipe_fairseq.cli.eval_lm import load
+    from sipe_fairseq.checkpoints import load_lm as load
     from sipe_fairseq.data.encode import SentenceEncoder
     from sipe_fairseq.eval.scoring import token_logprobs
     model, _ = load(str(sipe), str(data_dir))

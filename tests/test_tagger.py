@@ -16,7 +16,8 @@ sipe_fairseq.register()
 from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar  # noqa: E402
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID  # noqa: E402
-from sipe_fairseq.eval.tagger import evaluate, load_tagger  # noqa: E402
+from sipe_fairseq.checkpoints import load_tagger  # noqa: E402
+from sipe_fairseq.eval.tagger import evaluate  # noqa: E402
 from sipe_fairseq.hexatag import decode, parse_tags  # noqa: E402
 
 BIN = Path(sys.executable).parent

@@ -22,7 +22,7 @@ from fairseq.options import get_training_parser, parse_args_and_arch  # noqa: E4
 from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar  # noqa: E402
 from sipe_fairseq.data.tag_dictionary import NOTAG_ID  # noqa: E402
-from sipe_fairseq.eval.tagger import load_tagger  # noqa: E402
+from sipe_fairseq.checkpoints import load_tagger  # noqa: E402
 from sipe_fairseq.hexatag import decode, parse_tags  # noqa: E402
 
 BIN = Path(sys.executable).parent

@@ -14,7 +14,7 @@ import sys
 import time
 from collections import Counter
 
-from sipe_fairseq.eval.parsers import SpacyParser
+from sipe_fairseq.parsing import SpacyParser
 from sipe_fairseq.hexatag import projectivize, read_conllu
 
 FUNCTION_RELS = ("case", "cop", "aux", "aux:pass", "mark", "cc", "punct")

@@ -4,11 +4,15 @@
 
 A subcommand is a module with ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``
 (its docstring becomes the subcommand's description); add it to :data:`SUBCOMMANDS`.
+
+Exit status: 0 ok, 2 bad input (as each subcommand documents), 3 a checkpoint is missing, refused by
+torch's weights-only loading (untrusted content) or not a fairseq checkpoint (one line naming it).
 """
 import argparse
 import logging
 import sys
 
+from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.eval import blimp, report, syntaxgym
 
 SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": report.sweep_plot}
@@ -30,7 +34,11 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("sipe_fairseq").setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except CheckpointError as e:
+        logging.getLogger("sipe-eval").error("%s", e)
+        return CHECKPOINT_EXIT_STATUS
 
 
 if __name__ == "__main__":

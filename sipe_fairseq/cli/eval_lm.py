@@ -6,76 +6,28 @@ one or several checkpoints on the same ``sipe-preprocess`` directory, side by si
 Works for ``hexatag_lm`` checkpoints and for stock ``language_modeling`` ones (no tags): every
 model is scored through a ``hexatag_lm`` task built from its own task settings, so all see the
 same blocks and the same position types.
+
+Exit status: 0 ok, 2 usage error (a checkpoint name given twice), 3 a checkpoint is missing,
+refused by torch's weights-only loading (untrusted content) or not a fairseq checkpoint.
 """
 import argparse
 import json
 import logging
-import os
 import sys
-from collections import OrderedDict
 
-import fairseq  # noqa: F401
 import torch
-from fairseq import checkpoint_utils
-from omegaconf import OmegaConf
 
 import sipe_fairseq
-from sipe_fairseq.checkpoint_compat import allow_fairseq_checkpoint_globals
+from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
 from sipe_fairseq.eval.lm_scores import markdown, score_split
 
 logger = logging.getLogger(__name__)
 
 
-def checkpoint_specs(specs) -> "OrderedDict[str, str]":
-    """``["name=ckpt.pt", "other.pt"]`` -> ``{name: path}`` (a bare path names itself); raises
-    ``ValueError`` for a name given twice or a missing file."""
-    out = OrderedDict()
-    for spec in specs or ():
-        name, sep, path = spec.partition("=")
-        name, path = (name, path) if sep else (spec, spec)
-        if name in out:
-            raise ValueError(f"checkpoint name {name!r} given twice")
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"checkpoint {path} not found")
-        out[name] = path
-    return out
-
-
-# tasks whose checkpoints are masked-LM encoders (scored by pseudo-log-likelihood, not by eval-lm)
-MASKED_LM_TASKS = ("hexatag_mlm", "masked_lm")
-
-
-def load(path: str, data: str, context_window: int = 0):
-    """(model, task) for a checkpoint, scored on ``data``: a ``hexatag_lm`` task for decoders
-    (``hexatag_lm`` and stock ``language_modeling`` checkpoints), a ``hexatag_mlm`` task for
-    masked-LM encoders (``hexatag_mlm`` and stock ``masked_lm`` ones, e.g. fairseq ``roberta``),
-    built from the checkpoint's own task settings; the encoder task's dictionary is ``dict.txt``
-    with ``<mask>`` appended, as in training."""
-    from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
-    from sipe_fairseq.tasks.hexatag_mlm import HexatagMaskedLMTask, HexatagMLMConfig
-
-    # legacy fairseq models (e.g. roberta) store an argparse.Namespace in the checkpoint: allow just that class
-    allow_fairseq_checkpoint_globals()
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)
-    saved = OmegaConf.to_container(state["cfg"]["task"], resolve=True)
-    if saved.get("_name") in MASKED_LM_TASKS:
-        if context_window:
-            raise ValueError(f"{path}: a masked-LM encoder ({saved['_name']} checkpoint) has no --context-window")
-        config, task_cls = HexatagMLMConfig, HexatagMaskedLMTask
-    else:
-        config, task_cls = HexatagLMConfig, HexatagLanguageModelingTask
-    fields = set(config.__dataclass_fields__)
-    cfg = OmegaConf.merge(OmegaConf.structured(config), {k: v for k, v in saved.items() if k in fields})
-    cfg.data = data
-    cfg.tokens_per_sample -= context_window  # as fairseq-eval-lm does
-    task = task_cls.setup_task(cfg)
-    allow_fairseq_checkpoint_globals()
-    models, _ = checkpoint_utils.load_model_ensemble([path], arg_overrides={"data": data}, task=task)
-    return models[0], task
-
-
 def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None):
-    model, task = load(path, data, context_window)
+    """:func:`~sipe_fairseq.eval.lm_scores.score_split` of one checkpoint (loaded by
+    :func:`~sipe_fairseq.checkpoints.load.load_lm`)."""
+    model, task = load_lm(path, data, context_window)
     return score_split(model, task, split, context_window, max_tokens, batch_size)
 
 
@@ -94,8 +46,15 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
-    results = {name: evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size)
-               for name, path in checkpoint_specs(args.path).items()}
+    try:
+        results = {name: evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size)
+                   for name, path in checkpoint_specs(args.path).items()}
+    except CheckpointError as e:
+        logger.error("%s", e)
+        return CHECKPOINT_EXIT_STATUS
+    except ValueError as e:  # a name given twice, --context-window with an encoder
+        logger.error("%s", e)
+        return 2
     print(markdown(results))
     if args.json:
         with open(args.json, "w") as f:

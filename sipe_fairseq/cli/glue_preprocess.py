@@ -5,7 +5,8 @@
 
 ``--pretrain-data`` is the ``sipe-preprocess`` directory of the checkpoint to fine-tune (its
 ``dict.txt`` and ``spm.model`` encode the sentences). Exit status: 0 on success, 1 on an error
-(including failed parses with --fail-on-parse-error, refused rows with --fail-on-refusal).
+(including failed parses with --fail-on-parse-error, refused rows with --fail-on-refusal), 3 when
+the parser's checkpoint (``--parser hexatagger:CKPT``) is missing, refused or unreadable.
 See :mod:`sipe_fairseq.data.glue` for the directory layout.
 """
 import argparse
@@ -20,7 +21,8 @@ logger = logging.getLogger(__name__)
 
 def get_parser() -> argparse.ArgumentParser:
     from sipe_fairseq.data.glue import GLUE_TASKS
-    from sipe_fairseq.eval.parsers import add_tree_arguments
+    import sipe_fairseq.checkpoints  # noqa: F401  registers the hexatagger backend
+    from sipe_fairseq.parsing import add_tree_arguments
 
     p = argparse.ArgumentParser(prog="sipe-glue-preprocess", description=__doc__.split("\n")[0].split(": ", 1)[1])
     p.add_argument("--task-name", required=True, metavar="TASK", help=f"GLUE task: {', '.join(GLUE_TASKS)}")
@@ -41,7 +43,8 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
                         level=os.environ.get("LOGLEVEL", "INFO").upper(), stream=sys.stderr)
-    import sipe_fairseq.eval.parsers as parsers  # registers the parser backends
+    from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
+    from sipe_fairseq.parsing import tree_source_from_args
 
     args = get_parser().parse_args(argv)
     from sipe_fairseq.data.glue import GluePreprocessError, GluePreprocessOptions, preprocess_glue
@@ -52,8 +55,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         fail_on_parse_error=args.fail_on_parse_error, fail_on_refusal=args.fail_on_refusal, limit=args.limit,
     )
     try:
-        source = parsers.tree_source_from_args(args)
+        source = tree_source_from_args(args)
         manifest = preprocess_glue(opts, source)
+    except CheckpointError as e:
+        logger.error("%s", e)
+        return CHECKPOINT_EXIT_STATUS
     except (GluePreprocessError, ValueError, KeyError, RuntimeError, OSError) as e:
         logger.error("%s", e)
         return 1

@@ -13,7 +13,8 @@ sentence; ``fairseq-preprocess`` would keep them as ``</s>``-only sentences), an
 cannot parse are refused (``parse-failed``); both are reported with file:line and counted in
 manifest.json.
 
-Exit status: 0 on success, 1 on an error (including any refused sentence with --fail-on-refusal).
+Exit status: 0 on success, 1 on an error (including any refused sentence with --fail-on-refusal),
+3 when the parser backend cannot be loaded (e.g. a missing or refused hexatagger checkpoint).
 See :mod:`sipe_fairseq.data.preprocess` for the directory layout.
 """
 import argparse
@@ -26,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 
 def get_parser() -> argparse.ArgumentParser:
-    from sipe_fairseq.eval.tag_text import add_backend_arguments
+    from sipe_fairseq.parsing.line_tagger import add_backend_arguments
 
     p = argparse.ArgumentParser(prog="sipe-preprocess", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                                 epilog=__doc__.split("\n\n")[2].replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -78,7 +79,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
         level=os.environ.get("LOGLEVEL", "INFO").upper(), stream=sys.stderr,
     )
+    import sipe_fairseq.checkpoints  # noqa: F401  registers the hexatagger backend
+    from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS
     from sipe_fairseq.data.preprocess import PreprocessError, PreprocessOptions, preprocess
+    from sipe_fairseq.parsing import BackendLoadError
 
     opts = PreprocessOptions(
         train=args.train, destdir=args.destdir, valid=_files(args.valid), test=_files(args.test),
@@ -91,6 +95,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     try:
         preprocess(opts)
+    except BackendLoadError as e:
+        logger.error("%s", e)
+        return CHECKPOINT_EXIT_STATUS
     except (PreprocessError, OSError, UnicodeDecodeError) as e:
         logger.error("%s", e)
         return 1

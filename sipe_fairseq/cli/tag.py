@@ -7,7 +7,9 @@ One input line is one sentence. Every input line gives exactly one tag line (``s
 format) and one CoNLL-U block whose ``# sent_id`` is the input line number. A line that is empty
 or that the backend cannot parse gives an empty tag line and a comment-only CoNLL-U block
 (``# sipe_tag_error = ...``); it is reported on stderr with its line number and counted in the
-summary. Exit status: 0 ok, 1 some lines failed, 2 usage or I/O error.
+summary. Exit status: 0 ok, 1 some lines failed, 2 usage or I/O error, 3 the backend cannot be
+loaded (a hexatagger checkpoint missing, refused by torch's weights-only loading or unreadable; a
+spaCy pipeline not installed): one line naming it.
 """
 import argparse
 import logging
@@ -15,8 +17,11 @@ import sys
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-from sipe_fairseq.eval.tag_text import LineTagger, add_backend_arguments, conllu_block, read_lines
+import sipe_fairseq.checkpoints  # noqa: F401  registers the hexatagger backend
+from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS
 from sipe_fairseq.hexatag import format_tags
+from sipe_fairseq.parsing import BackendLoadError
+from sipe_fairseq.parsing.line_tagger import LineTagger, add_backend_arguments, conllu_block, read_lines
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +36,8 @@ class Stats:
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sipe-tag", description=__doc__.split("\n\n")[0],
-                                epilog="Exit status: 0 ok, 1 some lines failed (empty output for them), 2 error.")
+                                epilog="Exit status: 0 ok, 1 some lines failed (empty output for them), 2 usage or I/O error, "
+                                       "3 the backend cannot be loaded.")
     p.add_argument("input", nargs="?", default="-", help="one sentence per line (default: stdin)")
     p.add_argument("-o", "--output", metavar="FILE.conllu", help="CoNLL-U with heads (deprels: root/dep)")
     p.add_argument("--tags-out", metavar="FILE", help="hexatag lines in sipe-hexatag format (l/L1 r/EOS ...)")
@@ -86,7 +92,10 @@ def run(args, lines: List[str]) -> int:
                     tags.write((format_tags(line.tags) if line.ok else "") + "\n")
                 if conllu is not None:
                     conllu.write(conllu_block(line))
-    except RuntimeError as e:  # backend cannot be loaded
+    except BackendLoadError as e:  # e.g. a missing or refused hexatagger checkpoint
+        logger.error(str(e))
+        return CHECKPOINT_EXIT_STATUS
+    except ValueError as e:  # an unknown backend name
         logger.error(str(e))
         return 2
     finally:

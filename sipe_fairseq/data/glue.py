@@ -16,7 +16,7 @@ tags; splits ``train``, ``valid``, ``valid1``, ``test``, ``test1`` as in fairseq
     spm.model                          copy of the pre-training sentencepiece model (if any)
     glue.json                          task, metric, classes, parser, counts per split
 
-Sentences are parsed (one tree per input, see :mod:`sipe_fairseq.eval.parsers`) and encoded with
+Sentences are parsed (one tree per input, see :mod:`sipe_fairseq.parsing`) and encoded with
 the pre-training directory's :class:`~sipe_fairseq.data.encode.SentenceEncoder`, so pieces, ids
 and tag placement are exactly those of the pre-training data.
 
@@ -37,7 +37,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..hexatag import HexatagError
+from ..hexatag import HexatagError, encode_tree
+from ..parsing import ParseError, parse_each, split_words, tree_source_stats
 from .preprocess import _sha256, _write_text
 from .tag_dictionary import FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_tag_dictionary, tag_classes
 
@@ -238,8 +239,6 @@ class EncodedSentence:
 
 def _parse_all(source, texts: Sequence[str], batch_size: int = 1024):
     """Parse each distinct text once; ``{text: (words, heads or None) | ParseError}``."""
-    from ..eval.parsers import parse_each
-
     uniq = list(dict.fromkeys(texts))
     results = {}
     try:
@@ -260,12 +259,9 @@ def _parse_all(source, texts: Sequence[str], batch_size: int = 1024):
 
 def encode_parsed(encoder, text: str, parsed) -> EncodedSentence:
     """Tokens and tags of one sentence from its parse (or a parse failure, kept with ``<notag>``)."""
-    from ..eval.parsers import ParseError, simple_tokenize
-    from ..hexatag import encode_tree
-
     failure, detail, tags, lifted = None, "", None, 0
     if isinstance(parsed, ParseError):
-        words, failure, detail = simple_tokenize(text), "parse-error", str(parsed)
+        words, failure, detail = split_words(text), "parse-error", str(parsed)
     else:
         words, heads = parsed
         if heads is not None:
@@ -318,11 +314,10 @@ def read_glue_info(data_dir: str) -> Optional[dict]:
 
 def preprocess_glue(opts: GluePreprocessOptions, source) -> dict:
     """Build the directory described in the module docstring; ``source`` is a parser (or any tree
-    source of :mod:`sipe_fairseq.eval.parsers`). Returns the manifest (also ``glue.json``)."""
+    source of :mod:`sipe_fairseq.parsing.sources`). Returns the manifest (also ``glue.json``)."""
     from .encode import SentenceEncoder
     from .preprocess import write_stream
 
-    from ..eval.parsers import ParseError
 
     task = glue_task(opts.task)
     if not os.path.isfile(os.path.join(opts.pretrain_data, "dict.txt")):
@@ -429,8 +424,6 @@ def preprocess_glue(opts: GluePreprocessOptions, source) -> dict:
         }
         logger.info("[%s] %d examples, %d tokens, %d unk, %d sentences with failed parses (kept, <notag>), %d refused rows",
                     split, len(d.examples), st["tokens"], st["unk_tokens"], len(failed_ex), sum(d.refused.values()))
-
-    from ..eval.parsers import tree_source_stats
 
     manifest = {
         "format": "sipe-glue/1",

@@ -36,7 +36,7 @@ input); nothing is dropped silently, and ``fail_on_refusal`` turns any refusal i
 before anything is written (but ``save_conllu``, see below).
 
 *Text input* (``input_format`` ``text`` or ``tokenized``). Each line of a split's file is one
-sentence, parsed with a backend (:class:`~sipe_fairseq.eval.tag_text.LineTagger`, as ``sipe-tag``
+sentence, parsed with a backend (:class:`~sipe_fairseq.parsing.line_tagger.LineTagger`, as ``sipe-tag``
 parses: ``tokenized`` is ``sipe-tag --pretokenized``) into the CoNLL-U block ``sipe-tag`` would
 write for it, and these blocks then go through the CoNLL-U path above, so the directory equals
 ``sipe-tag`` followed by ``sipe-preprocess`` on its CoNLL-U (only ``manifest.json`` differs: it names
@@ -72,6 +72,8 @@ from tqdm import tqdm
 from ..hexatag import encode, encode_tree
 from ..hexatag.conllu_io import parse_sentence, sentence_blocks
 from ..hexatag.errors import ConlluError, HexatagError, NonProjectiveError, TreeError
+from ..parsing import DEFAULT_BACKEND, resolve_parser
+from ..parsing.line_tagger import LineTagger, conllu_block, read_lines
 from .tag_dictionary import (
     FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_label_dictionary, build_tag_dictionary, load_tag_dictionary,
     tag_classes,
@@ -111,9 +113,9 @@ class PreprocessOptions:
     thresholdsrc: int = 0
     nwordssrc: int = -1
     padding_factor: int = 8
-    # text input: format, parser backend (see sipe_fairseq.eval.tag_text) and where to keep the CoNLL-U
+    # text input: format, parser backend (see sipe_fairseq.parsing.line_tagger) and where to keep the CoNLL-U
     input_format: str = "conllu"
-    backend: Optional[str] = None  # None: tag_text.DEFAULT_BACKEND
+    backend: Optional[str] = None  # None: parsing.DEFAULT_BACKEND
     batch_size: int = 256
     threads: int = 1
     save_conllu: Optional[str] = None
@@ -231,7 +233,6 @@ def _read_blocks(data: SplitData, items, workers: int, desc: str, progress: bool
 def read_text_splits(splits: Sequence[Tuple[str, str]], opts: PreprocessOptions) -> Dict[str, SplitData]:
     """Parse each split's text file with the backend and read the parses as CoNLL-U (see *Text
     input* above); with ``opts.save_conllu`` also write them to ``{save_conllu}/{split}.conllu``."""
-    from ..eval.tag_text import DEFAULT_BACKEND, LineTagger, conllu_block, read_lines
 
     texts = {}
     for name, path in splits:
@@ -244,33 +245,30 @@ def read_text_splits(splits: Sequence[Tuple[str, str]], opts: PreprocessOptions)
     tagger = LineTagger(opts.backend or DEFAULT_BACKEND, opts.input_format == "tokenized", opts.batch_size,
                         max(1, opts.workers), opts.threads, opts.progress)
     blocks = {}
-    try:
-        with tagger:
-            for name, path in splits:
-                data, items = SplitData(path), []
-                saved = open(os.path.join(opts.save_conllu, f"{name}.conllu"), "w", encoding="utf-8",
-                             newline="\n") if opts.save_conllu else None
-                try:
-                    for line in tagger.tag(texts[name], desc=f"parse {name}"):
-                        data.stats["lines_read"] += 1
-                        block = conllu_block(line)
-                        if saved:
-                            saved.write(block)
-                        if line.empty:
-                            data.stats["empty_lines_skipped"] += 1
-                            logger.warning("%s:%d: empty line (skipped)", path, line.lineno)
-                        elif not line.ok:
-                            data.stats["sentences_read"] += 1
-                            data.refused["parse-failed"] += 1
-                            logger.warning("refused (parse-failed): %s:%d: %s", path, line.lineno, line.result)
-                        else:
-                            items.append((path, line.lineno, block.rstrip("\n").split("\n"), opts.strict))
-                finally:
+    with tagger:
+        for name, path in splits:
+            data, items = SplitData(path), []
+            saved = open(os.path.join(opts.save_conllu, f"{name}.conllu"), "w", encoding="utf-8",
+                         newline="\n") if opts.save_conllu else None
+            try:
+                for line in tagger.tag(texts[name], desc=f"parse {name}"):
+                    data.stats["lines_read"] += 1
+                    block = conllu_block(line)
                     if saved:
-                        saved.close()
-                blocks[name] = (data, items)
-    except RuntimeError as e:  # the backend cannot be loaded
-        raise PreprocessError(str(e)) from e
+                        saved.write(block)
+                    if line.empty:
+                        data.stats["empty_lines_skipped"] += 1
+                        logger.warning("%s:%d: empty line (skipped)", path, line.lineno)
+                    elif not line.ok:
+                        data.stats["sentences_read"] += 1
+                        data.refused["parse-failed"] += 1
+                        logger.warning("refused (parse-failed): %s:%d: %s", path, line.lineno, line.result)
+                    else:
+                        items.append((path, line.lineno, block.rstrip("\n").split("\n"), opts.strict))
+            finally:
+                if saved:
+                    saved.close()
+            blocks[name] = (data, items)
     out = {}
     for name, (data, items) in blocks.items():
         _read_blocks(data, items, opts.workers, name, opts.progress)
@@ -411,12 +409,6 @@ def _versions() -> Dict[str, str]:
     return {"fairseq": fairseq.__version__, "sentencepiece": sentencepiece.__version__, "sipe_fairseq": sipe}
 
 
-def _default_backend() -> str:
-    from ..eval.tag_text import DEFAULT_BACKEND
-
-    return DEFAULT_BACKEND
-
-
 def _write_text(path: str, text: str) -> None:
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write(text)
@@ -436,6 +428,11 @@ def preprocess(opts: PreprocessOptions) -> dict:
     text_input = opts.input_format != "conllu"
     if not text_input and (opts.backend or opts.save_conllu):
         raise PreprocessError("a backend and --save-conllu need --input-format text or tokenized")
+    if text_input:
+        try:
+            resolve_parser(opts.backend or DEFAULT_BACKEND)
+        except ValueError as e:
+            raise PreprocessError(str(e)) from e
     if opts.srcdict:
         if not (opts.spm_model or opts.no_split):
             raise PreprocessError("--srcdict needs the sentencepiece model its pieces come from (--spm-model, e.g. "
@@ -583,7 +580,7 @@ def preprocess(opts: PreprocessOptions) -> dict:
             "strict": opts.strict, "thresholdsrc": opts.thresholdsrc, "nwordssrc": opts.nwordssrc,
             "padding_factor": opts.padding_factor, "spm": spm_info, "input_format": opts.input_format,
             "srcdict": {"path": opts.srcdict, "sha256": _sha256(opts.srcdict)} if opts.srcdict else None,
-            **({"backend": opts.backend or _default_backend()} if text_input else {}),
+            **({"backend": opts.backend or DEFAULT_BACKEND} if text_input else {}),
         },
         "dictionaries": {"dict.txt": len(tok_dict), **{f"dict.{k}.txt": len(d) for k, d in dicts.items()}},
         "splits": stats,

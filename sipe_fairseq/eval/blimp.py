@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..hexatag import HexatagError, encode_tree
-from .parsers import ParseError, add_tree_arguments, normalize_text, parse_each, tree_source_from_args, tree_source_stats
+from ..parsing import ParseError, add_tree_arguments, normalize_text, parse_each, tree_source_from_args, tree_source_stats
 
 logger = logging.getLogger(__name__)
 
@@ -326,7 +326,7 @@ def run(args) -> int:
     import torch
 
     import sipe_fairseq
-    from ..cli.eval_lm import checkpoint_specs, load
+    from ..checkpoints import checkpoint_specs, load_lm as load
     from ..data.encode import SentenceEncoder
 
     if args.threads:

@@ -16,6 +16,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..checkpoints.load import CHECKPOINT_EXIT_STATUS, CheckpointError, load_with_task, read_checkpoint
+
 logger = logging.getLogger(__name__)
 
 
@@ -117,15 +119,10 @@ def model_flags(path: str) -> List[str]:
     (``sipe_roberta``'s learned positions are sized by it, as RoBERTa's). fairseq's argparse models
     (``roberta``) are read through their ``add_args``. Classification-head settings are left to the
     fine-tuning command."""
-    import fairseq  # noqa: F401
-    from fairseq import checkpoint_utils
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_DATACLASS_REGISTRY
     from omegaconf import OmegaConf
 
-    import sipe_fairseq
-
-    sipe_fairseq.register()  # also allows the argparse.Namespace of legacy checkpoints
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    state = read_checkpoint(path)  # registers the sipe models; allows the Namespace of legacy checkpoints
     cfg = state["cfg"]
     model = OmegaConf.to_container(cfg, resolve=True)["model"] if OmegaConf.is_config(cfg["model"]) else vars(cfg["model"])
     arch = model.get("_name") or model.get("arch")
@@ -152,19 +149,6 @@ def model_flags(path: str) -> List[str]:
 
 
 # ----------------------------------------------------------------------------- predictions
-
-
-def load(path: str, data: Optional[str] = None):
-    """(model, task) of a fine-tuned checkpoint, reading ``data`` (default: the checkpoint's)."""
-    import fairseq  # noqa: F401
-    from fairseq import checkpoint_utils
-
-    import sipe_fairseq
-
-    sipe_fairseq.register()
-    overrides = {"data": data} if data else {}
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
-    return models[0], task
 
 
 def predict(model, task, split: str = "valid", max_tokens: Optional[int] = 8192, batch_size: Optional[int] = None):
@@ -206,7 +190,7 @@ def evaluate(path: str, data: Optional[str] = None, split: str = "valid", task_n
     """Predict ``split`` and score it with the task's GLUE metric; returns a result row."""
     from ..data.glue import glue_task
 
-    model, task = load(path, data)
+    model, task = load_with_task(path, data)
     name = task_name or task.cfg.glue_task or (task.glue_info or {}).get("task")
     if not name:
         raise ValueError("unknown GLUE task: pass --task-name (the data directory has no glue.json)")
@@ -236,12 +220,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--model-flags", action="store_true",
                    help="only print the fairseq-train flags that rebuild --path's model (e.g. a pre-trained LM) and exit")
     args = p.parse_args(argv)
-    if args.model_flags:
-        import shlex
+    try:
+        if args.model_flags:
+            import shlex
 
-        print(" ".join(shlex.quote(f) for f in model_flags(args.path)))
-        return 0
-    row = evaluate(args.path, args.data, args.split, args.task_name, args.max_tokens, args.batch_size)
+            print(" ".join(shlex.quote(f) for f in model_flags(args.path)))
+            return 0
+        row = evaluate(args.path, args.data, args.split, args.task_name, args.max_tokens, args.batch_size)
+    except CheckpointError as e:
+        logger.error("%s", e)
+        return CHECKPOINT_EXIT_STATUS
     if args.json:
         print(json.dumps(row, sort_keys=True))
     else:

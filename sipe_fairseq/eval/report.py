@@ -291,7 +291,7 @@ def merge_syntaxgym(reports: Sequence[dict]) -> dict:
 
 
 def _checkpoint_specs(specs) -> Dict[str, str]:
-    from ..cli.eval_lm import checkpoint_specs
+    from ..checkpoints import checkpoint_specs
 
     try:
         return checkpoint_specs(specs)
@@ -308,10 +308,10 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
     import torch
 
     import sipe_fairseq
-    from ..cli.eval_lm import load
+    from ..checkpoints import load_lm as load
     from ..data.encode import SentenceEncoder
     from . import blimp, syntaxgym
-    from .parsers import tree_source_from_args, tree_source_stats
+    from ..parsing import tree_source_from_args, tree_source_stats
 
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
@@ -407,7 +407,7 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
 # ----------------------------------------------------------------------------- sipe-eval report
 def add_input_arguments(p: argparse.ArgumentParser, blimp_inputs: bool = True) -> None:
     """Checkpoints, evaluation data and precomputed reports (shared by ``report`` and ``sweep-plot``)."""
-    from .parsers import add_tree_arguments
+    from ..parsing import add_tree_arguments
     from .syntaxgym import EQUALITY_ATOL, EQUALITY_RTOL
 
     g = p.add_argument_group("checkpoints to score")

