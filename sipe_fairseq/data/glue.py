@@ -39,8 +39,8 @@ import numpy as np
 
 from ..hexatag import HexatagError, encode_tree
 from ..parsing import ParseError, parse_each, split_words, tree_source_stats
-from .preprocess import _sha256, _write_text
 from .tag_dictionary import FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_tag_dictionary, tag_classes
+from .writers import sha256_file, write_manifest, write_streams, write_text
 
 logger = logging.getLogger(__name__)
 
@@ -312,22 +312,15 @@ def read_glue_info(data_dir: str) -> Optional[dict]:
         return json.load(f)
 
 
-def preprocess_glue(opts: GluePreprocessOptions, source) -> dict:
-    """Build the directory described in the module docstring; ``source`` is a parser (or any tree
-    source of :mod:`sipe_fairseq.parsing.sources`). Returns the manifest (also ``glue.json``)."""
-    from .encode import SentenceEncoder
-    from .preprocess import write_stream
-
-
-    task = glue_task(opts.task)
+def read_glue_splits(opts: GluePreprocessOptions, task: GlueTask) -> Dict[str, GlueSplit]:
+    """Read step: every split's TSV (``limit`` applied), refusals checked against ``fail_on_refusal``."""
     if not os.path.isfile(os.path.join(opts.pretrain_data, "dict.txt")):
         raise GluePreprocessError(f"{opts.pretrain_data}: no dict.txt; --pretrain-data must be the sipe-preprocess "
                                   "directory the checkpoint was trained on")
     if os.path.exists(os.path.join(opts.destdir, "glue.json")):
         raise FileExistsError(f"{os.path.join(opts.destdir, 'glue.json')} exists; use a new --destdir")
-    files = glue_split_files(opts.glue_dir, task, opts.splits)
     data = {}
-    for split, path in files:
+    for split, path in glue_split_files(opts.glue_dir, task, opts.splits):
         d = read_glue_tsv(path, task)
         if opts.limit is not None:
             d.examples = d.examples[: opts.limit]
@@ -339,17 +332,36 @@ def preprocess_glue(opts: GluePreprocessOptions, source) -> dict:
     refused = {s: dict(d.refused) for s, d in data.items() if d.refused}
     if refused and opts.fail_on_refusal:
         raise GluePreprocessError(f"refused rows {refused}; nothing written (--fail-on-refusal)")
+    return data
 
-    encoder = SentenceEncoder(opts.pretrain_data)
+
+@dataclass
+class EncodedTexts:
+    """Parse-and-encode step: the whitespace-normalized texts of every example and split, and each
+    distinct sentence's encoding (parsed once)."""
+
+    texts: Dict[str, List[Tuple[str, ...]]]
+    encoded: Dict[str, EncodedSentence]
+    parser_errors: int
+    failed: int
+
+
+def encode_glue_texts(opts: GluePreprocessOptions, data: Dict[str, GlueSplit], source, encoder) -> EncodedTexts:
     texts = {s: [tuple(" ".join(t.split()) for t in ex.texts) for ex in d.examples] for s, d in data.items()}
     parses = _parse_all(source, list(chain.from_iterable(chain.from_iterable(texts.values()))))
-    fails = {t for t, r in parses.items() if isinstance(r, ParseError)}
+    n_errors = sum(isinstance(r, ParseError) for r in parses.values())
     encoded = {t: encode_parsed(encoder, t, r) for t, r in parses.items()}
-    failed = {t for t, e in encoded.items() if e.failure}
+    failed = sum(bool(e.failure) for e in encoded.values())
     if failed and opts.fail_on_parse_error:
-        raise GluePreprocessError(f"{len(failed)} sentences could not be parsed/tagged ({len(fails)} parser errors); "
+        raise GluePreprocessError(f"{failed} sentences could not be parsed/tagged ({n_errors} parser errors); "
                                   "nothing written (--fail-on-parse-error)")
+    return EncodedTexts(texts, encoded, n_errors, failed)
 
+
+def write_glue_vocabulary(opts: GluePreprocessOptions, task: GlueTask, data: Dict[str, GlueSplit], enc: EncodedTexts):
+    """Vocabulary step: the pre-training ``dict.txt`` (and ``spm.model``) copied byte for byte, the tag
+    dictionaries (fixed layout; counts from train) per input, and the label dictionary (classification);
+    returns the label dictionary or None."""
     os.makedirs(opts.destdir, exist_ok=True)
     inputs = [f"input{k}" for k in range(len(task.text))]
     for key in inputs:
@@ -359,9 +371,7 @@ def preprocess_glue(opts: GluePreprocessOptions, source) -> dict:
     if os.path.exists(spm_path):
         shutil.copyfile(spm_path, os.path.join(opts.destdir, "spm.model"))
     os.makedirs(os.path.join(opts.destdir, "label"), exist_ok=True)
-
-    # tag dictionaries (fixed layout; counts from train)
-    train_enc = [encoded[t] for t in chain.from_iterable(texts.get("train", []))]
+    train_enc = [enc.encoded[t] for t in chain.from_iterable(enc.texts.get("train", []))]
     for kind in TAG_KINDS:
         ids = Counter(chain.from_iterable(getattr(e, kind).tolist() for e in train_enc))
         counts = {c: ids.get(FIRST_TAG_ID + i, 0) for i, c in enumerate(tag_classes(kind))}
@@ -369,78 +379,97 @@ def preprocess_glue(opts: GluePreprocessOptions, source) -> dict:
         d = build_tag_dictionary(kind, counts)
         for key in inputs:
             d.save(os.path.join(opts.destdir, key, f"dict.{kind}.txt"))
-    vocab = len(encoder.dictionary)
+    if task.regression:
+        return None
+    train_labels = Counter(ex.label for ex in data["train"].examples) if "train" in data else Counter()
+    labels_d = label_dictionary(task, train_labels)
+    labels_d.save(os.path.join(opts.destdir, "label", "dict.txt"))
+    return labels_d
 
-    labels_d = None
-    if not task.regression:
-        train_labels = Counter(ex.label for ex in data["train"].examples) if "train" in data else Counter()
-        labels_d = label_dictionary(task, train_labels)
-        labels_d.save(os.path.join(opts.destdir, "label", "dict.txt"))
 
-    stats = {}
-    for split, d in data.items():
-        st = Counter()
-        for k, key in enumerate(inputs):
-            sents = [encoded[t[k]] for t in texts[split]]
-            sizes = np.array([len(e.tokens) for e in sents], dtype=np.int64)
-            prefix = os.path.join(opts.destdir, key, split)
-            cat = lambda attr: np.concatenate([getattr(e, attr) for e in sents]) if sents else np.zeros(0, np.int64)  # noqa: E731
-            write_stream(prefix, cat("tokens"), sizes, vocab)
-            for kind in TAG_KINDS:
-                write_stream(f"{prefix}.{kind}", cat(kind), sizes, FIRST_TAG_ID + len(tag_classes(kind)))
-            st["sentences"] += len(sents)
-            st["tokens"] += int(sizes.sum())
-            st["unk_tokens"] += int(sum((e.tokens == encoder.dictionary.unk()).sum() for e in sents))
-            st["tagged_tokens"] += int(sum((e.terminal >= FIRST_TAG_ID).sum() for e in sents))
-            st["trees_lifted"] += sum(e.lifted > 0 for e in sents)
-            for e in sents:
-                if e.failure:
-                    st[f"parse_failed_{e.failure}"] += 1
-            st["max_tokens_per_example"] = max(st["max_tokens_per_example"], int(sizes.max()) if len(sizes) else 0)
-        if len(inputs) == 2:
-            both = [len(encoded[a].tokens) + len(encoded[b].tokens) for a, b in texts[split]]
-            st["max_tokens_per_example"] = max(both, default=0)
-        failed_ex = [(ex.line, k, encoded[s]) for ex, t in zip(d.examples, texts[split]) for k, s in enumerate(t)
-                     if encoded[s].failure]
-        for line, k, e in failed_ex[:20]:
-            logger.warning("parse failed (%s): %s:%d sentence %d kept with <notag> tags: %s",
-                           e.failure, d.path, line, k + 1, e.detail)
-        if len(failed_ex) > 20:
-            logger.warning("... %d more sentences of %s with failed parses", len(failed_ex) - 20, d.path)
-        if d.labelled:
-            lp = os.path.join(opts.destdir, "label", split)
-            if task.regression:
-                _write_text(lp + ".label", "".join(f"{float(ex.label) * STSB_SCALE:.6g}\n" for ex in d.examples))
-            else:
-                _write_text(lp + ".label", "".join(ex.label + "\n" for ex in d.examples))
-                ids = np.array([[labels_d.index(ex.label), labels_d.eos()] for ex in d.examples], dtype=np.int64).reshape(-1)
-                write_stream(lp, ids, np.full(len(d.examples), 2, dtype=np.int64), len(labels_d))
-            st["labels"] = dict(sorted(Counter(ex.label for ex in d.examples).items())) if not task.regression else len(d.examples)
-        st["parse_failed"] = len(failed_ex)
-        stats[split] = {
-            "path": d.path, "sha256": _sha256(d.path), "rows_read": d.rows_read, "examples": len(d.examples),
-            "labelled": d.labelled, "refused": {r: d.refused.get(r, 0) for r in REFUSAL_REASONS},
-            "rows_refused": sum(d.refused.values()), **{k: (int(v) if not isinstance(v, dict) else v) for k, v in st.items()},
-        }
-        logger.info("[%s] %d examples, %d tokens, %d unk, %d sentences with failed parses (kept, <notag>), %d refused rows",
-                    split, len(d.examples), st["tokens"], st["unk_tokens"], len(failed_ex), sum(d.refused.values()))
+def write_glue_split(opts: GluePreprocessOptions, task: GlueTask, split: str, d: GlueSplit, enc: EncodedTexts,
+                     encoder, labels_d) -> dict:
+    """Streams step for one split: per input the token and tag streams, then the labels; returns its counts."""
+    inputs = [f"input{k}" for k in range(len(task.text))]
+    texts, encoded, vocab = enc.texts[split], enc.encoded, len(encoder.dictionary)
+    st = Counter()
+    for k, key in enumerate(inputs):
+        sents = [encoded[t[k]] for t in texts]
+        sizes = np.array([len(e.tokens) for e in sents], dtype=np.int64)
+        cat = lambda attr: np.concatenate([getattr(e, attr) for e in sents]) if sents else np.zeros(0, np.int64)  # noqa: E731
+        streams = {"": (cat("tokens"), vocab)}
+        streams.update({f".{kind}": (cat(kind), FIRST_TAG_ID + len(tag_classes(kind))) for kind in TAG_KINDS})
+        write_streams(os.path.join(opts.destdir, key, split), sizes, streams)
+        st["sentences"] += len(sents)
+        st["tokens"] += int(sizes.sum())
+        st["unk_tokens"] += int(sum((e.tokens == encoder.dictionary.unk()).sum() for e in sents))
+        st["tagged_tokens"] += int(sum((e.terminal >= FIRST_TAG_ID).sum() for e in sents))
+        st["trees_lifted"] += sum(e.lifted > 0 for e in sents)
+        for e in sents:
+            if e.failure:
+                st[f"parse_failed_{e.failure}"] += 1
+        st["max_tokens_per_example"] = max(st["max_tokens_per_example"], int(sizes.max()) if len(sizes) else 0)
+    if len(inputs) == 2:
+        both = [len(encoded[a].tokens) + len(encoded[b].tokens) for a, b in texts]
+        st["max_tokens_per_example"] = max(both, default=0)
+    failed_ex = [(ex.line, k, encoded[s]) for ex, t in zip(d.examples, texts) for k, s in enumerate(t) if encoded[s].failure]
+    for line, k, e in failed_ex[:20]:
+        logger.warning("parse failed (%s): %s:%d sentence %d kept with <notag> tags: %s",
+                       e.failure, d.path, line, k + 1, e.detail)
+    if len(failed_ex) > 20:
+        logger.warning("... %d more sentences of %s with failed parses", len(failed_ex) - 20, d.path)
+    if d.labelled:
+        lp = os.path.join(opts.destdir, "label", split)
+        if task.regression:
+            write_text(lp + ".label", "".join(f"{float(ex.label) * STSB_SCALE:.6g}\n" for ex in d.examples))
+        else:
+            write_text(lp + ".label", "".join(ex.label + "\n" for ex in d.examples))
+            ids = np.array([[labels_d.index(ex.label), labels_d.eos()] for ex in d.examples], dtype=np.int64).reshape(-1)
+            write_streams(lp, np.full(len(d.examples), 2, dtype=np.int64), {"": (ids, len(labels_d))})
+        st["labels"] = dict(sorted(Counter(ex.label for ex in d.examples).items())) if not task.regression else len(d.examples)
+    st["parse_failed"] = len(failed_ex)
+    logger.info("[%s] %d examples, %d tokens, %d unk, %d sentences with failed parses (kept, <notag>), %d refused rows",
+                split, len(d.examples), st["tokens"], st["unk_tokens"], len(failed_ex), sum(d.refused.values()))
+    return {
+        "path": d.path, "sha256": sha256_file(d.path), "rows_read": d.rows_read, "examples": len(d.examples),
+        "labelled": d.labelled, "refused": {r: d.refused.get(r, 0) for r in REFUSAL_REASONS},
+        "rows_refused": sum(d.refused.values()), **{k: (int(v) if not isinstance(v, dict) else v) for k, v in st.items()},
+    }
 
-    manifest = {
+
+def build_glue_manifest(opts: GluePreprocessOptions, task: GlueTask, source, enc: EncodedTexts, stats: Dict[str, dict]) -> dict:
+    spm_path = os.path.join(opts.pretrain_data, "spm.model")
+    return {
         "format": "sipe-glue/1",
         "task": task.name, "folder": task.folder, "pair": task.pair, "regression": task.regression,
         "num_classes": task.num_classes, "labels": list(task.labels) if task.labels else None,
         "metric": task.metric, "positive_label": task.positive,
         "label_scale": STSB_SCALE if task.regression else None,
         "parser": tree_source_stats(source),
-        "distinct_sentences": len(parses), "distinct_sentences_parse_failed": len(failed),
+        "distinct_sentences": len(enc.encoded), "distinct_sentences_parse_failed": enc.failed,
         "pretrain_data": {
             "path": os.path.abspath(opts.pretrain_data),
-            "dict.txt": _sha256(os.path.join(opts.pretrain_data, "dict.txt")),
-            "spm.model": _sha256(spm_path) if os.path.exists(spm_path) else None,
+            "dict.txt": sha256_file(os.path.join(opts.pretrain_data, "dict.txt")),
+            "spm.model": sha256_file(spm_path) if os.path.exists(spm_path) else None,
         },
         "limit": opts.limit,
         "splits": stats,
     }
-    _write_text(os.path.join(opts.destdir, "glue.json"), json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def preprocess_glue(opts: GluePreprocessOptions, source) -> dict:
+    """Build the directory described in the module docstring; ``source`` is a parser (or any tree
+    source of :mod:`sipe_fairseq.parsing.sources`). Returns the manifest (also ``glue.json``).
+    Steps: read -> parse and encode -> vocabulary -> streams -> manifest."""
+    from .encode import SentenceEncoder
+
+    task = glue_task(opts.task)
+    data = read_glue_splits(opts, task)
+    encoder = SentenceEncoder(opts.pretrain_data)
+    enc = encode_glue_texts(opts, data, source, encoder)
+    labels_d = write_glue_vocabulary(opts, task, data, enc)
+    stats = {split: write_glue_split(opts, task, split, d, enc, encoder, labels_d) for split, d in data.items()}
+    manifest = build_glue_manifest(opts, task, source, enc, stats)
+    write_manifest(os.path.join(opts.destdir, "glue.json"), manifest)
     logger.info("wrote %s", opts.destdir)
     return manifest

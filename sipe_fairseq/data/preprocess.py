@@ -55,7 +55,6 @@ no timestamps, and worker count does not change the output.
 """
 import hashlib
 import io
-import json
 import logging
 import os
 import re
@@ -78,6 +77,7 @@ from .tag_dictionary import (
     FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_label_dictionary, build_tag_dictionary, load_tag_dictionary,
     tag_classes,
 )
+from .writers import sha256_file, tool_versions, write_manifest, write_streams, write_text
 
 logger = logging.getLogger(__name__)
 
@@ -332,7 +332,7 @@ def build_token_dictionary(words_per_sentence, pieces: Dict[str, List[str]], thr
     return d
 
 
-# ----------------------------------------------------------------------------- writing
+# ----------------------------------------------------------------------------- vocabulary
 
 
 def load_token_dictionary(path: str):
@@ -356,17 +356,95 @@ def load_token_dictionary(path: str):
     return Dictionary.load(path)
 
 
-def write_stream(prefix: str, flat: np.ndarray, sizes: np.ndarray, vocab_size: int) -> None:
-    """Write ``{prefix}.bin/.idx`` exactly as fairseq's mmap builder does for the sentences of
-    ``flat`` split by ``sizes`` (dtype from ``best_fitting_int_dtype(vocab_size)``, items
-    concatenated, fairseq's index writer), but in one write instead of one per sentence."""
-    from fairseq.data.indexed_dataset import MMapIndexedDataset, best_fitting_int_dtype, data_file_path, index_file_path
+@dataclass
+class Vocabulary:
+    """What the streams are written with: the word -> pieces map and the dictionaries."""
 
-    dtype = best_fitting_int_dtype(vocab_size)
-    with open(data_file_path(prefix), "wb") as f:
-        f.write(np.asarray(flat).astype(dtype).tobytes(order="C"))
-    with MMapIndexedDataset.Index.writer(index_file_path(prefix), dtype) as index:
-        index.write(sizes.tolist())
+    pieces: Dict[str, List[str]]
+    tokens: object  # fairseq Dictionary (dict.txt)
+    tags: Dict[str, object]  # terminal, nonterminal (and deprel) -> fairseq Dictionary
+    spm: Optional[dict] = None  # the manifest's "spm" entry (None with --no-split)
+
+
+def _subword_model(opts: PreprocessOptions, train: SplitData, dest: str):
+    """``(sentencepiece processor or None, manifest entry)``; writes ``spm.model``/``spm.vocab``."""
+    if opts.no_split:
+        return None, None
+    import sentencepiece as spm
+
+    if opts.spm_model:
+        with open(opts.spm_model, "rb") as f:
+            model = f.read()
+    else:
+        logger.info("training sentencepiece (%s, %d pieces) on %s", opts.spm_model_type, opts.spm_vocab_size, opts.train)
+        model = train_spm((" ".join(s) for s in train.words), opts.spm_vocab_size, opts.spm_model_type)
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    if not opts.spm_model and sp.get_piece_size() < opts.spm_vocab_size:
+        logger.warning("sentencepiece: only %d pieces (asked %d): small training data", sp.get_piece_size(), opts.spm_vocab_size)
+    with open(os.path.join(dest, "spm.model"), "wb") as f:
+        f.write(model)
+    write_text(os.path.join(dest, "spm.vocab"), spm_vocab_text(sp))
+    return sp, {
+        "source": opts.spm_model or "trained", "pieces": sp.get_piece_size(),
+        "sha256": hashlib.sha256(model).hexdigest(),
+        "model_type": None if opts.spm_model else opts.spm_model_type,
+        "vocab_size": None if opts.spm_model else opts.spm_vocab_size,
+    }
+
+
+def _tag_dictionaries(opts: PreprocessOptions, train: SplitData, pieces: Dict[str, List[str]], dest: str) -> Dict[str, object]:
+    """Tag dictionaries from train (the ``<notag>`` count: continuation pieces and ``</s>``), and with
+    ``--deprel`` the deprel one (reused from beside ``--srcdict`` when there is one); writes them."""
+    n_words = sum(len(s) for s in train.words)
+    train_notag = sum(len(pieces[w]) for w in chain.from_iterable(train.words)) + len(train.words) - n_words
+    dicts = {}
+    for kind in TAG_KINDS:
+        counts = Counter(tag_classes(kind)[i - FIRST_TAG_ID] for i in chain.from_iterable(getattr(train, kind)))
+        counts[NOTAG] = train_notag
+        dicts[kind] = build_tag_dictionary(kind, counts)
+    deprel_src = os.path.join(os.path.dirname(os.path.abspath(opts.srcdict)), "dict.deprel.txt") if opts.srcdict else None
+    reuse_deprel = bool(opts.deprel and deprel_src and os.path.isfile(deprel_src))
+    if reuse_deprel:
+        load_token_dictionary(deprel_src)  # line-level checks
+        try:
+            dicts["deprel"] = load_tag_dictionary(deprel_src, "deprel")
+        except ValueError as e:
+            raise PreprocessError(str(e)) from e
+        logger.info("deprel dictionary: %s (beside --srcdict)", deprel_src)
+    elif opts.deprel:
+        if deprel_src:
+            logger.warning("--deprel: no %s beside --srcdict; building the deprel dictionary from %s", deprel_src, opts.train)
+        dicts["deprel"] = build_label_dictionary(Counter(chain.from_iterable(train.deprels)), train_notag)
+    for kind, d in dicts.items():
+        if kind == "deprel" and reuse_deprel:
+            shutil.copyfile(deprel_src, os.path.join(dest, "dict.deprel.txt"))
+        else:
+            d.save(os.path.join(dest, f"dict.{kind}.txt"))
+    return dicts
+
+
+def build_vocabulary(opts: PreprocessOptions, data: Dict[str, SplitData], dest: str) -> Vocabulary:
+    """Subword model, word -> pieces map, ``dict.txt`` (built from train, or ``--srcdict``) and the tag
+    dictionaries; writes their files into ``dest``."""
+    train = data["train"]
+    sp, spm_info = _subword_model(opts, train, dest)
+    all_words = chain.from_iterable(chain.from_iterable(d.words for d in data.values()))
+    pieces, n_nopiece = segment_words(all_words, sp, max(1, opts.workers))
+    if n_nopiece:
+        logger.warning("%d distinct words have no subword piece; each is written as %s", n_nopiece, SPACE_MARK)
+    if spm_info:
+        spm_info["distinct_words_without_pieces"] = n_nopiece
+    if opts.srcdict:
+        tok_dict = load_token_dictionary(opts.srcdict)
+        shutil.copyfile(opts.srcdict, os.path.join(dest, "dict.txt"))  # byte for byte, as fairseq-preprocess
+        logger.info("dictionary: %s (%d entries, --srcdict)", opts.srcdict, len(tok_dict))
+    else:
+        tok_dict = build_token_dictionary(train.words, pieces, opts.thresholdsrc, opts.nwordssrc, opts.padding_factor)
+        tok_dict.save(os.path.join(dest, "dict.txt"))
+    return Vocabulary(pieces, tok_dict, _tag_dictionaries(opts, train, pieces, dest), spm_info)
+
+
+# ----------------------------------------------------------------------------- streams
 
 
 def _layout(data: SplitData, pieces: Dict[str, List[str]]):
@@ -388,37 +466,85 @@ def _word_stream(total: int, first_pos: np.ndarray, word_ids) -> np.ndarray:
     return out
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def write_split(opts: PreprocessOptions, name: str, d: SplitData, vocab: Vocabulary, dest: str,
+                ids: Dict[str, List[int]], unk_in: Dict[str, int]) -> dict:
+    """Write one split's token and tag streams (and ``.tok`` with ``keep_text``); returns its manifest counts."""
+    text_input = opts.input_format != "conllu"
+    pieces, tok_dict = vocab.pieces, vocab.tokens
+    flat_words, npieces, first_pos, sizes, piece_pos = _layout(d, pieces)
+    total = int(sizes.sum())
+    tokens = np.full(total, tok_dict.eos(), dtype=np.int64)
+    tokens[piece_pos] = np.fromiter(chain.from_iterable(ids[w] for w in flat_words), np.int64, len(piece_pos))
+    n_unk = sum(unk_in.get(w, 0) for w in flat_words)  # as fairseq's "replaced" count
+    prefix = os.path.join(dest, name)
+    streams = {"": (tokens, len(tok_dict))}
+    for kind in TAG_KINDS:
+        streams["." + kind] = (_word_stream(total, first_pos, chain.from_iterable(getattr(d, kind))), len(vocab.tags[kind]))
+    n_bad_deprel = 0
+    if opts.deprel:
+        dd = vocab.tags["deprel"]
+        dep_ids = [dd.index(r) for r in chain.from_iterable(d.deprels)]
+        n_bad_deprel = sum(i == dd.unk() for i in dep_ids)
+        streams[".deprel"] = (_word_stream(total, first_pos, dep_ids), len(dd))
+    write_streams(prefix, sizes, streams)
+    if opts.keep_text:
+        write_text(prefix + ".tok", "".join(" ".join(chain.from_iterable(pieces[w] for w in s)) + "\n" for s in d.words))
+    st = dict(d.stats)
+    st.update(
+        sentences=len(d.words), words=len(flat_words), subwords=total, tagged_positions=len(flat_words),
+        notag_positions=total - len(flat_words), unk_tokens=n_unk,
+        refused={r: d.refused.get(r, 0) for r in REFUSAL_REASONS},
+    )
+    st["sentences_refused"] = sum(d.refused.values())
+    if opts.deprel:
+        st["deprels_unknown"] = n_bad_deprel
+    for key in ("sentences_read", "trees_lifted", "arcs_lifted", "multiword_tokens", "empty_nodes_skipped",
+                "words_whitespace_replaced", "words_empty_replaced") + (("lines_read", "empty_lines_skipped")
+                                                                        if text_input else ()):
+        st[key] = int(st.get(key, 0))
+    logger.info(
+        "[%s] %s: %d sents, %d tokens, %d unk, %d lifted trees, %d refused%s%s", name, d.path, len(d.words), total,
+        n_unk, st["trees_lifted"], st["sentences_refused"], f", {n_bad_deprel} unknown deprels" if opts.deprel else "",
+        f", {st['empty_lines_skipped']} empty lines skipped" if text_input else "",
+    )
+    return st
 
 
-def _versions() -> Dict[str, str]:
-    import importlib.metadata as md
-
-    import fairseq
-    import sentencepiece
-
-    try:
-        sipe = md.version("sipe_fairseq")
-    except md.PackageNotFoundError:
-        sipe = "unknown"
-    return {"fairseq": fairseq.__version__, "sentencepiece": sentencepiece.__version__, "sipe_fairseq": sipe}
+def write_all_splits(opts: PreprocessOptions, data: Dict[str, SplitData], vocab: Vocabulary, dest: str) -> Dict[str, dict]:
+    """Every split's streams; returns the per-split manifest counts."""
+    tok_dict = vocab.tokens
+    ids = {w: [tok_dict.index(p) for p in ps] for w, ps in vocab.pieces.items()}
+    unk_in = {w: n for w, ps in vocab.pieces.items() if (n := sum(p not in tok_dict.indices for p in ps))}
+    bar = tqdm(data.items(), desc="write", unit=" split", disable=None if opts.progress else True)
+    return {name: write_split(opts, name, d, vocab, dest, ids, unk_in) for name, d in bar}
 
 
-def _write_text(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
+# ----------------------------------------------------------------------------- manifest
+
+
+def build_manifest(opts: PreprocessOptions, splits: Sequence[Tuple[str, str]], vocab: Vocabulary, stats: Dict[str, dict]) -> dict:
+    text_input = opts.input_format != "conllu"
+    return {
+        "format": "sipe-preprocess/1",
+        "inputs": {name: {"path": path, "sha256": sha256_file(path)} for name, path in splits},
+        "settings": {
+            "alignment": "first-subword", "dataset_impl": "mmap", "deprel": opts.deprel, "no_split": opts.no_split,
+            "strict": opts.strict, "thresholdsrc": opts.thresholdsrc, "nwordssrc": opts.nwordssrc,
+            "padding_factor": opts.padding_factor, "spm": vocab.spm, "input_format": opts.input_format,
+            "srcdict": {"path": opts.srcdict, "sha256": sha256_file(opts.srcdict)} if opts.srcdict else None,
+            **({"backend": opts.backend or DEFAULT_BACKEND} if text_input else {}),
+        },
+        "dictionaries": {"dict.txt": len(vocab.tokens), **{f"dict.{k}.txt": len(d) for k, d in vocab.tags.items()}},
+        "splits": stats,
+        "versions": tool_versions(),
+    }
 
 
 # ----------------------------------------------------------------------------- main entry
 
 
-def preprocess(opts: PreprocessOptions) -> dict:
-    """Build the data directory described in the module docstring; returns the manifest."""
+def check_options(opts: PreprocessOptions) -> List[Tuple[str, str]]:
+    """Refuse inconsistent options and missing inputs before anything is read; returns the splits."""
     if opts.no_split and opts.spm_model:
         raise PreprocessError("--no-split and --spm-model exclude each other")
     if opts.spm_model_type not in ("unigram", "bpe"):
@@ -445,11 +571,15 @@ def preprocess(opts: PreprocessOptions) -> dict:
     for name, path in splits + [(n, v) for n, v in (("spm-model", opts.spm_model), ("srcdict", opts.srcdict)) if v]:
         if not os.path.isfile(path):
             raise PreprocessError(f"{name}: no such file: {path}")
-    dest = opts.destdir
-    if os.path.exists(os.path.join(dest, "dict.txt")):
-        raise FileExistsError(f"{os.path.join(dest, 'dict.txt')} exists; use a new --destdir")
+    if os.path.exists(os.path.join(opts.destdir, "dict.txt")):
+        raise FileExistsError(f"{os.path.join(opts.destdir, 'dict.txt')} exists; use a new --destdir")
+    return splits
 
-    if text_input:
+
+def read_inputs(opts: PreprocessOptions, splits: Sequence[Tuple[str, str]]) -> Dict[str, SplitData]:
+    """Every split read (CoNLL-U, or text through the backend), refusals checked against
+    ``fail_on_refusal``; a training split without a usable sentence is an error."""
+    if opts.input_format != "conllu":
         data = read_text_splits(splits, opts)
     else:
         data = {name: read_split(path, opts.strict, opts.workers, name, opts.progress) for name, path in splits}
@@ -460,132 +590,20 @@ def preprocess(opts: PreprocessOptions) -> dict:
     if refused and opts.fail_on_refusal:
         detail = ", ".join(f"{n}: {dict(sorted(data[n].refused.items()))}" for n in refused)
         raise PreprocessError(f"refused sentences ({detail}); nothing written (--fail-on-refusal)")
-    train = data["train"]
-    if not train.words:
+    if not data["train"].words:
         raise PreprocessError(f"{opts.train}: no usable training sentence")
-    os.makedirs(dest, exist_ok=True)
+    return data
 
-    # subword model
-    sp, spm_info = None, None
-    if not opts.no_split:
-        import sentencepiece as spm
 
-        if opts.spm_model:
-            with open(opts.spm_model, "rb") as f:
-                model = f.read()
-        else:
-            logger.info("training sentencepiece (%s, %d pieces) on %s", opts.spm_model_type, opts.spm_vocab_size, opts.train)
-            model = train_spm((" ".join(s) for s in train.words), opts.spm_vocab_size, opts.spm_model_type)
-        sp = spm.SentencePieceProcessor(model_proto=model)
-        if not opts.spm_model and sp.get_piece_size() < opts.spm_vocab_size:
-            logger.warning("sentencepiece: only %d pieces (asked %d): small training data", sp.get_piece_size(), opts.spm_vocab_size)
-        with open(os.path.join(dest, "spm.model"), "wb") as f:
-            f.write(model)
-        _write_text(os.path.join(dest, "spm.vocab"), spm_vocab_text(sp))
-        spm_info = {
-            "source": opts.spm_model or "trained", "pieces": sp.get_piece_size(),
-            "sha256": hashlib.sha256(model).hexdigest(),
-            "model_type": None if opts.spm_model else opts.spm_model_type,
-            "vocab_size": None if opts.spm_model else opts.spm_vocab_size,
-        }
-    all_words = chain.from_iterable(chain.from_iterable(d.words for d in data.values()))
-    pieces, n_nopiece = segment_words(all_words, sp, max(1, opts.workers))
-    if n_nopiece:
-        logger.warning("%d distinct words have no subword piece; each is written as %s", n_nopiece, SPACE_MARK)
-    if spm_info:
-        spm_info["distinct_words_without_pieces"] = n_nopiece
-
-    # dictionaries (built from train, or the token/deprel ones given by --srcdict)
-    if opts.srcdict:
-        tok_dict = load_token_dictionary(opts.srcdict)
-        shutil.copyfile(opts.srcdict, os.path.join(dest, "dict.txt"))  # byte for byte, as fairseq-preprocess
-        logger.info("dictionary: %s (%d entries, --srcdict)", opts.srcdict, len(tok_dict))
-    else:
-        tok_dict = build_token_dictionary(train.words, pieces, opts.thresholdsrc, opts.nwordssrc, opts.padding_factor)
-        tok_dict.save(os.path.join(dest, "dict.txt"))
-    layouts = {name: _layout(d, pieces) for name, d in data.items()}
-    train_notag = int(layouts["train"][3].sum()) - len(layouts["train"][0])  # positions - words
-    dicts = {}
-    for kind in TAG_KINDS:
-        counts = Counter(tag_classes(kind)[i - FIRST_TAG_ID] for i in chain.from_iterable(getattr(train, kind)))
-        counts[NOTAG] = train_notag
-        dicts[kind] = build_tag_dictionary(kind, counts)
-    deprel_src = os.path.join(os.path.dirname(os.path.abspath(opts.srcdict)), "dict.deprel.txt") if opts.srcdict else None
-    if opts.deprel and deprel_src and os.path.isfile(deprel_src):
-        load_token_dictionary(deprel_src)  # line-level checks
-        try:
-            dicts["deprel"] = load_tag_dictionary(deprel_src, "deprel")
-        except ValueError as e:
-            raise PreprocessError(str(e)) from e
-        logger.info("deprel dictionary: %s (beside --srcdict)", deprel_src)
-    elif opts.deprel:
-        if deprel_src:
-            logger.warning("--deprel: no %s beside --srcdict; building the deprel dictionary from %s", deprel_src, opts.train)
-        dicts["deprel"] = build_label_dictionary(Counter(chain.from_iterable(train.deprels)), train_notag)
-    for kind, d in dicts.items():
-        if kind == "deprel" and deprel_src and os.path.isfile(deprel_src):
-            shutil.copyfile(deprel_src, os.path.join(dest, "dict.deprel.txt"))
-        else:
-            d.save(os.path.join(dest, f"dict.{kind}.txt"))
-
-    # streams
-    stats = {}
-    ids = {w: [tok_dict.index(p) for p in ps] for w, ps in pieces.items()}
-    unk_in = {w: n for w, ps in pieces.items() if (n := sum(p not in tok_dict.indices for p in ps))}
-    for name, d in data.items():
-        flat_words, npieces, first_pos, sizes, piece_pos = layouts[name]
-        total = int(sizes.sum())
-        tokens = np.full(total, tok_dict.eos(), dtype=np.int64)
-        tokens[piece_pos] = np.fromiter(chain.from_iterable(ids[w] for w in flat_words), np.int64, len(piece_pos))
-        n_unk = sum(unk_in.get(w, 0) for w in flat_words)  # as fairseq's "replaced" count
-        prefix = os.path.join(dest, name)
-        streams = {"": (tokens, len(tok_dict))}
-        for kind in TAG_KINDS:
-            streams["." + kind] = (_word_stream(total, first_pos, chain.from_iterable(getattr(d, kind))), len(dicts[kind]))
-        n_bad_deprel = 0
-        if opts.deprel:
-            dd = dicts["deprel"]
-            dep_ids = [dd.index(r) for r in chain.from_iterable(d.deprels)]
-            n_bad_deprel = sum(i == dd.unk() for i in dep_ids)
-            streams[".deprel"] = (_word_stream(total, first_pos, dep_ids), len(dd))
-        for suffix, (flat, vocab_size) in tqdm(streams.items(), desc=f"write {name}", unit=" stream", disable=None if opts.progress else True):
-            write_stream(prefix + suffix, flat, sizes, vocab_size)
-        if opts.keep_text:
-            _write_text(prefix + ".tok", "".join(" ".join(chain.from_iterable(pieces[w] for w in s)) + "\n" for s in d.words))
-        st = dict(d.stats)
-        st.update(
-            sentences=len(d.words), words=len(flat_words), subwords=total, tagged_positions=len(flat_words),
-            notag_positions=total - len(flat_words), unk_tokens=n_unk,
-            refused={r: d.refused.get(r, 0) for r in REFUSAL_REASONS},
-        )
-        st["sentences_refused"] = sum(d.refused.values())
-        if opts.deprel:
-            st["deprels_unknown"] = n_bad_deprel
-        for key in ("sentences_read", "trees_lifted", "arcs_lifted", "multiword_tokens", "empty_nodes_skipped",
-                    "words_whitespace_replaced", "words_empty_replaced") + (("lines_read", "empty_lines_skipped")
-                                                                            if text_input else ()):
-            st[key] = int(st.get(key, 0))
-        stats[name] = st
-        logger.info(
-            "[%s] %s: %d sents, %d tokens, %d unk, %d lifted trees, %d refused%s%s", name, d.path, len(d.words), total,
-            n_unk, st["trees_lifted"], st["sentences_refused"], f", {n_bad_deprel} unknown deprels" if opts.deprel else "",
-            f", {st['empty_lines_skipped']} empty lines skipped" if text_input else "",
-        )
-
-    manifest = {
-        "format": "sipe-preprocess/1",
-        "inputs": {name: {"path": path, "sha256": _sha256(path)} for name, path in splits},
-        "settings": {
-            "alignment": "first-subword", "dataset_impl": "mmap", "deprel": opts.deprel, "no_split": opts.no_split,
-            "strict": opts.strict, "thresholdsrc": opts.thresholdsrc, "nwordssrc": opts.nwordssrc,
-            "padding_factor": opts.padding_factor, "spm": spm_info, "input_format": opts.input_format,
-            "srcdict": {"path": opts.srcdict, "sha256": _sha256(opts.srcdict)} if opts.srcdict else None,
-            **({"backend": opts.backend or DEFAULT_BACKEND} if text_input else {}),
-        },
-        "dictionaries": {"dict.txt": len(tok_dict), **{f"dict.{k}.txt": len(d) for k, d in dicts.items()}},
-        "splits": stats,
-        "versions": _versions(),
-    }
-    _write_text(os.path.join(dest, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    logger.info("wrote %s", dest)
+def preprocess(opts: PreprocessOptions) -> dict:
+    """Build the data directory described in the module docstring; returns the manifest.
+    Steps: read -> vocabulary -> streams -> manifest."""
+    splits = check_options(opts)
+    data = read_inputs(opts, splits)
+    os.makedirs(opts.destdir, exist_ok=True)
+    vocab = build_vocabulary(opts, data, opts.destdir)
+    stats = write_all_splits(opts, data, vocab, opts.destdir)
+    manifest = build_manifest(opts, splits, vocab, stats)
+    write_manifest(os.path.join(opts.destdir, "manifest.json"), manifest)
+    logger.info("wrote %s", opts.destdir)
     return manifest

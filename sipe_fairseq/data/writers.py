@@ -1,0 +1,63 @@
+"""Writers shared by ``sipe-preprocess`` and ``sipe-glue-preprocess``: the one place that writes
+token and tag streams (fairseq mmap ``.bin/.idx``), text files and the JSON manifest."""
+import hashlib
+import json
+from typing import Dict, Tuple
+
+import numpy as np
+
+
+def write_stream(prefix: str, flat: np.ndarray, sizes: np.ndarray, vocab_size: int) -> None:
+    """Write ``{prefix}.bin/.idx`` exactly as fairseq's mmap builder does for the sentences of
+    ``flat`` split by ``sizes`` (dtype from ``best_fitting_int_dtype(vocab_size)``, items
+    concatenated, fairseq's index writer), but in one write instead of one per sentence."""
+    from fairseq.data.indexed_dataset import MMapIndexedDataset, best_fitting_int_dtype, data_file_path, index_file_path
+
+    dtype = best_fitting_int_dtype(vocab_size)
+    with open(data_file_path(prefix), "wb") as f:
+        f.write(np.asarray(flat).astype(dtype).tobytes(order="C"))
+    with MMapIndexedDataset.Index.writer(index_file_path(prefix), dtype) as index:
+        index.write(np.asarray(sizes).tolist())
+
+
+def write_streams(prefix: str, sizes: np.ndarray, streams: Dict[str, Tuple[np.ndarray, int]]) -> None:
+    """The aligned streams of one split: ``{suffix: (flat ids, vocabulary size)}`` -> ``{prefix}{suffix}.bin/.idx``
+    (suffix ``""`` for the tokens, ``".terminal"``, ``".nonterminal"``, ``".deprel"`` for tags), all
+    with the same per-sentence ``sizes``."""
+    for suffix, (flat, vocab_size) in streams.items():
+        if len(flat) != int(np.asarray(sizes).sum()):
+            raise ValueError(f"{prefix}{suffix}: {len(flat)} ids for {int(np.asarray(sizes).sum())} positions")
+        write_stream(prefix + suffix, flat, sizes, vocab_size)
+
+
+def write_text(path: str, text: str) -> None:
+    """UTF-8, ``\\n`` line breaks on every platform."""
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+
+
+def write_manifest(path: str, manifest: dict) -> None:
+    """The JSON manifest of a data directory: sorted keys, no timestamps (re-runs give identical bytes)."""
+    write_text(path, json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tool_versions() -> Dict[str, str]:
+    """Versions recorded in a manifest: fairseq, sentencepiece, sipe_fairseq."""
+    import importlib.metadata as md
+
+    import fairseq
+    import sentencepiece
+
+    try:
+        sipe = md.version("sipe_fairseq")
+    except md.PackageNotFoundError:
+        sipe = "unknown"
+    return {"fairseq": fairseq.__version__, "sentencepiece": sentencepiece.__version__, "sipe_fairseq": sipe}
