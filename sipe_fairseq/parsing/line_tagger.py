@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from ..hexatag import HexatagError, encode_tree
-from .base import DEFAULT_BACKEND, BackendLoadError, ParseError, resolve_parser
+from .base import BackendLoadError, ParseError
+from .registry import DEFAULT_BACKEND, resolve_parser
 
 Result = Union[Tuple[List[str], List[int]], str]  # (words, heads) or an error message
 EMPTY_LINE = "empty line"

