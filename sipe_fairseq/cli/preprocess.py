@@ -50,6 +50,14 @@ def get_parser() -> argparse.ArgumentParser:
     sw.add_argument("--spm-vocab-size", type=int, default=8000, metavar="N", help="pieces of the trained model (default 8000)")
     sw.add_argument("--spm-model-type", choices=("unigram", "bpe"), default="unigram")
     sw.add_argument("--no-split", action="store_true", help="no subwords: each (already tokenized) word is one token")
+    rc = p.add_argument_group("raw corpora (text input)")
+    rc.add_argument("--segment-sentences", action="store_true",
+                    help="a line may hold several sentences: split it by the backend's sentence boundaries (one tree each)")
+    rc.add_argument("--documents", choices=("none", "blank-lines", "wikitext"), default="none",
+                    help="keep document boundaries as empty sentences (for --sample-break-mode complete_doc): documents "
+                         "start after blank lines, or at WikiText title lines '= Title ='; default none: blank lines skipped")
+    rc.add_argument("--drop-headings", action="store_true",
+                    help="drop WikiText heading lines ('= Title =', '= = Section = =', ..), counted in manifest.json")
     tr = p.add_argument_group("trees and tags")
     tr.add_argument("--deprel", action="store_true", help="also write a UD deprel stream (dict.deprel.txt)")
     tr.add_argument("--strict", action="store_true", help="refuse non-projective trees instead of lifting them")
@@ -72,7 +80,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = get_parser()
     args = parser.parse_args(argv)
     if args.input_format == "conllu":
-        given = [o for o, v in (("--backend", args.backend), ("--save-conllu", args.save_conllu)) if v]
+        given = [o for o, v in (("--backend", args.backend), ("--save-conllu", args.save_conllu),
+                                ("--segment-sentences", args.segment_sentences), ("--drop-headings", args.drop_headings),
+                                ("--documents", args.documents != "none")) if v]
         if given:
             parser.error(f"{', '.join(given)}: only with --input-format text or tokenized")
     logging.basicConfig(
@@ -91,7 +101,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         keep_text=args.keep_text, workers=max(1, args.workers), thresholdsrc=args.thresholdsrc,
         nwordssrc=args.nwordssrc, padding_factor=args.padding_factor, input_format=args.input_format,
         backend=args.backend, batch_size=args.batch_size, threads=args.threads, save_conllu=args.save_conllu,
-        progress=not args.no_progress,
+        progress=not args.no_progress, segment=args.segment_sentences, documents=args.documents,
+        drop_headings=args.drop_headings,
     )
     try:
         preprocess(opts)

@@ -42,6 +42,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE.conllu", help="CoNLL-U with heads (deprels: root/dep)")
     p.add_argument("--tags-out", metavar="FILE", help="hexatag lines in sipe-hexatag format (l/L1 r/EOS ...)")
     p.add_argument("--pretokenized", action="store_true", help="input words are whitespace-separated (no tokenizer)")
+    p.add_argument("--segment-sentences", action="store_true",
+                   help="a line may hold several sentences: one CoNLL-U block (sent_id LINE-K) and tag line per sentence, "
+                        "split by the backend's sentence boundaries (spaCy)")
     add_backend_arguments(p)
     return p
 
@@ -76,7 +79,7 @@ def run(args, lines: List[str]) -> int:
     stats = Stats()
     name = args.input if args.input != "-" else "<stdin>"
     tagger = LineTagger(args.backend, args.pretokenized, args.batch_size, args.workers, args.threads,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, segment=args.segment_sentences)
     try:
         with tagger:
             for line in tagger.tag(lines):

@@ -49,6 +49,21 @@ parse cannot be hexatag-encoded) are refused as ``parse-failed``, logged with ``
 ``lines_read`` = ``empty_lines_skipped`` + ``sentences_read``, and ``sentences_read`` =
 ``sentences`` + ``sentences_refused``. Messages about a parsed sentence give the text file and line.
 
+*Raw corpora* (text input; ``segment``, ``documents``, ``drop_headings``). With ``segment`` a line
+may hold several sentences: the backend splits it by its own sentence boundaries (spaCy: one tree
+per sentence) and each sentence is one tree, its own ``sent_id`` ``LINE-K`` in the saved CoNLL-U.
+``documents`` keeps document boundaries for fairseq's ``--sample-break-mode complete_doc``: a
+document break is written as an empty sentence (``</s>`` only, every tag ``<notag>``), as
+``fairseq-preprocess`` writes an empty line; documents start after a run of blank lines
+(``blank-lines``) or at a WikiText title line ``= Title =`` (``wikitext``), and each starts with
+``# newdoc`` in the saved CoNLL-U. ``drop_headings`` drops WikiText heading lines (``= Title =``,
+``= = Section = =``, ..). Blank lines and dropped headings are counted (``empty_lines_skipped``,
+``headings_dropped``), never parsed; ``lines_read`` = ``empty_lines_skipped`` + ``headings_dropped``
++ lines parsed, and the manifest counts ``document_breaks`` and ``documents``. For every text input the
+manifest counts the sentences whose parse had several roots (``root_fixed_sentences``, the extra
+roots attached to the first: ``extra_roots``); the saved CoNLL-U keeps the backend's DEPREL, UPOS
+and XPOS (spaCy's labels; ``root``/``dep`` and ``_`` for a backend without labels).
+
 *Determinism.* Re-running on the same input gives identical bytes for every file: sentencepiece is
 trained single-threaded from memory (the model holds no paths), the manifest has sorted keys and
 no timestamps, and worker count does not change the output.
@@ -84,6 +99,9 @@ logger = logging.getLogger(__name__)
 SPACE_MARK = "\u2581"
 REFUSAL_REASONS = ("malformed", "invalid-tree", "non-projective", "encoding-error", "parse-failed")
 INPUT_FORMATS = ("conllu", "text", "tokenized")
+DOCUMENT_MODES = ("none", "blank-lines", "wikitext")
+WIKITEXT_HEADING = re.compile(r"^\s*(?:=\s+)+\S.*?(?:\s+=)+\s*$")  # " = Title = ", " = = Section = = "
+WIKITEXT_TITLE = re.compile(r"^\s*=\s+[^=\s].*?\s+=\s*$")  # a top-level title: one "=" on each side
 _WS = re.compile(r"\s")  # the same notion of whitespace as fairseq's tokenize_line and str.split
 _TAG_IDS = {kind: {t: FIRST_TAG_ID + i for i, t in enumerate(tag_classes(kind))} for kind in TAG_KINDS}
 
@@ -120,6 +138,10 @@ class PreprocessOptions:
     threads: int = 1
     save_conllu: Optional[str] = None
     progress: bool = True
+    # raw corpora (text input): sentences by the backend's boundaries, document breaks, headings
+    segment: bool = False  # a line may hold several sentences (one tree each)
+    documents: str = "none"  # none | blank-lines | wikitext: where documents break (an empty </s> sentence)
+    drop_headings: bool = False  # drop WikiText heading lines (= Title =, = = Section = =, ..), counted
 
 
 def split_inputs(train: str, valid: Sequence[str] = (), test: Sequence[str] = ()) -> List[Tuple[str, str]]:
@@ -149,7 +171,10 @@ def clean_word(word: str) -> Tuple[str, int, int]:
 
 
 def _process_block(item):
-    """Worker: one block -> ``(words, deprels, terminal ids, nonterminal ids, counts)`` or a refusal."""
+    """Worker: one block -> ``(words, deprels, terminal ids, nonterminal ids, counts)`` or a refusal
+    (``None``, a document break, stays ``None``)."""
+    if item is None:
+        return None
     path, start, lines, strict = item
     try:
         sent = parse_sentence(lines, path, start)
@@ -202,11 +227,17 @@ def read_split(path: str, strict: bool = False, workers: int = 1, desc: str = ""
 
 
 def _read_blocks(data: SplitData, items, workers: int, desc: str, progress: bool) -> None:
-    """Add the sentences of ``items`` (``(path, first line, block lines, strict)``) to ``data``."""
+    """Add the sentences of ``items`` (``(path, first line, block lines, strict)``, or ``None`` for a
+    document break: an empty sentence, ``</s>`` only, as fairseq-preprocess writes an empty line) to ``data``."""
     pool = Pool(workers) if workers > 1 else None
     try:
         results = pool.imap(_process_block, items, chunksize=128) if pool else map(_process_block, items)
         for r in tqdm(results, desc=f"read {desc}".strip(), unit=" sent", disable=None if progress else True):
+            if r is None:
+                for stream in (data.words, data.deprels, data.terminal, data.nonterminal):
+                    stream.append([])
+                data.stats["document_breaks"] += 1
+                continue
             data.stats["sentences_read"] += 1
             if isinstance(r, _Refusal):
                 data.refused[r.reason] += 1
@@ -230,10 +261,38 @@ def _read_blocks(data: SplitData, items, workers: int, desc: str, progress: bool
             pool.join()
 
 
+def _raw_corpus(opts: PreprocessOptions) -> bool:
+    return opts.segment or opts.documents != "none" or opts.drop_headings
+
+
+def _select_lines(lines: Sequence[str], opts: PreprocessOptions, stats: Counter):
+    """Raw-corpus options: ``([(lineno, text)] to parse, {index in that list: a document starts there})``;
+    blank lines and dropped headings are counted, never parsed."""
+    keep, starts, pending = [], set(), False
+    for lineno, text in enumerate(lines, 1):
+        stats["lines_read"] += 1
+        if not text.strip():
+            stats["empty_lines_skipped"] += 1
+            pending = pending or opts.documents == "blank-lines"
+            continue
+        if opts.documents == "wikitext" and WIKITEXT_TITLE.match(text):
+            pending = True
+        if opts.drop_headings and WIKITEXT_HEADING.match(text):
+            stats["headings_dropped"] += 1
+            continue
+        if pending or not keep:
+            starts.add(len(keep))
+            pending = False
+        keep.append((lineno, text))
+    return keep, starts
+
+
 def read_text_splits(splits: Sequence[Tuple[str, str]], opts: PreprocessOptions) -> Dict[str, SplitData]:
     """Parse each split's text file with the backend and read the parses as CoNLL-U (see *Text
-    input* above); with ``opts.save_conllu`` also write them to ``{save_conllu}/{split}.conllu``."""
-
+    input* above); with ``opts.save_conllu`` also write them to ``{save_conllu}/{split}.conllu``.
+    With the raw-corpus options (``segment``, ``documents``, ``drop_headings``; *Raw corpora* above)
+    blank lines and headings are never parsed, a document break becomes an empty sentence, and
+    the saved CoNLL-U marks each document with ``# newdoc``."""
     texts = {}
     for name, path in splits:
         try:
@@ -242,18 +301,31 @@ def read_text_splits(splits: Sequence[Tuple[str, str]], opts: PreprocessOptions)
             raise PreprocessError(f"{path}: not UTF-8 text ({e.reason})") from e
     if opts.save_conllu:
         os.makedirs(opts.save_conllu, exist_ok=True)
+    raw = _raw_corpus(opts)
     tagger = LineTagger(opts.backend or DEFAULT_BACKEND, opts.input_format == "tokenized", opts.batch_size,
-                        max(1, opts.workers), opts.threads, opts.progress)
+                        max(1, opts.workers), opts.threads, opts.progress, segment=opts.segment)
     blocks = {}
     with tagger:
         for name, path in splits:
             data, items = SplitData(path), []
+            if raw:
+                keep, starts = _select_lines(texts[name], opts, data.stats)
+                doc_lines = {keep[i][0] for i in starts} if opts.documents != "none" else set()
+                lines, linenos = [t for _, t in keep], [n for n, _ in keep]
+            else:
+                doc_lines, lines, linenos = set(), texts[name], None
             saved = open(os.path.join(opts.save_conllu, f"{name}.conllu"), "w", encoding="utf-8",
                          newline="\n") if opts.save_conllu else None
             try:
-                for line in tagger.tag(texts[name], desc=f"parse {name}"):
-                    data.stats["lines_read"] += 1
-                    block = conllu_block(line)
+                for line in tagger.tag(lines, desc=f"parse {name}", linenos=linenos):
+                    new_doc = line.lineno in doc_lines and line.sentence <= 1
+                    if new_doc:
+                        doc_lines.discard(line.lineno)
+                        if items and items[-1] is not None:
+                            items.append(None)  # a document break between two documents
+                    if not raw:
+                        data.stats["lines_read"] += 1
+                    block = conllu_block(line, newdoc=new_doc)
                     if saved:
                         saved.write(block)
                     if line.empty:
@@ -264,6 +336,8 @@ def read_text_splits(splits: Sequence[Tuple[str, str]], opts: PreprocessOptions)
                         data.refused["parse-failed"] += 1
                         logger.warning("refused (parse-failed): %s:%d: %s", path, line.lineno, line.result)
                     else:
+                        data.stats["root_fixed_sentences"] += int(line.extra_roots > 0)
+                        data.stats["extra_roots"] += line.extra_roots
                         items.append((path, line.lineno, block.rstrip("\n").split("\n"), opts.strict))
             finally:
                 if saved:
@@ -377,7 +451,7 @@ def _subword_model(opts: PreprocessOptions, train: SplitData, dest: str):
             model = f.read()
     else:
         logger.info("training sentencepiece (%s, %d pieces) on %s", opts.spm_model_type, opts.spm_vocab_size, opts.train)
-        model = train_spm((" ".join(s) for s in train.words), opts.spm_vocab_size, opts.spm_model_type)
+        model = train_spm((" ".join(s) for s in train.words if s), opts.spm_vocab_size, opts.spm_model_type)
     sp = spm.SentencePieceProcessor(model_proto=model)
     if not opts.spm_model and sp.get_piece_size() < opts.spm_vocab_size:
         logger.warning("sentencepiece: only %d pieces (asked %d): small training data", sp.get_piece_size(), opts.spm_vocab_size)
@@ -454,8 +528,7 @@ def _layout(data: SplitData, pieces: Dict[str, List[str]]):
     npieces = np.fromiter((len(pieces[w]) for w in flat_words), dtype=np.int64, count=len(flat_words))
     word_sent = np.repeat(np.arange(len(sent_len)), sent_len)
     first_pos = np.cumsum(npieces) - npieces + word_sent  # +1 per earlier sentence for its </s>
-    starts = np.cumsum(sent_len) - sent_len
-    sizes = (np.add.reduceat(npieces, starts) if len(starts) else np.zeros(0, np.int64)) + 1
+    sizes = np.bincount(word_sent, weights=npieces, minlength=len(sent_len)).astype(np.int64) + 1  # empty: </s> only
     piece_pos = np.arange(int(npieces.sum())) + np.repeat(word_sent, npieces)
     return flat_words, npieces, first_pos, sizes, piece_pos
 
@@ -491,7 +564,7 @@ def write_split(opts: PreprocessOptions, name: str, d: SplitData, vocab: Vocabul
         write_text(prefix + ".tok", "".join(" ".join(chain.from_iterable(pieces[w] for w in s)) + "\n" for s in d.words))
     st = dict(d.stats)
     st.update(
-        sentences=len(d.words), words=len(flat_words), subwords=total, tagged_positions=len(flat_words),
+        sentences=sum(1 for w in d.words if w), words=len(flat_words), subwords=total, tagged_positions=len(flat_words),
         notag_positions=total - len(flat_words), unk_tokens=n_unk,
         refused={r: d.refused.get(r, 0) for r in REFUSAL_REASONS},
     )
@@ -499,9 +572,12 @@ def write_split(opts: PreprocessOptions, name: str, d: SplitData, vocab: Vocabul
     if opts.deprel:
         st["deprels_unknown"] = n_bad_deprel
     for key in ("sentences_read", "trees_lifted", "arcs_lifted", "multiword_tokens", "empty_nodes_skipped",
-                "words_whitespace_replaced", "words_empty_replaced") + (("lines_read", "empty_lines_skipped")
-                                                                        if text_input else ()):
+                "words_whitespace_replaced", "words_empty_replaced") + (
+                    ("lines_read", "empty_lines_skipped", "root_fixed_sentences", "extra_roots") if text_input else ()) + (
+                    ("headings_dropped", "document_breaks") if _raw_corpus(opts) else ()):
         st[key] = int(st.get(key, 0))
+    if opts.documents != "none":
+        st["documents"] = st["document_breaks"] + 1 if st["sentences"] else 0
     logger.info(
         "[%s] %s: %d sents, %d tokens, %d unk, %d lifted trees, %d refused%s%s", name, d.path, len(d.words), total,
         n_unk, st["trees_lifted"], st["sentences_refused"], f", {n_bad_deprel} unknown deprels" if opts.deprel else "",
@@ -554,6 +630,10 @@ def check_options(opts: PreprocessOptions) -> List[Tuple[str, str]]:
     text_input = opts.input_format != "conllu"
     if not text_input and (opts.backend or opts.save_conllu):
         raise PreprocessError("a backend and --save-conllu need --input-format text or tokenized")
+    if opts.documents not in DOCUMENT_MODES:
+        raise PreprocessError(f"--documents must be one of {', '.join(DOCUMENT_MODES)}, got {opts.documents!r}")
+    if not text_input and _raw_corpus(opts):
+        raise PreprocessError("--segment-sentences, --documents and --drop-headings need --input-format text or tokenized")
     if text_input:
         try:
             resolve_parser(opts.backend or DEFAULT_BACKEND)
@@ -584,13 +664,13 @@ def read_inputs(opts: PreprocessOptions, splits: Sequence[Tuple[str, str]]) -> D
     else:
         data = {name: read_split(path, opts.strict, opts.workers, name, opts.progress) for name, path in splits}
     for name, d in data.items():
-        if not d.words:
+        if not any(d.words):
             logger.warning("[%s] %s: no sentence kept; the split will be empty (fairseq cannot load it)", name, d.path)
     refused = {name: sum(d.refused.values()) for name, d in data.items() if d.refused}
     if refused and opts.fail_on_refusal:
         detail = ", ".join(f"{n}: {dict(sorted(data[n].refused.items()))}" for n in refused)
         raise PreprocessError(f"refused sentences ({detail}); nothing written (--fail-on-refusal)")
-    if not data["train"].words:
+    if not any(data["train"].words):
         raise PreprocessError(f"{opts.train}: no usable training sentence")
     return data
 

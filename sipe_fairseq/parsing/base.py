@@ -7,6 +7,7 @@ that into a per-sentence result so a caller can report and skip exactly that sen
 chosen by name in :mod:`~sipe_fairseq.parsing.registry`.
 """
 import logging
+from dataclasses import dataclass
 from typing import List, Optional, Protocol, Sequence, Tuple, Union
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,19 @@ class BackendLoadError(RuntimeError):
     missing or refused); the message names the backend (and the checkpoint)."""
 
 
+@dataclass
+class ParsedSentence:
+    """One sentence with the backend's labels (``None``: the backend gives none); ``extra_roots``:
+    roots beyond the first that were attached to it."""
+
+    words: List[str]
+    heads: List[int]
+    deprels: Optional[List[str]] = None
+    upos: Optional[List[str]] = None
+    xpos: Optional[List[str]] = None
+    extra_roots: int = 0
+
+
 class Parser(Protocol):
     spec: str
 
@@ -35,6 +49,9 @@ class Parser(Protocol):
 
     def parse_text(self, sentences: Sequence[str]) -> List[Parse]:
         """Tokenize and parse raw sentences."""
+
+    # optional: ``analyze(items, pretokenized, segment) -> List[List[ParsedSentence]]`` (labels, and
+    # sentence segmentation with ``segment``), as :class:`~sipe_fairseq.parsing.spacy_backend.SpacyParser`
 
 
 def normalize_text(text: str) -> str:

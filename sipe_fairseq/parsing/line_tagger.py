@@ -3,8 +3,9 @@
 
 :class:`LineTagger` parses lines in batches of ``batch_size``, in this process or in ``workers``
 spawned processes that each load their own backend once, with a progress bar, and yields one
-:class:`TaggedLine` per input line, in input order. A line is either parsed (words, heads and the
-hexatags of the tree, non-projective parses lifted) or failed with a message: an empty line,
+:class:`TaggedLine` per input line, in input order (with ``segment``, one per sentence of a line, by
+the backend's sentence boundaries). A line is either parsed (words, heads, the backend's labels and
+the hexatags of the tree, non-projective parses lifted) or failed with a message: an empty line,
 a sentence the backend refuses (:class:`~sipe_fairseq.parsing.base.ParseError`; a failing batch
 is redone line by line so only the bad lines fail), or a parse that cannot be hexatag-encoded.
 :func:`conllu_block` is the CoNLL-U both commands write for a line, so their outputs agree.
@@ -15,20 +16,28 @@ from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from ..hexatag import HexatagError, encode_tree
-from .base import BackendLoadError, ParseError
+from .base import BackendLoadError, ParsedSentence, ParseError
 from .registry import DEFAULT_BACKEND, resolve_parser
 
 Result = Union[Tuple[List[str], List[int]], str]  # (words, heads) or an error message
+LineResult = Union[List[ParsedSentence], str]  # a line's sentences, or why it failed
 EMPTY_LINE = "empty line"
 
 
 @dataclass
 class TaggedLine:
+    """One sentence of an input line (the line itself unless sentences are segmented)."""
+
     lineno: int  # 1-based
-    text: str  # the input line without its line break
+    text: str  # the input line without its line break (segmented: the sentence's words, space-joined)
     result: Result  # (words, heads), or why the line failed
     tags: Optional[list] = None  # [(terminal, nonterminal)] per word when parsed
     lifts: int = 0  # arcs lifted to projectivize the parse
+    sentence: int = 0  # 1-based position of the sentence in its line when segmented, else 0
+    deprels: Optional[List[str]] = None  # the backend's labels, when it gives them
+    upos: Optional[List[str]] = None
+    xpos: Optional[List[str]] = None
+    extra_roots: int = 0  # roots the backend returned beyond the first, attached to it
 
     @property
     def ok(self) -> bool:
@@ -49,31 +58,35 @@ def read_lines(path: str) -> List[str]:
     return lines
 
 
-def _parse(parser, items, pretokenized) -> List[Result]:
+def _parse(parser, items, pretokenized, segment=False) -> List[LineResult]:
+    if hasattr(parser, "analyze"):  # labels (and segmentation) from the backend
+        return [list(sents) for sents in parser.analyze(items, pretokenized, segment)]
+    if segment:
+        raise ValueError(f"backend {parser.spec!r} cannot split sentences")
     if pretokenized:
-        return list(zip(items, parser.parse_words(items)))
-    return [(list(w), list(h)) for w, h in parser.parse_text(items)]
+        return [[ParsedSentence(list(w), list(h))] for w, h in zip(items, parser.parse_words(items))]
+    return [[ParsedSentence(list(w), list(h))] for w, h in parser.parse_text(items)]
 
 
-def _parse_one_by_one(parser, items, pretokenized) -> List[Result]:
-    out: List[Result] = []
+def _parse_one_by_one(parser, items, pretokenized, segment) -> List[LineResult]:
+    out: List[LineResult] = []
     for item in items:
         try:
-            out.extend(_parse(parser, [item], pretokenized))
+            out.extend(_parse(parser, [item], pretokenized, segment))
         except (ParseError, HexatagError) as e:
             out.append(str(e))
     return out
 
 
-def parse_batch(parser, lines: Sequence[str], pretokenized: bool) -> List[Result]:
+def parse_batch(parser, lines: Sequence[str], pretokenized: bool, segment: bool = False) -> List[LineResult]:
     """Parse a batch; on a failure redo it line by line so only the bad lines fail."""
     items: List[Union[str, List[str]]] = [line.split() if pretokenized else line for line in lines]
     ok = [k for k, x in enumerate(items) if (x if pretokenized else x.strip())]
-    out: List[Result] = [EMPTY_LINE] * len(items)
+    out: List[LineResult] = [EMPTY_LINE] * len(items)
     try:
-        parsed = _parse(parser, [items[k] for k in ok], pretokenized)
+        parsed = _parse(parser, [items[k] for k in ok], pretokenized, segment)
     except (ParseError, HexatagError):
-        parsed = _parse_one_by_one(parser, [items[k] for k in ok], pretokenized)
+        parsed = _parse_one_by_one(parser, [items[k] for k in ok], pretokenized, segment)
     for k, r in zip(ok, parsed):
         out[k] = r
     return out
@@ -107,8 +120,8 @@ def _init_worker(spec: str, factory, arg: str, threads: int) -> None:
 def _work(job):
     if _worker_error is not None:
         raise BackendLoadError(_worker_error)
-    lines, pretokenized = job
-    return parse_batch(_worker_parser, lines, pretokenized)
+    lines, pretokenized, segment = job
+    return parse_batch(_worker_parser, lines, pretokenized, segment)
 
 
 class LineTagger:
@@ -121,8 +134,8 @@ class LineTagger:
     registered from a higher layer works there too."""
 
     def __init__(self, backend: str = DEFAULT_BACKEND, pretokenized: bool = False, batch_size: int = 256,
-                 workers: int = 1, threads: int = 1, progress: bool = True):
-        self.backend, self.pretokenized = backend, pretokenized
+                 workers: int = 1, threads: int = 1, progress: bool = True, segment: bool = False):
+        self.backend, self.pretokenized, self.segment = backend, pretokenized, segment
         self.batch_size, self.workers, self.threads, self.progress = max(1, batch_size), workers, threads, progress
         self._parser = self._pool = None
 
@@ -141,49 +154,71 @@ class LineTagger:
             self._pool = None
         self._parser = None
 
-    def tag(self, lines: Sequence[str], desc: Optional[str] = None) -> Iterator[TaggedLine]:
-        """One :class:`TaggedLine` per line, in order (see the module docstring)."""
+    def tag(self, lines: Sequence[str], desc: Optional[str] = None,
+            linenos: Optional[Sequence[int]] = None) -> Iterator[TaggedLine]:
+        """One :class:`TaggedLine` per line, in order (see the module docstring); with ``segment``,
+        one per sentence of a parsed line (a failed line gives one). ``linenos``: the lines' numbers
+        in their file (default 1, 2, ..)."""
         from tqdm import tqdm
 
         batches = [lines[i:i + self.batch_size] for i in range(0, len(lines), self.batch_size)]
         if self._pool is not None:
-            results = self._pool.imap(_work, [(b, self.pretokenized) for b in batches])
+            results = self._pool.imap(_work, [(b, self.pretokenized, self.segment) for b in batches])
         elif self._parser is not None:
-            results = (parse_batch(self._parser, b, self.pretokenized) for b in batches)
+            results = (parse_batch(self._parser, b, self.pretokenized, self.segment) for b in batches)
         else:
             raise RuntimeError("LineTagger.tag outside its `with` block")
-        bar = tqdm(total=len(lines), desc=desc, unit=" sent", disable=True if not self.progress else None, file=sys.stderr)
+        numbers = iter(linenos) if linenos is not None else iter(range(1, len(lines) + 1))
+        bar = tqdm(total=len(lines), desc=desc, unit=" line", disable=True if not self.progress else None, file=sys.stderr)
         try:
-            lineno = 0
             for batch, parsed in zip(batches, results):
                 for text, result in zip(batch, parsed):
-                    lineno += 1
-                    out = TaggedLine(lineno, text, result)
-                    if out.ok:
-                        try:
-                            out.tags, _, out.lifts = encode_tree(result[1])
-                        except HexatagError as e:
-                            out.result = f"cannot encode the parse: {e}"
-                    yield out
+                    lineno = next(numbers)
+                    if isinstance(result, str):
+                        yield TaggedLine(lineno, text, result)
+                        continue
+                    for k, sent in enumerate(result, 1):
+                        yield _tagged(lineno, " ".join(sent.words) if self.segment else text, sent, k if self.segment else 0)
                 bar.update(len(batch))
         finally:
             bar.close()
 
 
-def conllu_block(line: TaggedLine) -> str:
-    """The CoNLL-U block for one line: ``# sent_id`` = line number, ``# text``, and the words with
-    their heads (deprel ``root``/``dep``), or only comments with ``# sipe_tag_error`` for a failed line."""
-    out = [f"# sent_id = {line.lineno}\n"]
+def _tagged(lineno: int, text: str, sent: ParsedSentence, position: int) -> TaggedLine:
+    out = TaggedLine(lineno, text, (list(sent.words), list(sent.heads)), sentence=position, deprels=sent.deprels,
+                     upos=sent.upos, xpos=sent.xpos, extra_roots=sent.extra_roots)
+    try:
+        out.tags, _, out.lifts = encode_tree(out.result[1])
+    except HexatagError as e:
+        out.result = f"cannot encode the parse: {e}"
+    return out
+
+
+def conllu_block(line: TaggedLine, newdoc: bool = False) -> str:
+    """The CoNLL-U block for one sentence: ``# newdoc`` (``newdoc``), ``# sent_id`` = line number
+    (``LINE-K`` for the K-th sentence of a segmented line), ``# text``, and the words with their
+    heads, the backend's DEPREL, UPOS and XPOS when it gives them (else ``root``/``dep`` and ``_``),
+    or only comments with ``# sipe_tag_error`` for a failed line."""
+    out = ["# newdoc\n"] if newdoc else []
+    out.append(f"# sent_id = {line.lineno}{f'-{line.sentence}' if line.sentence else ''}\n")
     if line.text.strip():
         out.append(f"# text = {' '.join(line.text.split())}\n")
     if not line.ok:
         out.append(f"# sipe_tag_error = {' '.join(line.result.split())}\n\n")
         return "".join(out)
     words, heads = line.result
-    for i, (w, h) in enumerate(zip(words, heads), 1):
-        out.append(f"{i}\t{w}\t_\t_\t_\t_\t{h}\t{'root' if h == 0 else 'dep'}\t_\t_\n")
+    n = len(words)
+    deprels = line.deprels or ["root" if h == 0 else "dep" for h in heads]
+    upos, xpos = line.upos or ["_"] * n, line.xpos or ["_"] * n
+    for i, (w, h, d, u, x) in enumerate(zip(words, heads, deprels, upos, xpos), 1):
+        out.append(f"{i}\t{w}\t_\t{_field(u)}\t{_field(x)}\t_\t{h}\t{_field(d)}\t_\t_\n")
     out.append("\n")
     return "".join(out)
+
+
+def _field(value: str) -> str:
+    """A CoNLL-U column value: no whitespace, never empty."""
+    return "".join(value.split()) or "_"
 
 
 def add_backend_arguments(p, workers: bool = True, default: Optional[str] = DEFAULT_BACKEND, note: str = "") -> None:
