@@ -59,7 +59,7 @@ document break is written as an empty sentence (``</s>`` only, every tag ``<nota
 ``# newdoc`` in the saved CoNLL-U. ``drop_headings`` drops WikiText heading lines (``= Title =``,
 ``= = Section = =``, ..). Blank lines and dropped headings are counted (``empty_lines_skipped``,
 ``headings_dropped``), never parsed; ``lines_read`` = ``empty_lines_skipped`` + ``headings_dropped``
-+ lines parsed, and the manifest counts ``document_breaks`` and ``documents``. For every text input the
++ ``lines_parsed``, and the manifest counts ``document_breaks`` and ``documents``. For every text input the
 manifest counts the sentences whose parse had several roots (``root_fixed_sentences``, the extra
 roots attached to the first: ``extra_roots``); the saved CoNLL-U keeps the backend's DEPREL, UPOS
 and XPOS (spaCy's labels; ``root``/``dep`` and ``_`` for a backend without labels).
@@ -284,6 +284,7 @@ def _select_lines(lines: Sequence[str], opts: PreprocessOptions, stats: Counter)
             starts.add(len(keep))
             pending = False
         keep.append((lineno, text))
+    stats["lines_parsed"] += len(keep)
     return keep, starts
 
 
@@ -574,12 +575,12 @@ def write_split(opts: PreprocessOptions, name: str, d: SplitData, vocab: Vocabul
     for key in ("sentences_read", "trees_lifted", "arcs_lifted", "multiword_tokens", "empty_nodes_skipped",
                 "words_whitespace_replaced", "words_empty_replaced") + (
                     ("lines_read", "empty_lines_skipped", "root_fixed_sentences", "extra_roots") if text_input else ()) + (
-                    ("headings_dropped", "document_breaks") if _raw_corpus(opts) else ()):
+                    ("headings_dropped", "lines_parsed", "document_breaks") if _raw_corpus(opts) else ()):
         st[key] = int(st.get(key, 0))
     if opts.documents != "none":
         st["documents"] = st["document_breaks"] + 1 if st["sentences"] else 0
     logger.info(
-        "[%s] %s: %d sents, %d tokens, %d unk, %d lifted trees, %d refused%s%s", name, d.path, len(d.words), total,
+        "[%s] %s: %d sents, %d tokens, %d unk, %d lifted trees, %d refused%s%s", name, d.path, st["sentences"], total,
         n_unk, st["trees_lifted"], st["sentences_refused"], f", {n_bad_deprel} unknown deprels" if opts.deprel else "",
         f", {st['empty_lines_skipped']} empty lines skipped" if text_input else "",
     )

@@ -9,7 +9,9 @@
 - :mod:`.sources`: tree sources for evaluation (parser, gold CoNLL-U, none) and their options.
 - :mod:`.line_tagger`: one sentence per line -> parses and hexatags (``sipe-tag``, ``sipe-preprocess``).
 """
-from .base import BackendLoadError, Parse, Parser, ParseError, attach_extra_roots, normalize_text, parse_each  # noqa: F401
+from .base import (  # noqa: F401
+    BackendLoadError, Parse, ParsedSentence, Parser, ParseError, attach_extra_roots, normalize_text, parse_each,
+)
 from .cache import CachedParser  # noqa: F401
 from .registry import (  # noqa: F401
     DEFAULT_BACKEND, PARSERS, get_parser, register_parser, registered_parsers, resolve_parser,

@@ -197,7 +197,8 @@ def _tagged(lineno: int, text: str, sent: ParsedSentence, position: int) -> Tagg
 def conllu_block(line: TaggedLine, newdoc: bool = False) -> str:
     """The CoNLL-U block for one sentence: ``# newdoc`` (``newdoc``), ``# sent_id`` = line number
     (``LINE-K`` for the K-th sentence of a segmented line), ``# text``, and the words with their
-    heads, the backend's DEPREL, UPOS and XPOS when it gives them (else ``root``/``dep`` and ``_``),
+    heads, the backend's DEPREL (``root`` on the head-0 word), UPOS and XPOS when it gives them (else
+    ``root``/``dep`` and ``_``),
     or only comments with ``# sipe_tag_error`` for a failed line."""
     out = ["# newdoc\n"] if newdoc else []
     out.append(f"# sent_id = {line.lineno}{f'-{line.sentence}' if line.sentence else ''}\n")
@@ -208,7 +209,8 @@ def conllu_block(line: TaggedLine, newdoc: bool = False) -> str:
         return "".join(out)
     words, heads = line.result
     n = len(words)
-    deprels = line.deprels or ["root" if h == 0 else "dep" for h in heads]
+    labels = line.deprels or ["dep"] * n
+    deprels = ["root" if h == 0 else d for h, d in zip(heads, labels)]  # CoNLL-U: root iff head 0
     upos, xpos = line.upos or ["_"] * n, line.xpos or ["_"] * n
     for i, (w, h, d, u, x) in enumerate(zip(words, heads, deprels, upos, xpos), 1):
         out.append(f"{i}\t{w}\t_\t{_field(u)}\t{_field(x)}\t_\t{h}\t{_field(d)}\t_\t_\n")
