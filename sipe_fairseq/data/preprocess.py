@@ -637,9 +637,11 @@ def check_options(opts: PreprocessOptions) -> List[Tuple[str, str]]:
         raise PreprocessError("--segment-sentences, --documents and --drop-headings need --input-format text or tokenized")
     if text_input:
         try:
-            resolve_parser(opts.backend or DEFAULT_BACKEND)
+            factory, _ = resolve_parser(opts.backend or DEFAULT_BACKEND)
         except ValueError as e:
             raise PreprocessError(str(e)) from e
+        if opts.segment and not hasattr(factory, "analyze"):
+            raise PreprocessError(f"--segment-sentences: backend {opts.backend!r} cannot split sentences")
     if opts.srcdict:
         if not (opts.spm_model or opts.no_split):
             raise PreprocessError("--srcdict needs the sentencepiece model its pieces come from (--spm-model, e.g. "

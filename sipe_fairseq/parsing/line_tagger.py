@@ -141,6 +141,8 @@ class LineTagger:
 
     def __enter__(self):
         factory, arg = resolve_parser(self.backend)  # ValueError for an unknown name (a usage error)
+        if self.segment and not hasattr(factory, "analyze"):
+            raise ValueError(f"backend {self.backend!r} cannot split sentences (no sentence boundaries)")
         if self.workers > 1:
             ctx = multiprocessing.get_context("spawn")
             self._pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=(self.backend, factory, arg, self.threads))
