@@ -149,6 +149,7 @@ def test_parse_each_isolates_failures(tmp_path):
 def test_split_words_and_no_trees():
     assert split_words("Who isn't Craig's friend?") == ["Who", "is", "n't", "Craig", "'s", "friend", "?"]
     assert split_words('He said: "no."') == ["He", "said", ":", '"', "no", ".", '"']
+    assert split_words("Mary J. Blige saw a b.") == ["Mary", "J.", "Blige", "saw", "a", "b", "."]  # initial vs. end
     assert NoTrees().parse_text(["a b."]) == [(["a", "b", "."], None)]
     with pytest.raises(ParseError):
         NoTrees().parse_text(["  "])

@@ -12,14 +12,15 @@ from typing import List
 _CLITIC = re.compile(r"^(.+?)(n['\u2019]t|['\u2019](?:s|re|ve|ll|d|m))$", re.IGNORECASE)
 _LEADING = "\"'`([{\u2018\u201c"
 _TRAILING = ".,;:!?)]}\"'\u2019\u201d"
-_ABBREVIATION = re.compile(r"^(?:[A-Za-z]\.)+$|^(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|Inc|Co|Corp|Ltd|No)\.$")
+# abbreviations keep their period: U.S., e.g., an initial (J.), a title; a lowercase letter + "." ends a sentence
+_ABBREVIATION = re.compile(r"^(?:[A-Za-z]\.){2,}$|^[A-Z]\.$|^(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|Inc|Co|Corp|Ltd|No)\.$")
 _WHOLE = re.compile(r"^(?:\.\.\.|--+|``|''|[^\w\s]|n['\u2019]t|['\u2019](?:s|re|ve|ll|d|m))$", re.IGNORECASE)
 
 
 def split_words(text: str) -> List[str]:
     """Split raw text into UD/PTB-style words: whitespace, then leading ``" ' ` ( [ {`` and
     trailing ``. , ; : ! ? ) ] } " '`` and ``...`` become words of their own (a trailing period stays
-    on abbreviations like ``U.S.`` or ``Mr.``), then the clitics ``n't 's 're 've 'll 'd 'm`` are split
+    on abbreviations like ``U.S.``, ``Mr.`` or an initial ``J.``, not after a lowercase letter: ``b.``), then the clitics ``n't 's 're 've 'll 'd 'm`` are split
     off (``can't`` -> ``ca n't``). Hyphenated words and numbers like ``3.5`` or ``1,000`` stay whole.
 
     >>> split_words('"The dog\\'s owner," she said, "isn\\'t here."')
