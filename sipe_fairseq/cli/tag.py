@@ -4,7 +4,8 @@
     sipe-tag words.txt --pretokenized --backend hexatagger:ck/checkpoint_best.pt --tags-out out.hexatag
 
 One input line is one sentence. Every input line gives exactly one tag line (``sipe-hexatag``
-format) and one CoNLL-U block whose ``# sent_id`` is the input line number. A line that is empty
+format) and one CoNLL-U block whose ``# sent_id`` is the input line number (``--segment-sentences``:
+one of each per sentence of the line, by the backend's sentence boundaries, ``# sent_id`` LINE-K). A line that is empty
 or that the backend cannot parse gives an empty tag line and a comment-only CoNLL-U block
 (``# sipe_tag_error = ...``); it is reported on stderr with its line number and counted in the
 summary. Exit status: 0 ok, 1 some lines failed, 2 usage or I/O error, 3 the backend cannot be
