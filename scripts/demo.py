@@ -83,7 +83,7 @@ def main(argv=None):
     print("[4/4] scoring: sipe-eval-lm and agreement minimal pairs", flush=True)
     from sipe_fairseq.cli.eval_lm import evaluate, load
     from sipe_fairseq.data.encode import SentenceEncoder
-    from sipe_fairseq.eval.lm_scores import markdown
+    from sipe_fairseq.eval.scoring import perplexity_markdown as markdown
     from sipe_fairseq.eval.minimal_pairs import pair_accuracy
 
     encoder = SentenceEncoder(str(data))

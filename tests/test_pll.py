@@ -26,7 +26,7 @@ from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar as tg  # noqa: E402
 from sipe_fairseq.data.encode import SentenceEncoder  # noqa: E402
 from sipe_fairseq.eval import scoring  # noqa: E402
-from sipe_fairseq.eval.lm_scores import score_split  # noqa: E402
+from sipe_fairseq.eval.scoring import score_split  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PLUGIN = str(Path(sipe_fairseq.__file__).parent)

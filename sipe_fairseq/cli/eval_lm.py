@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 import sipe_fairseq
 from sipe_fairseq.checkpoint_compat import allow_fairseq_checkpoint_globals
-from sipe_fairseq.eval.lm_scores import markdown, score_split
+from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def main(argv=None):
     sipe_fairseq.register()
     results = {name: evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size)
                for name, path in checkpoint_specs(args.path).items()}
-    print(markdown(results))
+    print(perplexity_markdown(results))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2, sort_keys=True)

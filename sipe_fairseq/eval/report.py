@@ -118,7 +118,7 @@ def syntaxgym_values(report: dict, where: str = "SyntaxGym report") -> Dict[str,
 
 def ppl_values(results: dict, where: str = "perplexity report") -> Dict[str, Dict[str, Optional[float]]]:
     """``{model: {ppl, joint_ppl, ppl_word, joint_ppl_word, tokens, sees_tags}}`` from the
-    ``sipe-eval-lm --json`` output (``{model: rows}``, rows of :func:`~sipe_fairseq.eval.lm_scores.summarize`)."""
+    ``sipe-eval-lm --json`` output (``{model: rows}``, rows of :func:`~sipe_fairseq.eval.scoring.summarize`)."""
     if not isinstance(results, dict) or not results or \
             not all(isinstance(r, dict) and isinstance(r.get("lm"), dict) for r in results.values()):
         raise ReportError(f"{where}: not a `sipe-eval-lm --json` output ({{model: {{'lm': ..., 'joint': ...}}}})")
@@ -303,7 +303,7 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
     """Load each checkpoint once and score what is asked and not already in ``collected``:
     perplexity on ``args.split`` (unless ``args.no_ppl``), BLiMP (``args.blimp``), SyntaxGym
     (``args.suites``). Fills ``collected``; returns the full sub-reports (blimp, syntaxgym, ppl)."""
-    from .lm_scores import score_split
+    from .scoring import score_split
 
     import torch
 
