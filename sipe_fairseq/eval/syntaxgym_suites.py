@@ -1,0 +1,265 @@
+"""SyntaxGym suites: reading and checking suite JSON, splitting regions into words, and the
+sentences (one per item and condition) with their trees and encodings."""
+import json
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+from .syntaxgym_formula import FormulaError, Node, SyntaxGymError, parse_formula
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------- words
+
+# Clitics split off the end of a word as UD EWT / the PTB do: "isn't" -> "is n't", "can't" -> "ca n't",
+# "John's" -> "John 's". The curly apostrophe is accepted too.
+_CLITIC = re.compile(r"^(.+?)(n['\u2019]t|['\u2019](?:s|re|ve|ll|d|m))$", re.IGNORECASE)
+_LEADING = "\"'`([{\u2018\u201c"
+_TRAILING = ".,;:!?)]}\"'\u2019\u201d"
+_ABBREVIATION = re.compile(r"^(?:[A-Za-z]\.)+$|^(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|Inc|Co|Corp|Ltd|No)\.$")
+_WHOLE = re.compile(r"^(?:\.\.\.|--+|``|''|[^\w\s]|n['\u2019]t|['\u2019](?:s|re|ve|ll|d|m))$", re.IGNORECASE)
+
+
+def split_region(content: str) -> List[str]:
+    """Split a region's text into UD/PTB-style words: whitespace, then leading ``" ' ` ( [ {`` and
+    trailing ``. , ; : ! ? ) ] } " '`` and ``...`` become words of their own (a trailing period stays
+    on abbreviations like ``U.S.`` or ``Mr.``), then the clitics ``n't 's 're 've 'll 'd 'm`` are split
+    off (``can't`` -> ``ca n't``). Hyphenated words and numbers like ``3.5`` or ``1,000`` stay whole.
+
+    >>> split_region('"The dog\\'s owner," she said, "isn\\'t here."')
+    ['"', 'The', 'dog', "'s", 'owner', ',', '"', 'she', 'said', ',', '"', 'is', "n't", 'here', '.', '"']
+    """
+    words: List[str] = []
+    for chunk in content.split():
+        lead, trail = [], []
+        while len(chunk) > 1 and not _WHOLE.match(chunk):
+            if chunk.startswith("``"):
+                lead.append("``")
+                chunk = chunk[2:]
+            elif chunk[0] in _LEADING:
+                lead.append(chunk[0])
+                chunk = chunk[1:]
+            elif chunk.endswith("...") or chunk.endswith("''"):
+                trail.append(chunk[-3:] if chunk.endswith("...") else "''")
+                chunk = chunk[:-len(trail[-1])]
+            elif chunk[-1] in _TRAILING and not (chunk[-1] == "." and _ABBREVIATION.match(chunk)):
+                trail.append(chunk[-1])
+                chunk = chunk[:-1]
+            else:
+                break
+        core = []
+        m = _CLITIC.match(chunk) if chunk else None
+        if m and not _WHOLE.match(chunk):
+            core = [m.group(1), m.group(2)]
+        elif chunk:
+            core = [chunk]
+        words += lead + core + trail[::-1]
+    return words
+
+
+# ----------------------------------------------------------------------------- suites
+
+
+@dataclass
+class Region:
+    number: int
+    content: str
+    words: List[str]
+
+
+@dataclass
+class Condition:
+    name: str
+    regions: List[Region]
+
+    @property
+    def words(self) -> List[str]:
+        return [w for r in self.regions for w in r.words]
+
+    def spans(self) -> List[Tuple[int, int, int]]:
+        """``(region number, first word, end word)`` per region (end exclusive)."""
+        out, k = [], 0
+        for r in self.regions:
+            out.append((r.number, k, k + len(r.words)))
+            k += len(r.words)
+        return out
+
+
+@dataclass
+class Item:
+    number: int
+    conditions: Dict[str, Condition]
+
+
+@dataclass
+class Prediction:
+    formula: str
+    node: Node
+
+
+@dataclass
+class Suite:
+    name: str
+    path: str
+    region_meta: Dict[str, str]
+    predictions: List[Prediction]
+    items: List[Item]
+
+
+def load_suite(path: Union[str, Path]) -> Suite:
+    """Read and check one suite JSON: formulae parse, every referenced condition and region
+    exists in every item (errors name the suite, item, condition and formula position)."""
+    path = str(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise SyntaxGymError(f"{path}: cannot read suite JSON: {e}") from e
+    name = (data.get("meta") or {}).get("name") or Path(path).stem
+    where = f"suite {name!r} ({path})"
+    for key in ("items", "predictions"):
+        if not isinstance(data.get(key), list):
+            raise SyntaxGymError(f"{where}: no {key!r} list")
+    metric = (data.get("meta") or {}).get("metric", "sum")
+    if metric != "sum":
+        raise SyntaxGymError(f"{where}: metric {metric!r} is not supported (only 'sum')")
+    predictions = []
+    for k, pred in enumerate(data["predictions"], 1):
+        if pred.get("type", "formula") != "formula" or not isinstance(pred.get("formula"), str):
+            raise SyntaxGymError(f"{where}, prediction {k}: only predictions of type 'formula' are supported, got {pred!r}")
+        try:
+            predictions.append(Prediction(pred["formula"], parse_formula(pred["formula"])))
+        except FormulaError as e:
+            raise e.located(f"{where}, prediction {k}") from None
+    items, numbers = [], set()
+    for n, raw in enumerate(data["items"], 1):
+        number = raw.get("item_number", n)
+        iwhere = f"{where}, item {number}"
+        if number in numbers:
+            raise SyntaxGymError(f"{iwhere}: duplicate item_number")
+        numbers.add(number)
+        conds: Dict[str, Condition] = {}
+        for c in raw.get("conditions") or []:
+            cname = c.get("condition_name")
+            if not isinstance(cname, str) or cname in conds:
+                raise SyntaxGymError(f"{iwhere}: missing or duplicate condition_name {cname!r}")
+            regions, seen = [], set()
+            for r in c.get("regions") or []:
+                num, content = r.get("region_number"), r.get("content", "")
+                if not isinstance(num, int) or num in seen or not isinstance(content, str):
+                    raise SyntaxGymError(f"{iwhere}, condition {cname!r}: bad or duplicate region {r!r}")
+                seen.add(num)
+                regions.append(Region(num, content, split_region(content)))
+            conds[cname] = Condition(cname, regions)
+        if not conds:
+            raise SyntaxGymError(f"{iwhere}: no conditions")
+        for k, pred in enumerate(predictions, 1):
+            for ref in pred.node.refs():
+                if ref.condition not in conds:
+                    raise SyntaxGymError(f"{iwhere}: prediction {k} refers to condition {ref.condition!r} (position {ref.pos}),"
+                                         f" which the item lacks (it has {sorted(conds)})")
+                have = {r.number for r in conds[ref.condition].regions}
+                if ref.region is not None and ref.region not in have:
+                    raise SyntaxGymError(f"{iwhere}, condition {ref.condition!r}: prediction {k} refers to region {ref.region}"
+                                         f" (position {ref.pos}), which the condition lacks (it has {sorted(have)})")
+        items.append(Item(number, conds))
+    return Suite(name, path, {str(k): v for k, v in (data.get("region_meta") or {}).items()}, predictions, items)
+
+
+def find_suites(paths: Sequence[Union[str, Path]]) -> List[Path]:
+    """Suite files from files and directories (a directory contributes its ``*.json``, sorted)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(p.glob("*.json"))
+            if not found:
+                raise SyntaxGymError(f"{p}: no *.json suite in this directory")
+            out += found
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise SyntaxGymError(f"{p}: no such file or directory")
+    return out
+
+
+# ----------------------------------------------------------------------------- sentences
+
+
+@dataclass
+class Sentence:
+    """One (suite, item, condition): its words, tags source, and why it cannot be scored (if so)."""
+    suite: str
+    item: int
+    condition: Condition
+    heads: Optional[List[int]] = None
+    failure: Optional[str] = None
+    encoded: Optional[tuple] = None  # (tokens, terminals, nonterminals, first piece positions)
+
+    @property
+    def words(self) -> List[str]:
+        return self.condition.words
+
+
+def sentences_of(suites: Sequence[Suite]) -> List[Sentence]:
+    out = []
+    for s in suites:
+        for it in s.items:
+            for c in it.conditions.values():
+                out.append(Sentence(s.name, it.number, c, failure=None if c.words else "empty sentence (no words)"))
+    return out
+
+
+def parse_sentences(sentences: Sequence[Sentence], parser, batch_size: int = 256) -> None:
+    """Set ``heads`` from ``parser.parse_words`` (``parser=None``: no tags). A batch the parser
+    refuses (``ValueError`` such as :class:`~sipe_fairseq.eval.parsers.ParseError`, or ``KeyError``
+    from gold trees) is redone sentence by sentence; a sentence whose parse fails or is not one tree
+    gets ``failure``. Other exceptions (e.g. spaCy not installed) propagate."""
+    if parser is None:
+        return
+    from ..hexatag import TreeError, check_tree
+
+    refused = (ValueError, KeyError)
+    todo = [s for s in sentences if s.failure is None]
+    for start in range(0, len(todo), batch_size):
+        chunk = todo[start:start + batch_size]
+        try:
+            results = list(parser.parse_words([s.words for s in chunk]))
+            if len(results) != len(chunk):
+                raise RuntimeError(f"parser {parser.spec} returned {len(results)} parses for {len(chunk)} sentences")
+        except refused as e:
+            logger.warning("parser refused a batch (%s); parsing its %d sentences one by one", e, len(chunk))
+            results = []
+            for s in chunk:
+                try:
+                    results.append(parser.parse_words([s.words])[0])
+                except refused as e1:
+                    results.append(e1)
+        for s, heads in zip(chunk, results):
+            if isinstance(heads, Exception):
+                msg = heads.args[0] if isinstance(heads, KeyError) and heads.args else heads
+                s.failure = f"parser error: {type(heads).__name__}: {msg}"
+                continue
+            heads = [int(h) for h in heads]
+            if len(heads) != len(s.words):
+                s.failure = f"parser returned {len(heads)} heads for {len(s.words)} words"
+                continue
+            try:
+                check_tree(heads)
+            except TreeError as e:
+                s.failure = f"parse is not a tree: {e}"
+                continue
+            s.heads = heads
+
+
+def encode_sentences(sentences: Sequence[Sentence], encoder) -> None:
+    """Encode every scorable sentence with a :class:`~sipe_fairseq.data.encode.SentenceEncoder`."""
+    for s in sentences:
+        if s.failure is None:
+            try:
+                s.encoded = encoder.encode(s.words, s.heads)
+            except Exception as e:  # noqa: BLE001 - e.g. a tree the hexatag encoder refuses
+                s.failure = f"encoding error: {type(e).__name__}: {e}"
+
