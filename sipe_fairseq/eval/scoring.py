@@ -42,7 +42,7 @@ minimal-pair evaluations (BLiMP): it dispatches on the model kind (:func:`model_
 import inspect
 import math
 from collections import defaultdict
-from typing import Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -292,8 +292,7 @@ def pseudo_log_likelihoods(model, encoded: Sequence[Encoded], dictionary, batch_
                          f"{enc.cfg.sipe_input_strategy}); minimal-pair sentences are encoded without deprels")
     joint = joint and use_tags
     bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
-    limit = model.max_positions()
-    limit = min(x for x in limit if x is not None) if isinstance(limit, (tuple, list)) else limit
+    limit = max_positions(model)
     lengths = []
     for i, (t, a, b) in enumerate(encoded):
         if len(t) < 2 or int(t[-1]) != eos:
@@ -362,6 +361,33 @@ def model_kind(model) -> str:
     if isinstance(model, FairseqEncoderModel):
         return "encoder"
     raise TypeError(f"cannot score sentences with a {type(model).__name__}: not a fairseq language model or encoder")
+
+
+def max_positions(model) -> Optional[int]:
+    """The most positions ``model`` accepts (the smallest of a tuple), or None if it does not say."""
+    try:
+        m = model.max_positions()
+    except Exception:  # noqa: BLE001 - a model without max_positions()
+        return None
+    if isinstance(m, (tuple, list)):
+        m = min((x for x in m if x is not None), default=None)
+    return int(m) if m else None
+
+
+def positions_needed(model, tokens: torch.Tensor) -> int:
+    """Positions a sentence ``x_1 .. x_n </s>`` takes: ``n + 1`` for a decoder (input ``</s> x_1 .. x_n``),
+    ``n + 2`` for an encoder (``<s> x_1 .. x_n </s>``)."""
+    from fairseq.models import FairseqEncoderModel
+
+    return len(tokens) + (1 if isinstance(model, FairseqEncoderModel) else 0)
+
+
+def too_long(model, tokens: torch.Tensor) -> Optional[str]:
+    """Why ``model`` cannot score the sentence ``tokens`` in one pass (more positions than it has), or None."""
+    limit, need = max_positions(model), positions_needed(model, tokens)
+    if limit is not None and need > limit:
+        return f"too long: {need} tokens > the model's {limit} positions"
+    return None
 
 
 # model kind -> scorer(model, encoded, dictionary, batch_size=, joint=, placement=) -> per-sentence log-likelihoods

@@ -35,10 +35,11 @@ from typing import Dict, Iterable
 from .syntaxgym_formula import (EQUALITY_ATOL, EQUALITY_RTOL, MAX_DEPTH, BinOp, FormulaError, Neg, Node, Number,  # noqa: F401
                                 Ref, SyntaxGymError, evaluate_formula, parse_formula)
 from .syntaxgym_output import report_markdown  # noqa: F401
-from .syntaxgym_scoring import (evaluate_suites, region_surprisals, region_token_spans,  # noqa: F401
+from .syntaxgym_scoring import (evaluate_suites, merge_reports, region_surprisals, region_token_spans,  # noqa: F401
                                 score_sentences)
 from .syntaxgym_suites import (Condition, Item, Prediction, Region, Sentence, Suite, encode_sentences,  # noqa: F401
-                               find_suites, load_suite, parse_sentences, sentences_of, split_region)
+                               find_suites, load_suite, parse_sentences, read_suites, sentences_of, split_region,
+                               tree_and_encode)
 
 logger = logging.getLogger(__name__)
 
@@ -100,16 +101,10 @@ def _run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
     checkpoints = _checkpoints(args.path)
-    suites = [load_suite(p) for p in find_suites(args.suites)]  # fails fast on bad formulae and references
-    names = [s.name for s in suites]
-    if len(set(names)) != len(names):
-        raise SyntaxGymError(f"two suites share a name: {names}")
-    sentences = sentences_of(suites)
-    logger.info("%d suites, %d items, %d sentences", len(suites), sum(len(s.items) for s in suites), len(sentences))
+    suites, sentences = read_suites(args.suites)  # fails fast on bad formulae and references
     source = tree_source_from_args(args)
-    parse_sentences(sentences, source if hasattr(source, "parse_words") else None)  # NoTrees (--parser none): no tags
     encoder = SentenceEncoder(args.data)
-    encode_sentences(sentences, encoder)
+    tree_and_encode(sentences, source, encoder)
     d = encoder.dictionary
 
     def loader(path):

@@ -1,5 +1,6 @@
 """SyntaxGym scoring: region surprisals of encoded sentences under a checkpoint, and the
 evaluation of every suite's predictions on them (suite and overall accuracies)."""
+import json
 import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -22,27 +23,15 @@ def region_surprisals(sentence: Sentence, logprobs) -> Dict[int, float]:
     return {num: (0.0 - sum(lp[a:b])) / LN2 for num, a, b in region_token_spans(sentence)}  # empty: 0.0, not -0.0
 
 
-def _max_positions(model) -> Optional[int]:
-    try:
-        m = model.max_positions()
-    except Exception:  # noqa: BLE001
-        return None
-    if isinstance(m, (tuple, list)):
-        m = min((x for x in m if x is not None), default=None)
-    return int(m) if m else None
-
-
 def score_sentences(model, sentences: Sequence[Sentence], eos: int, pad: int,
                     batch_size: int = 32, logprob_fn: Optional[Callable] = None):
     """Region surprisals per sentence (``None`` with a reason for those it cannot score):
     returns ``(surprisals, failures)`` as lists aligned with ``sentences``."""
+    from .scoring import too_long
+
     if logprob_fn is None:
         from .scoring import token_logprobs as logprob_fn
-    limit = _max_positions(model)
-    failures = [s.failure for s in sentences]
-    for k, s in enumerate(sentences):
-        if failures[k] is None and limit is not None and len(s.encoded[0]) > limit:
-            failures[k] = f"too long: {len(s.encoded[0])} tokens > the model's {limit} positions"
+    failures = [s.failure if s.failure is not None else too_long(model, s.encoded[0]) for s in sentences]
     todo = [k for k, f in enumerate(failures) if f is None]
     lps = logprob_fn(model, [sentences[k].encoded[:3] for k in todo], eos, pad, batch_size) if todo else []
     out: List[Optional[Dict[int, float]]] = [None] * len(sentences)
@@ -114,3 +103,15 @@ def evaluate_suites(suites: Sequence[Suite], sentences: Sequence[Sentence], mode
     return report
 
 
+def merge_reports(reports: Sequence[dict]) -> dict:
+    """One ``sipe-syntaxgym/1`` report from per-model reports of :func:`evaluate_suites` on the same
+    suites and sentences (as ``sipe-eval report`` scores one checkpoint at a time)."""
+    out = json.loads(json.dumps(reports[0]))
+    for rep in reports[1:]:
+        out["models"] += rep["models"]
+        out["overall"].update(rep["overall"])
+        for sname, s in rep["suites"].items():
+            out["suites"][sname]["scores"].update(s["scores"])
+        for mine, theirs in zip(out["items"], rep["items"]):
+            mine["results"].update(theirs["results"])
+    return out

@@ -263,3 +263,21 @@ def encode_sentences(sentences: Sequence[Sentence], encoder) -> None:
             except Exception as e:  # noqa: BLE001 - e.g. a tree the hexatag encoder refuses
                 s.failure = f"encoding error: {type(e).__name__}: {e}"
 
+
+def read_suites(paths: Sequence[Union[str, Path]]) -> Tuple[List[Suite], List[Sentence]]:
+    """The suites of files and directories (checked by :func:`load_suite`; names must differ) and
+    their sentences (:func:`sentences_of`), before any parser or model is loaded."""
+    suites = [load_suite(p) for p in find_suites(paths)]
+    names = [s.name for s in suites]
+    if len(set(names)) != len(names):
+        raise SyntaxGymError(f"two suites share a name: {names}")
+    sentences = sentences_of(suites)
+    logger.info("SyntaxGym: %d suites, %d items, %d sentences", len(suites), sum(len(s.items) for s in suites),
+                len(sentences))
+    return suites, sentences
+
+
+def tree_and_encode(sentences: Sequence[Sentence], source, encoder) -> None:
+    """Parse (a tree source without ``parse_words``, e.g. ``--parser none``, gives no tags) and encode."""
+    parse_sentences(sentences, source if hasattr(source, "parse_words") else None)
+    encode_sentences(sentences, encoder)
