@@ -425,7 +425,8 @@ def _loop_scores(model, encoded, d, joint=False):
         src = torch.cat([t.new([d.eos()]), t[:-1]])[None]
         kw = {}
         if accepts_tags(model):
-            kw = {"src_terminals": torch.cat([a.new([4]), a[:-1]])[None], "src_nonterminals": torch.cat([b.new([4]), b[:-1]])[None]}
+            kw = {"src_terminals": torch.cat([a.new([4]), a[:-1]])[None],
+                  "src_nonterminals": torch.cat([b.new([4]), b[:-1]])[None]}
         with torch.no_grad():
             logits, extra = model(src, src_lengths=torch.tensor([len(t)]), **kw)
         lp = torch.log_softmax(logits[0].float(), -1)

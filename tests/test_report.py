@@ -96,7 +96,8 @@ def test_table_from_precomputed_jsons(tmp_path):
     assert (f"| model | BLiMP {UP} | \u0394 BLiMP (%) | PPL/word {DOWN} | \u0394 PPL/word (%) | joint PPL/word {DOWN} | "
             f"\u0394 joint PPL/word (%) | SyntaxGym {UP} | \u0394 SyntaxGym (%) | PPL/token {DOWN} | \u0394 PPL/token (%) | "
             f"joint PPL/token {DOWN} | \u0394 joint PPL/token (%) |") in text
-    assert f"| none | 80.00 | {DASH} | 30.00 | {DASH} | 30.00 | {DASH} | 50.00 | {DASH} | 20.00 | {DASH} | 20.00 | {DASH} |" in text
+    assert (f"| none | 80.00 | {DASH} | 30.00 | {DASH} | 30.00 | {DASH} | 50.00 | {DASH} | "
+            f"20.00 | {DASH} | 20.00 | {DASH} |") in text
     assert (f"| pos | 84.00 | {UP} +5.00 | 24.00 | {UP} +20.00 | 33.00 | {DOWN} -10.00 | 60.00 | {UP} +20.00 | "
             f"15.00 | {UP} +25.00 | 22.00 | {DOWN} -10.00 |") in text
     assert f"| lm | 70.00 | {DOWN} -12.50 | - | - | - | - | - | - | - | - | - | - |" in text
@@ -247,7 +248,8 @@ def test_report_end_to_end_on_two_tiny_checkpoints(tmp_path):
     # per word = the same summed NLL over (words + one </s> per sentence) of the test CoNLL-U, counted here
     conllu = (tmp_path / "toy/test.conllu").read_text().splitlines()
     words = sum(1 for ln in conllu if ln and ln.split("\t")[0].isdigit())
-    sentences = sum(1 for k, ln in enumerate(conllu) if ln and not ln.startswith("#") and (k + 1 == len(conllu) or not conllu[k + 1]))
+    sentences = sum(1 for k, ln in enumerate(conllu)
+                    if ln and not ln.startswith("#") and (k + 1 == len(conllu) or not conllu[k + 1]))
     for row in (none, pos):
         for tok, word in (("ppl", "ppl_word"), ("joint_ppl", "joint_ppl_word")):
             assert math.log(row[word]) * (words + sentences) == pytest.approx(math.log(row[tok]) * row["tokens"], rel=1e-6)

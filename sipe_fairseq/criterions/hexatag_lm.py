@@ -8,7 +8,6 @@ a model that sees no tags.
 import math
 from dataclasses import dataclass, field
 
-import torch
 import torch.nn.functional as F
 from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion

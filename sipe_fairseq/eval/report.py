@@ -307,8 +307,6 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
     """Load each checkpoint once and score what is asked and not already in ``collected``:
     perplexity on ``args.split`` (unless ``args.no_ppl``), BLiMP (``args.blimp``), SyntaxGym
     (``args.suites``). Fills ``collected``; returns the full sub-reports (blimp, syntaxgym, ppl)."""
-    from .scoring import score_split
-
     import torch
 
     import sipe_fairseq
@@ -316,6 +314,7 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
     from ..data.encode import SentenceEncoder
     from . import blimp, syntaxgym
     from .parsers import tree_source_from_args, tree_source_stats
+    from .scoring import score_split
 
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
@@ -448,7 +447,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", metavar="OUT", help="write the report (rows, Δ, sources, settings) as JSON here")
     g.add_argument("--markdown", metavar="OUT", help="also write the markdown table here")
     g.add_argument("--blimp-out", metavar="OUT", help="save the BLiMP scores computed here (sipe-eval blimp --json format)")
-    g.add_argument("--syntaxgym-out", metavar="OUT", help="save the SyntaxGym scores computed here (sipe-eval syntaxgym --json format)")
+    g.add_argument("--syntaxgym-out", metavar="OUT",
+                   help="save the SyntaxGym scores computed here (sipe-eval syntaxgym --json format)")
     g.add_argument("--ppl-out", metavar="OUT", help="save the perplexities computed here (sipe-eval-lm --json format)")
 
 

@@ -24,7 +24,8 @@ The formula language (grammar, ``=`` tolerance) is in :mod:`~sipe_fairseq.eval.s
 reading suites and sentences in :mod:`~sipe_fairseq.eval.syntaxgym_suites`; surprisals and
 suite scores in :mod:`~sipe_fairseq.eval.syntaxgym_scoring`; the tables in
 :mod:`~sipe_fairseq.eval.syntaxgym_output`. This module is the ``sipe-eval syntaxgym`` command
-(exit status 0, or 2 on a usage, suite or formula error, reported in one line without traceback).
+(exit status 0, or 2 on a usage, suite or formula error, logged without a traceback: one line naming the
+suite, item and prediction, plus the formula and a caret for a formula error).
 """
 import argparse
 import json
@@ -62,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_tree_arguments(p)
     p.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (default: %(default)s)")
     p.add_argument("--eq-atol", type=float, default=EQUALITY_ATOL,
-                   help="'=' holds when |a-b| <= atol + rtol*|b|: absolute tolerance in bits (default: %(default)g, as SyntaxGym)")
+                   help="'=' holds when |a-b| <= atol + rtol*|b|: absolute tolerance in bits "
+                        "(default: %(default)g, as SyntaxGym)")
     p.add_argument("--eq-rtol", type=float, default=EQUALITY_RTOL,
                    help="relative tolerance of '=' (default: %(default)g, as SyntaxGym)")
     p.add_argument("--json", metavar="OUT", help="write the full report (items, predictions, region surprisals, "

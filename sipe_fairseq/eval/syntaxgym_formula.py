@@ -212,7 +212,8 @@ class _Parser:
     def need(self, node, kind, what, pos):
         if node.kind != kind:
             found = "a number" if node.kind == "num" else "a truth value (comparison)"
-            raise self.error(f"{what} must be {'a number' if kind == 'num' else 'a truth value (comparison)'}, found {found}", pos)
+            expected = "a number" if kind == "num" else "a truth value (comparison)"
+            raise self.error(f"{what} must be {expected}, found {found}", pos)
         return node
 
     def parse(self) -> Node:
@@ -245,7 +246,8 @@ class _Parser:
         if self.peek()[0] in ("<", ">", "="):
             op, _, pos = self.take()
             if self.peek()[0] in ("<", ">", "=") and self.peek()[2] == pos + 1:
-                raise self.error(f"unknown operator {op + self.peek()[0]!r} (comparisons are <, > and = (approximately equal))", pos)
+                raise self.error(f"unknown operator {op + self.peek()[0]!r} "
+                                 "(comparisons are <, > and = (approximately equal))", pos)
             self.need(left, "num", f"the left operand of {op!r}", start)
             rstart = self.peek()[2]
             right = self.need(self.sum(), "num", f"the right operand of {op!r}", rstart)

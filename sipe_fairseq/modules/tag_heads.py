@@ -7,7 +7,7 @@ Targets are tag-dictionary ids (:mod:`sipe_fairseq.data.tag_dictionary`): class 
 id ``FIRST_TAG_ID + c``; any other id (specials, ``<notag>``, padding) is an untagged position that
 no head scores.
 """
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn as nn
@@ -36,7 +36,7 @@ class TagLogProbs(NamedTuple):
         return -self.logprob.sum()
 
 
-def tag_log_probs(logits: torch.Tensor, target_ids: torch.Tensor, n_classes: int = None) -> TagLogProbs:
+def tag_log_probs(logits: torch.Tensor, target_ids: torch.Tensor, n_classes: Optional[int] = None) -> TagLogProbs:
     """``logits`` (..., n_classes) of one tag head, ``target_ids`` (...) tag-dictionary ids.
     Computed in float32 with a log-softmax over the head's classes."""
     n_classes = logits.size(-1) if n_classes is None else n_classes
