@@ -396,3 +396,189 @@ def test_blimp_end_to_end_with_spacy_and_cache(toy):
     assert src2["hits"] == 2 * N_PAIRS and src2["misses"] == 0 and src2["inner_parser_sentences"] == 0
     assert src2["root_fixed_sentences"] == src["root_fixed_sentences"]
     assert second["paradigms"] == first["paradigms"]
+
+
+# ------------------------------------------------------- independent scores (issue 11) and input errors
+def _pair_encodings(enc):
+    """(good, bad) encodings with the gold trees of the toy pairs, and their UIDs, built here from
+    the toy grammar (not through ``blimp.prepare``)."""
+    encoded, uids = [], []
+    for good, i, bad_form, uid in tg.minimal_pair_trees(N_PAIRS, seed=7):
+        bad_words = good.words[:i] + [bad_form] + good.words[i + 1:]
+        encoded += [enc.encode(good.words, good.heads)[:3], enc.encode(bad_words, good.heads)[:3]]
+        uids.append(uid)
+    return encoded, uids
+
+
+def _loop_scores(model, encoded, d, joint=False):
+    """Reference decoder scores, one sentence per forward pass: ``sum_p log softmax(logits_p)[x_p]``
+    over the targets ``x_1 .. x_n </s>`` (input ``</s> x_1 .. x_n``, tags shifted with the tokens);
+    with ``joint``, plus each word's terminal and non-terminal log-probability from the tag heads at
+    its anchor (first_subword placement): the input position holding the previous word's first
+    subword, or the leading ``</s>`` for the first word."""
+    import torch
+
+    from sipe_fairseq.eval.scoring import accepts_tags
+
+    model.eval()
+    out = []
+    for t, a, b in encoded:
+        src = torch.cat([t.new([d.eos()]), t[:-1]])[None]
+        kw = {}
+        if accepts_tags(model):
+            kw = {"src_terminals": torch.cat([a.new([4]), a[:-1]])[None],
+                  "src_nonterminals": torch.cat([b.new([4]), b[:-1]])[None]}
+        with torch.no_grad():
+            logits, extra = model(src, src_lengths=torch.tensor([len(t)]), **kw)
+        lp = torch.log_softmax(logits[0].float(), -1)
+        score = sum(lp[p, int(t[p])].item() for p in range(len(t)))
+        if joint and kw:
+            firsts = [p for p in range(len(t)) if int(a[p]) >= 5]
+            for k, q in enumerate(firsts):
+                anchor = 0 if k == 0 else firsts[k - 1] + 1
+                for kind, gold in (("terminal", a), ("nonterminal", b)):
+                    score += torch.log_softmax(extra[f"{kind}_logits"][0, anchor].float(), -1)[int(gold[q]) - 5].item()
+        out.append(score)
+    return out
+
+
+def _correct_by_uid(scores, uids):
+    counts = Counter({u: 0 for u in uids})
+    for k, uid in enumerate(uids):
+        counts[uid] += int(scores[2 * k] > scores[2 * k + 1])
+    return dict(counts)
+
+
+def test_decoder_scores_against_an_independent_loop(toy):
+    """token_logprobs, the conditional and the joint sentence scores of the SiPE decoder (and the
+    stock LM) equal a per-sentence loop over the model's own outputs; the BLiMP accuracies of
+    ``sipe-eval blimp`` (lm and joint) equal the accuracies of those reference scores."""
+    import torch
+
+    from sipe_fairseq.checkpoints import load_lm as load
+    from sipe_fairseq.data.encode import SentenceEncoder
+    from sipe_fairseq.eval import scoring
+
+    enc = SentenceEncoder(str(toy["data"]))
+    d = enc.dictionary
+    encoded, uids = _pair_encodings(enc)
+    assert sorted(Counter(uids).values()) == [N_PAIRS // 3] * 3
+    expected = {}
+    for name in ("sipe", "stock"):
+        model, _ = load(str(toy[name]), str(toy["data"]))
+        ref_lm, ref_joint = _loop_scores(model, encoded, d), _loop_scores(model, encoded, d, joint=True)
+        # token_logprobs against a direct forward of one sentence
+        t, a, b = encoded[3]
+        src = torch.cat([t.new([d.eos()]), t[:-1]])[None]
+        kw = {"src_terminals": torch.cat([a.new([4]), a[:-1]])[None],
+              "src_nonterminals": torch.cat([b.new([4]), b[:-1]])[None]} if name == "sipe" else {}
+        with torch.no_grad():
+            direct = torch.log_softmax(model(src, **kw)[0][0].float(), -1).gather(-1, t[:, None]).squeeze(-1)
+        got = scoring.token_logprobs(model, encoded, d.eos(), d.pad(), batch_size=5)
+        torch.testing.assert_close(got[3], direct, rtol=1e-5, atol=1e-5)
+        assert [g.sum().item() for g in got] == pytest.approx(ref_lm, rel=1e-5, abs=1e-4)
+        lm = scoring.score_sentence_batch(model, encoded, d, batch_size=5)
+        joint = scoring.score_sentence_batch(model, encoded, d, batch_size=5, joint=True)
+        assert lm == pytest.approx(ref_lm, rel=1e-5, abs=1e-4)
+        assert joint == pytest.approx(ref_joint, rel=1e-5, abs=1e-4)
+        if name == "sipe":  # every sentence has tagged words: the tag terms are there
+            assert all(j < s - 1e-3 for j, s in zip(joint, lm))
+        else:
+            assert joint == lm
+        expected[name] = {"lm": _correct_by_uid(ref_lm, uids), "joint": _correct_by_uid(ref_joint, uids)}
+    for score in ("lm", "joint"):
+        report, _ = _eval(toy, "--trees", toy["trees"], "--score", score, name=f"ref-{score}")
+        for name in ("sipe", "stock"):
+            got = {uid: report["paradigms"][uid]["correct"][name] for uid in tg.PAIR_UIDS}
+            assert got == expected[name][score], (name, score)
+            total = sum(expected[name][score].values())
+            assert report["overall"]["accuracy"][name] == pytest.approx(100.0 * total / N_PAIRS)
+
+
+def test_pair_accuracy_on_hand_made_cases(monkeypatch):
+    """Sums over tokens decide; a tie is an error; per-UID and overall rows."""
+    import torch
+
+    from sipe_fairseq.eval import minimal_pairs
+
+    table = {("g1",): [-1.0, -1.0], ("b1",): [-3.0],          # -2 > -3: correct
+             ("g2",): [-2.0], ("b2",): [-1.0, -1.0],          # tie: wrong
+             ("g3",): [-5.0], ("b3",): [-0.5],                # wrong
+             ("g4",): [-0.1, -0.1, -0.1], ("b4",): [-4.0]}    # correct
+
+    class Dict_:
+        def eos(self):
+            return 2
+
+        def pad(self):
+            return 1
+
+    class Enc:
+        dictionary = Dict_()
+
+        def encode(self, words, heads):
+            return (tuple(words), None, None, None)
+
+    def fake_logprobs(model, encoded, eos, pad, batch_size):
+        assert (eos, pad) == (2, 1)
+        return [torch.tensor(table[e[0]]) for e in encoded]
+
+    monkeypatch.setattr(minimal_pairs, "token_logprobs", fake_logprobs)
+    pairs = [(["g1"], ["b1"], [0], "A"), (["g2"], ["b2"], [0], "A"), (["g3"], ["b3"], [0], "B"), (["g4"], ["b4"], [0], "B"),
+             (["g1"], ["b1"], [0], "B")]
+    acc = minimal_pairs.pair_accuracy(None, Enc(), pairs)
+    assert acc["A"] == {"correct": 1, "total": 2, "accuracy": 50.0}
+    assert acc["B"] == {"correct": 2, "total": 3, "accuracy": pytest.approx(200 / 3)}
+    assert acc["overall"] == {"correct": 3, "total": 5, "accuracy": 60.0}
+
+
+def test_blimp_too_long_sentences_are_unscored_and_counted(toy, tmp_path):
+    """A sentence with more tokens than a model's positions is not scored: its pair is listed and
+    counted per model and left out of that model's accuracy (issue 14)."""
+    long_good = " ".join(["the dogs near the cat run"] * 20) + " ."
+    extra = tmp_path / "long.jsonl"
+    _write(extra, [{"sentence_good": long_good, "sentence_bad": long_good.replace("dogs", "dog", 1), "UID": "toy_long",
+                    "pairID": "0", "field": "syntax"}])
+    report, md = _eval(toy, "--parser", "none", "--blimp", extra, name="long")
+    row = report["paradigms"]["toy_long"]
+    assert (row["pairs"], row["scored"], row["skipped"], row["unscored"]) == (1, 1, 0, {"sipe": 1, "stock": 1})
+    assert row["accuracy"] == {"sipe": None, "stock": None}
+    assert report["overall"]["unscored"] == {"sipe": 1, "stock": 1} and report["overall"]["pairs"] == N_PAIRS + 1
+    listed = sorted((u["model"], u["UID"], tuple(s["which"] for s in u["sentences"])) for u in report["unscored_pairs"])
+    assert listed == [("sipe", "toy_long", ("good", "bad")), ("stock", "toy_long", ("good", "bad"))]
+    assert all("too long" in s["reason"] for u in report["unscored_pairs"] for s in u["sentences"])
+    plain, _ = _eval(toy, "--parser", "none", name="plain")
+    for m in ("sipe", "stock"):  # the other pairs' accuracy is unchanged
+        assert report["overall"]["correct"][m] == plain["overall"]["correct"][m]
+        assert report["overall"]["accuracy"][m] == pytest.approx(plain["overall"]["accuracy"][m])
+    assert "unscored pairs" in md and "sipe 1, stock 1" in md
+
+
+@pytest.mark.parametrize("case", ["not_json", "missing_field", "duplicate", "empty", "not_utf8"])
+def test_blimp_input_errors_exit_2_in_one_line(tmp_path, caplog, case):
+    good = json.dumps({"sentence_good": "a b .", "sentence_bad": "b a .", "UID": "u", "pairID": "1"})
+    path = tmp_path / "bad.jsonl"
+    content, where = {
+        "not_json": ((good + "\n{oops\n").encode(), "bad.jsonl:2: not JSON"),
+        "missing_field": ((good + "\n" + json.dumps({"sentence_good": "x"}) + "\n").encode(),
+                          "bad.jsonl:2: missing or non-string field(s) ['sentence_bad']"),
+        "duplicate": ((good + "\n" + good + "\n").encode(), "bad.jsonl:2: duplicate pair UID=u pairID=1 (first at"),
+        "empty": (b"", "bad.jsonl:1: no BLiMP pairs (empty file)"),
+        "not_utf8": ((good + "\n").encode() + b'{"sentence_good": "caf\xe9"}\n', "bad.jsonl:2: not UTF-8 (byte 0xe9"),
+    }[case]
+    path.write_bytes(content)
+    caplog.clear()
+    assert eval_main(["blimp", "--data", str(tmp_path), "--path", str(path), "--blimp", str(path)]) == blimp.USAGE_ERROR == 2
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and where in errors[0].getMessage() and "\n" not in errors[0].getMessage()
+    assert errors[0].exc_info is None
+
+
+def test_blimp_input_error_has_no_traceback(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b'{"sentence_good": "caf\xe9", "sentence_bad": "x"}\n')
+    proc = subprocess.run([sys.executable, "-m", "sipe_fairseq.cli.eval", "blimp", "--data", str(tmp_path), "--path", str(path),
+                           "--blimp", str(path)], env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "bad.jsonl:1: not UTF-8" in lines[0] and "Traceback" not in proc.stderr, proc.stderr

@@ -156,14 +156,36 @@ def test_sipe_parameter_count_is_7d(dictionary):
 
 def test_class_gather_equals_direct_computation():
     """The per-class + gather evaluation of c_ij equals the direct <q_i + v, W_E e_j>."""
-    from sipe_fairseq.modules import HexatagEmbedding, TagProjection, tag_classes
+    from sipe_fairseq.modules import HexatagEmbedding, TagProjection, tag_pair_classes
     from sipe_fairseq.modules.injections import class_scores
     torch.manual_seed(0)
     emb, proj = HexatagEmbedding(16), TagProjection(16, 4, 4, "d_model", init_std=0.3)
     _, terms, nts = batch(b=2, t=9)
-    cls = tag_classes(terms, nts)
+    cls = tag_pair_classes(terms, nts)
     q = torch.randn(2, 4, 9, 4)
     fast = class_scores(q, proj(emb.class_table()), cls, 0.5)
     e = emb(cls)  # (B, T, d)
     direct = torch.einsum("bhid,bjhd->bhij", q, proj.proj(e).view(2, 9, 4, 4)) * 0.5
     torch.testing.assert_close(fast, direct, rtol=1e-5, atol=1e-6)
+
+
+def test_tag_log_probs_against_a_direct_computation():
+    """``tag_log_probs``: log p(target class) at tagged ids (FIRST_TAG_ID + c), 0 and not tagged at
+    every other id (specials, <notag>, ids past the head's classes), argmax correctness; the heads
+    are Linear(d, 2) and Linear(d, 5)."""
+    import math
+
+    from sipe_fairseq.data.tag_dictionary import NOTAG_ID, TAG_HEADS
+    from sipe_fairseq.modules import tag_head, tag_log_probs
+
+    assert TAG_HEADS == (("terminal", 2), ("nonterminal", 5))
+    assert tag_head("terminal", 8).weight.shape == (2, 8) and tag_head("nonterminal", 8).weight.shape == (5, 8)
+    logits = torch.tensor([[[0.0, 1.0], [2.0, 0.0], [3.0, 3.0], [1.0, -1.0]]])  # (1, 4, 2)
+    target = torch.tensor([[FIRST_TAG_ID + 1, FIRST_TAG_ID + 1, NOTAG_ID, FIRST_TAG_ID + 2]])  # last: past 2 classes
+    got = tag_log_probs(logits, target, 2)
+    want0 = 1.0 - math.log(math.exp(0.0) + math.exp(1.0))
+    want1 = 0.0 - math.log(math.exp(2.0) + math.exp(0.0))
+    assert got.tagged.tolist() == [[True, True, False, False]]
+    torch.testing.assert_close(got.logprob, torch.tensor([[want0, want1, 0.0, 0.0]]))
+    assert got.correct.tolist() == [[True, False, False, False]]
+    assert got.nll().item() == pytest.approx(-(want0 + want1))

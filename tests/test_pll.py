@@ -26,7 +26,7 @@ from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar as tg  # noqa: E402
 from sipe_fairseq.data.encode import SentenceEncoder  # noqa: E402
 from sipe_fairseq.eval import scoring  # noqa: E402
-from sipe_fairseq.eval.lm_scores import score_split  # noqa: E402
+from sipe_fairseq.eval.scoring import score_split  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PLUGIN = str(Path(sipe_fairseq.__file__).parent)
@@ -264,8 +264,6 @@ def test_blimp_scores_encoder_checkpoints(toy, checkpoints):
     assert report["models"] == ["roberta", "deberta"]
     assert report["overall"]["pairs"] == N_PAIRS and report["overall"]["skipped"] == 0
     assert set(report["paradigms"]) == set(tg.PAIR_UIDS)
-    for m in ("roberta", "deberta"):
-        assert 0 <= report["overall"]["accuracy"][m] <= 100
     # roberta sees no tags: the same with no trees and with the joint score
     plain = _blimp(toy, checkpoints, "none", "--parser", "none")
     joint = _blimp(toy, checkpoints, "joint", "--trees", trees, "--score", "joint")
@@ -273,10 +271,21 @@ def test_blimp_scores_encoder_checkpoints(toy, checkpoints):
         assert plain["paradigms"][uid]["correct"]["roberta"] == report["paradigms"][uid]["correct"]["roberta"]
         assert joint["paradigms"][uid]["correct"]["roberta"] == report["paradigms"][uid]["correct"]["roberta"]
 
-    # the loaded checkpoints: <mask> appended to dict.txt; the PLL is the one-mask-per-pass sum
+    # the loaded checkpoints: <mask> appended to dict.txt; the PLL is the one-mask-per-pass sum, and
+    # the accuracies (lm and joint) are those of the one-mask-per-pass reference on the gold-tree encodings
     d = toy["enc"].dictionary
+    pair_encoded, uids = [], []
+    for good, i, bad_form, uid in tg.minimal_pair_trees(N_PAIRS, seed=7):
+        bad_words = good.words[:i] + [bad_form] + good.words[i + 1:]
+        pair_encoded += [toy["enc"].encode(good.words, good.heads)[:3], toy["enc"].encode(bad_words, good.heads)[:3]]
+        uids.append(uid)
     for name in ("roberta", "deberta"):
         model, task = load(str(checkpoints[name]), str(toy["data"]))
+        for rep, joint_score in ((report, False), (joint, True)):
+            ref = [r.sum().item() for r in one_at_a_time(model, pair_encoded, d, joint=joint_score)]
+            want = {u: sum(ref[2 * k] > ref[2 * k + 1] for k, uk in enumerate(uids) if uk == u) for u in tg.PAIR_UIDS}
+            assert {u: rep["paradigms"][u]["correct"][name] for u in tg.PAIR_UIDS} == want, (name, joint_score)
+            assert rep["overall"]["accuracy"][name] == pytest.approx(100.0 * sum(want.values()) / N_PAIRS)
         assert scoring.model_kind(model) == "encoder"
         assert task.source_dictionary.index("<mask>") == len(d) == len(task.source_dictionary) - 1
         ref = [r.sum().item() for r in one_at_a_time(model, toy["encoded"], d)]

@@ -2,6 +2,7 @@
 arithmetic, assembly from precomputed JSON reports, the sweep's k values and PNG, and one end-to-end
 report on two tiny trained checkpoints (round trip through the saved sub-reports)."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ sipe_fairseq.register()
 
 from sipe_fairseq.cli.eval import main as eval_main  # noqa: E402
 from sipe_fairseq.eval import report as rp  # noqa: E402
+from sipe_fairseq.eval import sweep_plot  # noqa: E402
 
 from conftest import SHARED  # noqa: E402
 
@@ -76,22 +78,30 @@ def test_table_from_precomputed_jsons(tmp_path):
     assert [r["model"] for r in report["rows"]] == ["none", "pos", "lm"]
     none, pos, lm = rows["none"], rows["pos"], rows["lm"]
     assert none["baseline"] and not pos["baseline"]
-    assert all(none[f"{k}_delta"] is None for k in ("blimp", "ppl", "joint_ppl", "syntaxgym"))
+    assert all(none[f"{k}_delta"] is None for k in ("blimp", "ppl", "joint_ppl", "ppl_word", "joint_ppl_word", "syntaxgym"))
     assert (pos["blimp"], pos["ppl"], pos["joint_ppl"], pos["syntaxgym"]) == (84.0, 15.0, 22.0, pytest.approx(60.0))
     assert pos["blimp_delta"] == pytest.approx(5.0)        # (84 - 80) / 80
     assert pos["ppl_delta"] == pytest.approx(25.0)         # (20 - 15) / 20
     assert pos["joint_ppl_delta"] == pytest.approx(-10.0)  # (20 - 22) / 20: the honest number got worse
     assert pos["syntaxgym_delta"] == pytest.approx(20.0)   # (60 - 50) / 50, fractions shown as %
     assert (pos["ppl_word"], pos["joint_ppl_word"], pos["sees_tags"]) == (24.0, 33.0, True)
+    assert pos["ppl_word_delta"] == pytest.approx(20.0)         # (30 - 24) / 30: Table 2's PPL is per word
+    assert pos["joint_ppl_word_delta"] == pytest.approx(-10.0)  # (30 - 33) / 30
     assert lm["blimp_delta"] == pytest.approx(-12.5)
     assert lm["ppl"] is None and lm["ppl_delta"] is None and lm["syntaxgym"] is None and lm["syntaxgym_delta"] is None
     assert pos["sources"] == {"blimp": b, "syntaxgym": s, "ppl": p}
 
     text = md.read_text()
-    assert f"| model | BLiMP {UP} | \u0394 BLiMP (%) | PPL {DOWN} | \u0394 PPL (%) | joint PPL {DOWN} |" in text
-    assert f"| none | 80.00 | {DASH} | 20.00 | {DASH} | 20.00 | {DASH} | 50.00 | {DASH} |" in text
-    assert f"| pos | 84.00 | {UP} +5.00 | 15.00 | {UP} +25.00 | 22.00 | {DOWN} -10.00 | 60.00 | {UP} +20.00 |" in text
-    assert f"| lm | 70.00 | {DOWN} -12.50 | - | - | - | - | - | - |" in text
+    # Table 2's layout with per-word perplexities (the paper's), the per-token ones beside them
+    assert (f"| model | BLiMP {UP} | \u0394 BLiMP (%) | PPL/word {DOWN} | \u0394 PPL/word (%) | joint PPL/word {DOWN} | "
+            f"\u0394 joint PPL/word (%) | SyntaxGym {UP} | \u0394 SyntaxGym (%) | PPL/token {DOWN} | \u0394 PPL/token (%) | "
+            f"joint PPL/token {DOWN} | \u0394 joint PPL/token (%) |") in text
+    assert (f"| none | 80.00 | {DASH} | 30.00 | {DASH} | 30.00 | {DASH} | 50.00 | {DASH} | "
+            f"20.00 | {DASH} | 20.00 | {DASH} |") in text
+    assert (f"| pos | 84.00 | {UP} +5.00 | 24.00 | {UP} +20.00 | 33.00 | {DOWN} -10.00 | 60.00 | {UP} +20.00 | "
+            f"15.00 | {UP} +25.00 | 22.00 | {DOWN} -10.00 |") in text
+    assert f"| lm | 70.00 | {DOWN} -12.50 | - | - | - | - | - | - | - | - | - | - |" in text
+    assert "PPL/word: perplexity of p(x | tags) per word" in text and "PPL/token is what fairseq-eval-lm prints" in text
 
     # another baseline, row selection, the paradigm mean; the first row is the default baseline
     assert eval_main(["report", "--blimp-json", b, "--blimp-average", "paradigms", "--rows", "pos", "lm",
@@ -125,15 +135,15 @@ def _sweep_report():
 
 
 def test_sweep_points_read_k_from_report_and_overrides():
-    points, base = rp.sweep_points(_sweep_report(), {"old": 2})
+    points, base = sweep_plot.sweep_points(_sweep_report(), {"old": 2})
     assert [(p["model"], p["k"]) for p in points] == [("k1", 1), ("old", 2), ("k4", 4)]  # gpt2: no k, left out
     assert points[0]["syntaxgym"] == 80.6 and points[0]["ppl_word"] == 16.95
     assert base == {"model": "none", "syntaxgym": 73.1, "ppl_word": 18.6}
-    points, base = rp.sweep_points(_sweep_report(), {"k4": 6}, baseline="gpt2", ppl="joint")
+    points, base = sweep_plot.sweep_points(_sweep_report(), {"k4": 6}, baseline="gpt2", ppl="joint")
     assert [(p["model"], p["k"]) for p in points] == [("k1", 1), ("k4", 6)] and base["model"] == "gpt2"
     assert points[0]["ppl_word"] == 19.0 and base["ppl_word"] == 21.6
     with pytest.raises(rp.ReportError, match="unknown model"):
-        rp.sweep_points(_sweep_report(), {"nope": 3})
+        sweep_plot.sweep_points(_sweep_report(), {"nope": 3})
 
 
 def test_sweep_plot_writes_a_png(tmp_path, capsys):
@@ -216,6 +226,7 @@ def test_report_end_to_end_on_two_tiny_checkpoints(tmp_path):
         assert row["ppl"] == pytest.approx(rows["lm"]["ppl"], rel=1e-6)
         assert row["joint_ppl"] == pytest.approx(rows["joint"]["ppl"], rel=1e-6)
         assert row["ppl_word"] == pytest.approx(rows["lm.per_word"]["ppl"], rel=1e-6)
+        assert row["joint_ppl_word"] == pytest.approx(rows["joint.per_word"]["ppl"], rel=1e-6)
         assert row["sources"]["ppl"] == "scored"
     assert none["joint_ppl"] == pytest.approx(none["ppl"]) and not none["sees_tags"]
     assert pos["joint_ppl"] > pos["ppl"] and pos["sees_tags"]
@@ -226,9 +237,22 @@ def test_report_end_to_end_on_two_tiny_checkpoints(tmp_path):
         assert 0 <= row["blimp"] <= 100 and row["blimp"] == blimp_report["overall"]["accuracy"][row["model"]]
     for m in rp.METRICS:
         assert none[f"{m.key}_delta"] is None
-        assert pos[f"{m.key}_delta"] == rp.relative_change(pos[m.key], none[m.key], m.higher_is_better)
+    # Δ by hand: higher is better for BLiMP, lower for the perplexities
+    if none["blimp"]:
+        assert pos["blimp_delta"] == pytest.approx(100.0 * (pos["blimp"] - none["blimp"]) / none["blimp"])
+    for key in ("ppl_word", "joint_ppl_word", "ppl", "joint_ppl"):
+        assert pos[f"{key}_delta"] == pytest.approx(100.0 * (none[key] - pos[key]) / none[key]), key
     md = (tmp_path / "report.md").read_text()
-    assert f"| none | {none['blimp']:.2f} | {DASH} | {none['ppl']:.2f} | {DASH} |" in md
+    assert f"| none | {none['blimp']:.2f} | {DASH} | {none['ppl_word']:.2f} | {DASH} | {none['joint_ppl_word']:.2f} |" in md
+    assert none["ppl_word"] > none["ppl"]  # fewer words than tokens: the per-word perplexity is the larger
+    # per word = the same summed NLL over (words + one </s> per sentence) of the test CoNLL-U, counted here
+    conllu = (tmp_path / "toy/test.conllu").read_text().splitlines()
+    words = sum(1 for ln in conllu if ln and ln.split("\t")[0].isdigit())
+    sentences = sum(1 for k, ln in enumerate(conllu)
+                    if ln and not ln.startswith("#") and (k + 1 == len(conllu) or not conllu[k + 1]))
+    for row in (none, pos):
+        for tok, word in (("ppl", "ppl_word"), ("joint_ppl", "joint_ppl_word")):
+            assert math.log(row[word]) * (words + sentences) == pytest.approx(math.log(row[tok]) * row["tokens"], rel=1e-6)
 
     if suite_args:
         sg_report = json.loads(out["sg"].read_text())
@@ -237,6 +261,8 @@ def test_report_end_to_end_on_two_tiny_checkpoints(tmp_path):
             scores = sg_report["suites"]["number_prep"]["scores"][row["model"]]
             assert scores["scored"] == 19 and scores["unscored"] == []  # every sentence found its tree
             assert row["syntaxgym"] == pytest.approx(100 * sg_report["overall"][row["model"]]["accuracy"])
+        if none["syntaxgym"]:
+            assert pos["syntaxgym_delta"] == pytest.approx(100.0 * (pos["syntaxgym"] - none["syntaxgym"]) / none["syntaxgym"])
     else:
         assert none["syntaxgym"] is None and "syntaxgym" not in none["sources"] and not out["sg"].exists()
 
@@ -251,7 +277,7 @@ def test_report_end_to_end_on_two_tiny_checkpoints(tmp_path):
 
     # the sweep plot from this report: pos at k=2 (its saved sipe_first_layer), none as the baseline;
     # and from a report without layers, k read from the checkpoint given by --path (no data, nothing scored)
-    points, base = rp.sweep_points(report)
+    points, base = sweep_plot.sweep_points(report)
     assert [(p["model"], p["k"]) for p in points] == [("pos", 2)] and base["model"] == "none"
     for r in report["rows"]:
         r["first_layer"] = None

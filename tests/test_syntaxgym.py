@@ -185,6 +185,42 @@ def test_cli_reports_suite_errors(tmp_path, caplog):
     assert "suite 'bad'" in caplog.text and "item 2, condition 'b': prediction 1 refers to region 2" in caplog.text
 
 
+@pytest.mark.parametrize("formula,what", [
+    ("(" * 5000 + "(2;%a%)" + ")" * 5000 + " < (2;%b%)", "groups or signs"),
+    ("[" * 5000 + "(2;%a%) < (2;%b%)" + "]" * 5000, "groups or signs"),
+    ("-" * 5000 + "(2;%a%) < (2;%b%)", "groups or signs"),
+    (" + ".join(["(2;%a%)"] * 5000) + " < (2;%b%)", "operators in a chain"),
+])
+def test_deep_formula_is_a_clean_error(tmp_path, caplog, formula, what):
+    """A formula nested 5,000 deep fails with a FormulaError naming the suite and the prediction (not
+    a RecursionError), and ``sipe-eval syntaxgym`` exits 2 with one message of bounded size."""
+    with pytest.raises(sg.FormulaError, match=f"formula nested too deeply .*{what}") as e:
+        sg.parse_formula(formula)
+    assert e.value.position <= len(formula) and len(str(e.value)) < 400  # the formula is shown around the position
+    ok = {"a": ["The dog", "runs"], "b": ["The dogs", "run"]}
+    path = write_suite(tmp_path / "deep.json", ["(2;%a%) < (2;%b%)", formula], [ok], name="deep")
+    with pytest.raises(sg.SyntaxGymError, match=r"suite 'deep' .*prediction 2: formula nested too deeply"):
+        sg.load_suite(path)
+    ckpt = tmp_path / "ck.pt"
+    ckpt.write_bytes(b"")
+    caplog.clear()
+    assert sipe_eval(["syntaxgym", "--data", str(tmp_path), "--path", str(ckpt), "--suites", str(path), "--parser", "none"]) == 2
+    [err] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "suite 'deep'" in err.getMessage() and "prediction 2" in err.getMessage() and err.exc_info is None
+
+
+def test_formula_nesting_limit_is_exact():
+    """MAX_DEPTH nested groups parse and evaluate; one more is an error."""
+    ok = "(" * sg.MAX_DEPTH + "(2;%a%)" + ")" * sg.MAX_DEPTH + " < 1"
+    assert sg.evaluate_formula(sg.parse_formula(ok), {"a": {2: 0.5}}) is True
+    with pytest.raises(sg.FormulaError, match="nested too deeply"):
+        sg.parse_formula("(" + ok.replace(" < 1", ")") + " < 1")
+    chain = " + ".join(["1"] * (sg.MAX_DEPTH - 1)) + " < 1000"  # MAX_DEPTH - 2 '+' under the '<'
+    assert sg.evaluate_formula(sg.parse_formula(chain), {}) is True
+    with pytest.raises(sg.FormulaError, match="operators in a chain"):
+        sg.parse_formula(" + ".join(["1"] * (sg.MAX_DEPTH + 1)) + " < 1000")
+
+
 # ----------------------------------------------------------------------------- words
 
 

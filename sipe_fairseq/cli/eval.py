@@ -13,9 +13,9 @@ import logging
 import sys
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
-from sipe_fairseq.eval import blimp, report, syntaxgym
+from sipe_fairseq.eval import blimp, report, sweep_plot, syntaxgym
 
-SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": report.sweep_plot}
+SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,13 +19,13 @@ import torch
 
 import sipe_fairseq
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
-from sipe_fairseq.eval.lm_scores import markdown, score_split
+from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
 
 logger = logging.getLogger(__name__)
 
 
 def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None):
-    """:func:`~sipe_fairseq.eval.lm_scores.score_split` of one checkpoint (loaded by
+    """:func:`~sipe_fairseq.eval.scoring.score_split` of one checkpoint (loaded by
     :func:`~sipe_fairseq.checkpoints.load.load_lm`)."""
     model, task = load_lm(path, data, context_window)
     return score_split(model, task, split, context_window, max_tokens, batch_size)
@@ -55,7 +55,7 @@ def main(argv=None):
     except ValueError as e:  # a name given twice, --context-window with an encoder
         logger.error("%s", e)
         return 2
-    print(markdown(results))
+    print(perplexity_markdown(results))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2, sort_keys=True)

@@ -8,26 +8,19 @@ a model that sees no tags.
 import math
 from dataclasses import dataclass, field
 
-import torch
 import torch.nn.functional as F
 from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from ..modules.tag_embedding import FIRST_TAG_ID
-
-TAG_HEADS = (("terminal", 2), ("nonterminal", 5))
+from ..data.tag_dictionary import TAG_HEADS
+from ..modules.tag_heads import tag_log_probs
 
 
 def tag_nll(logits, target_ids, n_classes):
     """Summed NLL, number of scored positions and number correct for one tag head."""
-    cls = target_ids - FIRST_TAG_ID
-    valid = (cls >= 0) & (cls < n_classes)
-    lp = F.log_softmax(logits[valid].float(), dim=-1)
-    tgt = cls[valid]
-    nll = F.nll_loss(lp, tgt, reduction="sum")
-    correct = (lp.argmax(-1) == tgt).sum()
-    return nll, int(valid.sum()), int(correct)
+    scores = tag_log_probs(logits, target_ids, n_classes)
+    return scores.nll(), int(scores.tagged.sum()), int(scores.correct.sum())
 
 
 @dataclass

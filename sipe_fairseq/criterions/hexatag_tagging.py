@@ -5,12 +5,10 @@ accuracies ``terminal_acc``/``nonterminal_acc``/``pair_acc`` (%, unconstrained a
 """
 import math
 
-import torch
-import torch.nn.functional as F
 from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 
-from ..data.tag_dictionary import FIRST_TAG_ID
+from ..modules.tag_heads import tag_log_probs
 
 
 @register_criterion("hexatag_tagging")
@@ -22,11 +20,10 @@ class HexatagTaggingCriterion(FairseqCriterion):
         correct_all = None
         words = 0
         for kind, logits in (("terminal", term_logits), ("nonterminal", nt_logits)):
-            cls = sample[f"{kind}_target"] - FIRST_TAG_ID
-            valid = (cls >= 0) & (cls < logits.size(-1))
-            lp = F.log_softmax(logits[valid].float(), dim=-1)
-            nll = F.nll_loss(lp, cls[valid], reduction="sum")
-            ok = lp.argmax(-1) == cls[valid]
+            scores = tag_log_probs(logits, sample[f"{kind}_target"])
+            valid = scores.tagged
+            nll = scores.nll()
+            ok = scores.correct[valid]
             correct_all = ok if correct_all is None else correct_all & ok
             loss = loss + nll
             words = int(valid.sum())

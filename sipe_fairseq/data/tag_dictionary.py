@@ -10,6 +10,9 @@ Terminal and non-terminal tags follow in the canonical order of
 :data:`~sipe_fairseq.hexatag.TERMINALS` / :data:`~sipe_fairseq.hexatag.NONTERMINALS` (never
 sorted by frequency): ``l``=5 ``r``=6; ``L0``=5 ``L1``=6 ``R0``=7 ``R1``=8 ``EOS``=9. Models treat
 every id below :data:`FIRST_TAG_ID` as "no tag" and classify over ``id - FIRST_TAG_ID``.
+This module is the one place of that layout: the ids, the tag kinds and the tag heads' sizes
+(:data:`TAG_HEADS`); the heads themselves and their log-probabilities are in
+:mod:`sipe_fairseq.modules.tag_heads`.
 The deprel dictionary (``--deprel``) has the same first five entries, then deprels by frequency.
 """
 import os
@@ -24,6 +27,10 @@ NOTAG_ID = 4
 FIRST_TAG_ID = 5
 TAG_KINDS: Tuple[str, ...] = ("terminal", "nonterminal")
 _CLASSES = {"terminal": TERMINALS, "nonterminal": NONTERMINALS}
+N_TERMINALS = len(TERMINALS)  # 2: the terminal head's classes
+N_NONTERMINALS = len(NONTERMINALS)  # 5: the non-terminal head's classes
+# (kind, number of classes) of each tag head, in stream order; class c is dictionary id FIRST_TAG_ID + c
+TAG_HEADS: Tuple[Tuple[str, int], ...] = (("terminal", N_TERMINALS), ("nonterminal", N_NONTERMINALS))
 
 
 def tag_classes(kind: str) -> Tuple[str, ...]:

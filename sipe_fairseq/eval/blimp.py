@@ -39,7 +39,14 @@ Reported: accuracy per paradigm (``UID``), per ``field``, overall as the mean ov
 the mean over paradigms, one column per checkpoint, as JSON and a markdown table. Nothing is
 skipped silently: a sentence the tree source cannot handle (e.g. an empty one), whose tree cannot
 be tagged, or that encodes to no token is listed with its pair's ``pairID`` and the reason, and
-the pair is excluded from accuracy but counted (``skipped``).
+the pair is excluded from accuracy but counted (``skipped``). A sentence with more tokens than a
+model has positions is *unscored* for that model only: its pairs are listed (``unscored_pairs``,
+with the model and the reason), left out of that model's denominators and counted (``unscored``
+per model), as ``sipe-eval syntaxgym`` does.
+
+Exit status: 0; 2 on a usage or input error (a missing file, a malformed JSONL line, a missing
+field, a duplicate ``pairID``, an empty or non-UTF-8 file, a bad ``--path``), reported in one
+line naming the file and line, without a traceback (the argparse/fairseq convention).
 """
 import argparse
 import json
@@ -59,6 +66,11 @@ logger = logging.getLogger(__name__)
 
 HELP = "BLiMP minimal-pair accuracy (per paradigm, per field, overall)"
 REQUIRED_FIELDS = ("sentence_good", "sentence_bad")
+USAGE_ERROR = 2  # exit status for bad input or usage (as argparse)
+
+
+class BlimpError(ValueError):
+    """BLiMP input that cannot be read (the message names file:line)."""
 
 
 @dataclass
@@ -96,35 +108,44 @@ def blimp_files(paths: Iterable[Union[str, os.PathLike]]) -> List[Path]:
 def read_blimp(paths: Iterable[Union[str, os.PathLike]]) -> List[BlimpPair]:
     """Pairs from official BLiMP JSONL files or folders of them. ``UID`` defaults to the file's
     stem, ``pairID`` to the line's index in its file, ``field``/``linguistics_term`` to ``"-"``.
-    Malformed lines and duplicate ``(UID, pairID)`` raise ``ValueError`` naming file and line."""
+    Malformed lines, missing fields, duplicate ``(UID, pairID)``, bytes that are not UTF-8 and files
+    without pairs raise :class:`BlimpError` naming file and line."""
     pairs: List[BlimpPair] = []
     seen: Dict[Tuple[str, str], str] = {}
     for path in blimp_files(paths):
         n = 0
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                try:
-                    item = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{where}: not JSON ({e})") from e
-                if not isinstance(item, dict):
-                    raise ValueError(f"{where}: expected a JSON object")
-                missing = [k for k in REQUIRED_FIELDS if not isinstance(item.get(k), str)]
-                if missing:
-                    raise ValueError(f"{where}: missing or non-string field(s) {missing}")
-                pair = BlimpPair(item["sentence_good"], item["sentence_bad"], str(item.get("UID") or path.stem),
-                                 str(item.get("pairID", n)), str(item.get("field") or "-"),
-                                 str(item.get("linguistics_term") or "-"), where)
-                if pair.key in seen:
-                    raise ValueError(f"{where}: duplicate pair UID={pair.uid} pairID={pair.pair_id} (first at {seen[pair.key]})")
-                seen[pair.key] = where
-                pairs.append(pair)
-                n += 1
+        try:
+            with open(path, "rb") as f:
+                raw_lines = f.read().split(b"\n")
+        except OSError as e:
+            raise BlimpError(f"{path}: cannot read: {e.strerror or e}") from None
+        for lineno, raw in enumerate(raw_lines, 1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise BlimpError(f"{where}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})") from None
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise BlimpError(f"{where}: not JSON ({e})") from None
+            if not isinstance(item, dict):
+                raise BlimpError(f"{where}: expected a JSON object")
+            missing = [k for k in REQUIRED_FIELDS if not isinstance(item.get(k), str)]
+            if missing:
+                raise BlimpError(f"{where}: missing or non-string field(s) {missing}")
+            pair = BlimpPair(item["sentence_good"], item["sentence_bad"], str(item.get("UID") or path.stem),
+                             str(item.get("pairID", n)), str(item.get("field") or "-"),
+                             str(item.get("linguistics_term") or "-"), where)
+            if pair.key in seen:
+                raise BlimpError(f"{where}: duplicate pair UID={pair.uid} pairID={pair.pair_id} (first at {seen[pair.key]})")
+            seen[pair.key] = where
+            pairs.append(pair)
+            n += 1
         if not n:
-            raise ValueError(f"{path}: no BLiMP pairs")
+            raise BlimpError(f"{path}:1: no BLiMP pairs (empty file)")
     return pairs
 
 
@@ -188,25 +209,49 @@ def prepare(pairs: Sequence[BlimpPair], source, encoder, parse_batch: int = 1024
 
 
 # ------------------------------------------------------------------------------------ scoring
+def unscorable(model, prepared: Prepared) -> Dict[str, str]:
+    """``text -> reason`` for the prepared sentences ``model`` cannot score (more tokens than positions)."""
+    from .scoring import too_long
+
+    out = {}
+    for text, (tokens, _, _) in prepared.encoded.items():
+        reason = too_long(model, tokens)
+        if reason is not None:
+            out[text] = reason
+    return out
+
+
+def tag_head_placement(task) -> str:
+    """The ``--tag-head-placement`` a checkpoint's task trained the tag heads with (decoders; for ``--score joint``)."""
+    return str(getattr(getattr(task, "args", None), "tag_head_placement", "first_subword"))
+
+
 def score_sentences(model, prepared: Prepared, dictionary, batch_size: int = 64, joint: bool = False,
                     placement: str = "first_subword") -> Dict[str, float]:
-    """``text -> log-likelihood`` for every prepared sentence (longest first, for even batches)."""
+    """``text -> log-likelihood`` for every prepared sentence that ``model`` can score (not the
+    :func:`unscorable` ones), longest first for even batches."""
     from .scoring import score_sentence_batch
 
-    texts = sorted(prepared.encoded, key=lambda t: -len(prepared.encoded[t][0]))
+    skip = unscorable(model, prepared)
+    texts = sorted((t for t in prepared.encoded if t not in skip), key=lambda t: -len(prepared.encoded[t][0]))
     scores = score_sentence_batch(model, [prepared.encoded[t] for t in texts], dictionary, batch_size=batch_size,
                                   joint=joint, placement=placement)
     return dict(zip(texts, scores))
 
 
 def _row(meta: Optional[Dict[str, str]] = None) -> dict:
-    return {**(meta or {}), "pairs": 0, "scored": 0, "skipped": 0, "correct": Counter()}
+    return {**(meta or {}), "pairs": 0, "scored": 0, "skipped": 0, "correct": Counter(), "unscored": Counter()}
 
 
-def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float]], skipped: Dict[str, str]) -> dict:
-    """Accuracy tables from per-model sentence scores (``{name: {text: log-likelihood}}``) and
-    per-sentence skip reasons. A pair is correct when its good sentence scores strictly higher."""
+def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float]], skipped: Dict[str, str],
+                   unscored: Optional[Dict[str, Dict[str, str]]] = None) -> dict:
+    """Accuracy tables from per-model sentence scores (``{name: {text: log-likelihood}}``),
+    per-sentence skip reasons (all models) and per-model reasons for sentences a model could not
+    score (``unscored``: ``{name: {text: reason}}``, e.g. too long). A pair is correct when its good
+    sentence scores strictly higher; a model's accuracy is over the pairs it scored."""
     names = list(scores)
+    unscored = {n: (unscored or {}).get(n) or {} for n in names}
+    unscored_pairs = []
     paradigms: Dict[str, dict] = OrderedDict()
     fields: Dict[str, dict] = OrderedDict()
     overall = _row()
@@ -227,6 +272,14 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
             r["scored"] += 1
         for name in names:
             s = scores[name]
+            missing = [(w, t) for w, t in (("good", p.good), ("bad", p.bad)) if t in unscored[name]]
+            if missing:
+                unscored_pairs.append({"model": name, "UID": p.uid, "pairID": p.pair_id, "location": p.location,
+                                       "sentences": [{"which": w, "text": t, "reason": unscored[name][t]}
+                                                     for w, t in missing]})
+                for r in rows:
+                    r["unscored"][name] += 1
+                continue
             if p.good not in s or p.bad not in s:
                 raise KeyError(f"{name}: no score for pair UID={p.uid} pairID={p.pair_id} ({p.location})")
             if s[p.good] > s[p.bad]:
@@ -235,30 +288,35 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
 
     def finish(r):
         r["correct"] = {n: int(r["correct"][n]) for n in names}
-        r["accuracy"] = {n: (100.0 * r["correct"][n] / r["scored"] if r["scored"] else None) for n in names}
+        r["unscored"] = {n: int(r["unscored"][n]) for n in names}
+        r["accuracy"] = {n: (100.0 * r["correct"][n] / (r["scored"] - r["unscored"][n])
+                             if r["scored"] > r["unscored"][n] else None) for n in names}
         return r
 
     for r in (*paradigms.values(), *fields.values(), overall):
         finish(r)
-    scored_paradigms = [r for r in paradigms.values() if r["scored"]]
-    mean = {n: (sum(r["accuracy"][n] for r in scored_paradigms) / len(scored_paradigms) if scored_paradigms else None)
-            for n in names}
+    mean, counted = {}, {}
+    for n in names:
+        accs = [r["accuracy"][n] for r in paradigms.values() if r["accuracy"][n] is not None]
+        mean[n], counted[n] = (sum(accs) / len(accs) if accs else None), len(accs)
     return {"models": names, "paradigms": dict(paradigms), "fields": dict(fields), "overall": overall,
-            "paradigm_mean": {"paradigms": len(scored_paradigms), "accuracy": mean},
-            "skipped_pairs": skipped_pairs}
+            "paradigm_mean": {"paradigms": max(counted.values(), default=0), "paradigms_per_model": counted,
+                              "accuracy": mean},
+            "skipped_pairs": skipped_pairs, "unscored_pairs": unscored_pairs}
 
 
 def evaluate(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Prepared, dictionary,
              batch_size: int = 64, joint: bool = False, placements: Optional[Dict[str, str]] = None) -> dict:
     """Score every prepared sentence under every model; the :func:`compute_report` tables.
     ``placements``: each model's ``--tag-head-placement`` (for ``joint``; default first_subword)."""
-    scores, seconds = {}, {}
+    scores, seconds, unscored = {}, {}, {}
     for name, model in models.items():
         t0 = time.perf_counter()
         placement = (placements or {}).get(name, "first_subword")
+        unscored[name] = unscorable(model, prepared)
         scores[name] = score_sentences(model, prepared, dictionary, batch_size, joint, placement)
         seconds[name] = time.perf_counter() - t0
-    report = compute_report(pairs, scores, prepared.skipped)
+    report = compute_report(pairs, scores, prepared.skipped, unscored)
     report["seconds"] = {"trees": prepared.seconds, "scoring": seconds}
     return report
 
@@ -295,6 +353,10 @@ def markdown(report: dict) -> str:
         notes.append(f"score: {report['score']}")
     if report["overall"]["skipped"]:
         notes.append(f"skipped pairs: {report['overall']['skipped']} (listed in the JSON report)")
+    unscored = {n: k for n, k in (report["overall"].get("unscored") or {}).items() if k}
+    if unscored:
+        notes.append("unscored pairs (a sentence longer than the model's positions; left out of that model's accuracy): "
+                     + ", ".join(f"{n} {k}" for n, k in unscored.items()) + " (listed in the JSON report)")
     return "\n".join(lines) + ("\n\n" + "; ".join(notes) if notes else "") + "\n"
 
 
@@ -322,18 +384,51 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="log at most N skipped pairs (all are in --json) (default: %(default)s)")
 
 
+def add_metadata(report: dict, prepared: Prepared, score: str, checkpoints: Dict[str, str], data: str,
+                 paths: Sequence[str]) -> dict:
+    """The settings and sentence counts a ``sipe-eval blimp --json`` report carries besides the tables."""
+    report.update({"score": score, "checkpoints": dict(checkpoints), "data": data,
+                   "files": [str(f) for f in blimp_files(paths)], "tree_source": prepared.tree_source,
+                   "sentences": dict(prepared.counts), "skipped_sentences": dict(prepared.skipped)})
+    return report
+
+
+def log_excluded(report: dict, limit: int = 20) -> None:
+    """Log the first ``limit`` skipped pairs and every model's unscored pairs (all are in the JSON report)."""
+    for key, what in (("skipped_pairs", "skipped pair"), ("unscored_pairs", "unscored pair")):
+        items = report.get(key) or []
+        for item in items[:limit]:
+            reasons = "; ".join(f"{s['which']} {s['text']!r}: {s['reason']}" for s in item["sentences"])
+            model = f"{item['model']}: " if "model" in item else ""
+            logger.warning("%s%s UID=%s pairID=%s (%s): %s", model, what, item["UID"], item["pairID"], item["location"],
+                           reasons)
+        if len(items) > limit:
+            logger.warning("... and %d more %ss (see --json)", len(items) - limit, what)
+
+
 def run(args) -> int:
+    """``sipe-eval blimp``: prints the markdown table; 2 on a usage or input error (one line, no traceback)."""
+    from ..checkpoints import checkpoint_specs
+
+    try:
+        checkpoints = checkpoint_specs(args.path)
+        pairs = read_blimp(args.blimp)
+    except (ValueError, FileNotFoundError) as e:
+        logger.error("%s", e)
+        return USAGE_ERROR
+    return _run(args, checkpoints, pairs)
+
+
+def _run(args, checkpoints: Dict[str, str], pairs: List[BlimpPair]) -> int:
     import torch
 
     import sipe_fairseq
-    from ..checkpoints import checkpoint_specs, load_lm as load
+    from ..checkpoints import load_lm as load
     from ..data.encode import SentenceEncoder
 
     if args.threads:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
-    checkpoints = checkpoint_specs(args.path)
-    pairs = read_blimp(args.blimp)
     logger.info("%d pairs in %d paradigms", len(pairs), len({p.uid for p in pairs}))
     source = tree_source_from_args(args)
     encoder = SentenceEncoder(args.data)
@@ -346,18 +441,11 @@ def run(args) -> int:
     for name, path in checkpoints.items():
         model, task = load(path, args.data)
         models[name] = model
-        placements[name] = str(getattr(getattr(task, "args", None), "tag_head_placement", "first_subword"))  # decoders
+        placements[name] = tag_head_placement(task)
     report = evaluate(pairs, models, prepared, encoder.dictionary, args.batch_size, joint=args.score == "joint",
                       placements=placements)
-    report.update({"score": args.score, "checkpoints": checkpoints, "data": args.data,
-                   "files": [str(f) for f in blimp_files(args.blimp)], "tree_source": src,
-                   "sentences": dict(prepared.counts),
-                   "skipped_sentences": dict(prepared.skipped)})
-    for item in report["skipped_pairs"][: args.show_skipped]:
-        reasons = "; ".join(f"{s['which']} {s['text']!r}: {s['reason']}" for s in item["sentences"])
-        logger.warning("skipped pair UID=%s pairID=%s (%s): %s", item["UID"], item["pairID"], item["location"], reasons)
-    if len(report["skipped_pairs"]) > args.show_skipped:
-        logger.warning("... and %d more skipped pairs (see --json)", len(report["skipped_pairs"]) - args.show_skipped)
+    add_metadata(report, prepared, args.score, checkpoints, args.data, args.blimp)
+    log_excluded(report, args.show_skipped)
     table = markdown(report)
     print(table, end="")
     if args.markdown:

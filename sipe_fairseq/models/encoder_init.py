@@ -176,7 +176,7 @@ def build_body(spec: dict, dictionary):
         vocab.add_symbol(f"<encoder_extra_{len(vocab)}>")
     args = argparse.Namespace(**spec["args"])
     if spec["kind"] == "sipe":
-        from ..modules.tag_embedding import FIRST_TAG_ID
+        from ..data.tag_dictionary import FIRST_TAG_ID
         from .sipe_encoder import SiPEEncoder
 
         deprel = _Sized(spec["deprel_rows"] - 1 + FIRST_TAG_ID) if spec.get("deprel_rows") else None

@@ -27,11 +27,12 @@ from fairseq.modules import PositionalEmbedding
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from omegaconf import II
 
-from ..modules import HexatagEmbedding, SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_classes
+from ..data.tag_dictionary import FIRST_TAG_ID
+from ..modules import (HexatagEmbedding, SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_head,
+                       tag_pair_classes)
 from ..modules.assembly import INJECTION_CHOICES
 from ..modules.input_injection import STRATEGIES, InputFusion, prior_embeddings, uses_deprel
 from ..modules.positional import DisentangledPosition
-from ..modules.tag_embedding import FIRST_TAG_ID
 from ._common import log_parameters
 from .classification import ClassificationHeadsMixin
 
@@ -131,8 +132,8 @@ class SiPEEncoder(FairseqEncoder):
                           sharing=str(cfg.sipe_projection_sharing), target=str(cfg.sipe_projection_target),
                           first_layer=cfg.sipe_first_layer, init_std=cfg.sipe_proj_init_std)
         heads = str(cfg.sipe_tag_heads) == "on" or (str(cfg.sipe_tag_heads) == "auto" and bool(self.parts))
-        self.terminal_head = nn.Linear(d, 2) if heads else None
-        self.nonterminal_head = nn.Linear(d, 5) if heads else None
+        self.terminal_head = tag_head("terminal", d) if heads else None
+        self.nonterminal_head = tag_head("nonterminal", d) if heads else None
 
     @property
     def needs_tags(self) -> bool:
@@ -166,7 +167,7 @@ class SiPEEncoder(FairseqEncoder):
                                  "src_terminals/src_nonterminals (use --task hexatag_mlm on a sipe-preprocess directory)")
             if terminals.shape != tokens.shape or nonterminals.shape != tokens.shape:
                 raise ValueError(f"tag shapes {tuple(terminals.shape)}/{tuple(nonterminals.shape)} differ from tokens {tuple(tokens.shape)}")
-            cls = tag_classes(terminals, nonterminals)
+            cls = tag_pair_classes(terminals, nonterminals)
             tag_ctx = TagContext(cls=cls, table=self.tags.class_table())
             if self.fusion is not None:
                 deprel_cls = None

@@ -16,7 +16,8 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel, register_model, register_model_architecture
 from omegaconf import II
 
-from ..modules import HexatagEmbedding, SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_classes
+from ..modules import (HexatagEmbedding, SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_head,
+                       tag_pair_classes)
 from ..modules.assembly import INJECTION_CHOICES
 from ._common import log_parameters
 from .classification import ClassificationHeadsMixin
@@ -82,8 +83,8 @@ class SiPEDecoder(FairseqIncrementalDecoder):
                           sharing=str(cfg.sipe_projection_sharing), target=str(cfg.sipe_projection_target),
                           first_layer=cfg.sipe_first_layer, init_std=cfg.sipe_proj_init_std)
         heads = str(cfg.sipe_tag_heads) == "on" or (str(cfg.sipe_tag_heads) == "auto" and bool(self.parts))
-        self.terminal_head = nn.Linear(d, 2) if heads else None
-        self.nonterminal_head = nn.Linear(d, 5) if heads else None
+        self.terminal_head = tag_head("terminal", d) if heads else None
+        self.nonterminal_head = tag_head("nonterminal", d) if heads else None
 
     @property
     def needs_tags(self) -> bool:
@@ -105,7 +106,7 @@ class SiPEDecoder(FairseqIncrementalDecoder):
                                  "src_terminals/src_nonterminals (use --task hexatag_lm on a sipe-preprocess directory)")
             if terminals.shape != tokens.shape or nonterminals.shape != tokens.shape:
                 raise ValueError(f"tag shapes {tuple(terminals.shape)}/{tuple(nonterminals.shape)} differ from tokens {tuple(tokens.shape)}")
-            cls = tag_classes(terminals, nonterminals)
+            cls = tag_pair_classes(terminals, nonterminals)
             tag_ctx = TagContext(cls=cls, table=self.tags.class_table())
             if "input" in self.parts:
                 x = x + F.embedding(cls, tag_ctx.table)  # Eq. 4 (m_p = 0 rows are zero)

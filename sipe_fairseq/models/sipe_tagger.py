@@ -30,8 +30,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
 
 from ..data.tag_dictionary import NOTAG_ID
-from ..hexatag import NONTERMINALS, TERMINALS
-from ..modules import SiPETransformerLayer
+from ..modules import SiPETransformerLayer, tag_head
 from . import encoder_init
 
 logger = logging.getLogger(__name__)
@@ -88,8 +87,8 @@ class SiPETaggerModel(BaseFairseqModel):
         else:
             self.encoder = encoder_init.build_body(spec, dictionary)
             d = spec["args"]["encoder_embed_dim"]
-        self.terminal_head = nn.Linear(d, len(TERMINALS))
-        self.nonterminal_head = nn.Linear(d, len(NONTERMINALS))
+        self.terminal_head = tag_head("terminal", d)
+        self.nonterminal_head = tag_head("nonterminal", d)
 
     @classmethod
     def build_model(cls, cfg, task):

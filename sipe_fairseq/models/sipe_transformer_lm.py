@@ -13,7 +13,7 @@ from fairseq.dataclass import ChoiceEnum
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..modules import HexatagEmbedding, tag_classes
+from ..modules import HexatagEmbedding, tag_head, tag_pair_classes
 
 logger = logging.getLogger(__name__)
 
@@ -44,11 +44,11 @@ class SiPETransformerDecoder(TransformerDecoder):
         super().__init__(args, dictionary, _TaggedEmbedding(embed_tokens), no_encoder_attn=no_encoder_attn)
         heads = getattr(args, "sipe_tag_heads", "on") != "off"
         d = self.embed_dim
-        self.terminal_head = nn.Linear(d, 2) if heads else None
-        self.nonterminal_head = nn.Linear(d, 5) if heads else None
+        self.terminal_head = tag_head("terminal", d) if heads else None
+        self.nonterminal_head = tag_head("nonterminal", d) if heads else None
 
     def forward(self, prev_output_tokens, src_terminals=None, src_nonterminals=None, features_only=False, **kwargs):
-        self.embed_tokens.pending = None if src_terminals is None else tag_classes(src_terminals, src_nonterminals)
+        self.embed_tokens.pending = None if src_terminals is None else tag_pair_classes(src_terminals, src_nonterminals)
         try:
             x, extra = super().forward(prev_output_tokens, features_only=True, **kwargs)
         finally:

@@ -4,6 +4,7 @@ Tag streams carry fairseq dictionary ids; ids below ``first_tag_id`` (specials a
 mean "no tag" (m_p = 0). Because a position takes one of only |T| x |N| = 10 tag pairs or none,
 every tag-dependent quantity is computed once per *class* (11 rows) and gathered per position:
 ``class_table()`` returns the 11 summed embeddings, row ``NO_TAG_CLASS`` being zero.
+The id layout (``FIRST_TAG_ID``, the 2 and 5 classes) is :mod:`sipe_fairseq.data.tag_dictionary`'s.
 """
 import math
 
@@ -11,13 +12,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-N_TERMINALS = 2
-N_NONTERMINALS = 5
+from ..data.tag_dictionary import FIRST_TAG_ID, N_NONTERMINALS, N_TERMINALS
+
 NO_TAG_CLASS = N_TERMINALS * N_NONTERMINALS  # 10
-FIRST_TAG_ID = 5  # see sipe_fairseq.data.tag_dictionary
 
 
-def tag_classes(terminals: torch.Tensor, nonterminals: torch.Tensor, first_tag_id: int = FIRST_TAG_ID):
+def tag_pair_classes(terminals: torch.Tensor, nonterminals: torch.Tensor, first_tag_id: int = FIRST_TAG_ID):
     """Map dictionary ids to class ids ``t * 5 + n`` in 0..9, or ``NO_TAG_CLASS`` where untagged."""
     t = terminals - first_tag_id
     n = nonterminals - first_tag_id

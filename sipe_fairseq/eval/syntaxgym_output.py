@@ -1,0 +1,36 @@
+"""SyntaxGym report tables (markdown) from a ``sipe-syntaxgym/1`` report."""
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}"
+
+
+def report_markdown(report: dict) -> str:
+    """Suite accuracies (% of scored items passing all predictions), one column per checkpoint;
+    then per-prediction accuracies for suites with several predictions, and unscored items."""
+    names = report["models"]
+    eq = report["equality"]
+    lines = [f"SyntaxGym: % of items passing every prediction; surprisal in bits; parser: {report.get('parser', '?')};"
+             f" '=' within {eq['atol']:g} + {eq['rtol']:g}*|b|.", "",
+             "| suite | items | scored | " + " | ".join(names) + " |",
+             "|---|---:|---:|" + "---:|" * len(names)]
+    for sname, s in report["suites"].items():
+        scored = sorted({s["scores"][n]["scored"] for n in names})
+        lines.append(f"| {sname} | {s['items']} | {'/'.join(map(str, scored))} | "
+                     + " | ".join(_pct(s["scores"][n]["accuracy"]) for n in names) + " |")
+    lines.append(f"| **overall** (mean over suites) | {sum(s['items'] for s in report['suites'].values())} | | "
+                 + " | ".join(f"**{_pct(report['overall'][n]['accuracy'])}**" for n in names) + " |")
+    multi = [(sn, s) for sn, s in report["suites"].items() if len(s["predictions"]) > 1]
+    if multi:
+        lines += ["", "| suite | prediction | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
+        for sname, s in multi:
+            for j, f in enumerate(s["predictions"]):
+                lines.append(f"| {sname} | {j + 1}: `{f}` | "
+                             + " | ".join(_pct(s["scores"][n]["prediction_accuracy"][j]) for n in names) + " |")
+    unscored = [(sn, n, u) for sn, s in report["suites"].items() for n in names for u in s["scores"][n]["unscored"]]
+    if unscored:
+        lines += ["", f"Unscored (left out of the suite denominators): {len(unscored)} sentence(s)", "",
+                  "| suite | model | item | condition | reason |", "|---|---|---:|---|---|"]
+        for sname, n, u in unscored:
+            lines.append(f"| {sname} | {n} | {u['item']} | {u['condition']} | {u['reason']} |")
+    return "\n".join(lines) + "\n"

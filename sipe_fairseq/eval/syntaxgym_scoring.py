@@ -1,0 +1,117 @@
+"""SyntaxGym scoring: region surprisals of encoded sentences under a checkpoint, and the
+evaluation of every suite's predictions on them (suite and overall accuracies)."""
+import json
+import math
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from .syntaxgym_formula import EQUALITY_ATOL, EQUALITY_RTOL, evaluate_formula
+from .syntaxgym_suites import Sentence, Suite
+
+LN2 = math.log(2.0)
+
+
+def region_token_spans(sentence: Sentence) -> List[Tuple[int, int, int]]:
+    """``(region number, first token, end token)`` per region; the final ``</s>`` is in none."""
+    toks, _, _, firsts = sentence.encoded
+    bounds = list(firsts) + [len(toks) - 1]
+    return [(num, bounds[a], bounds[b]) for num, a, b in sentence.condition.spans()]
+
+
+def region_surprisals(sentence: Sentence, logprobs) -> Dict[int, float]:
+    """Region number -> summed ``-log2 p`` of its tokens, from natural-log token probabilities."""
+    lp = [float(x) for x in logprobs]
+    return {num: (0.0 - sum(lp[a:b])) / LN2 for num, a, b in region_token_spans(sentence)}  # empty: 0.0, not -0.0
+
+
+def score_sentences(model, sentences: Sequence[Sentence], eos: int, pad: int,
+                    batch_size: int = 32, logprob_fn: Optional[Callable] = None):
+    """Region surprisals per sentence (``None`` with a reason for those it cannot score):
+    returns ``(surprisals, failures)`` as lists aligned with ``sentences``."""
+    from .scoring import too_long
+
+    if logprob_fn is None:
+        from .scoring import token_logprobs as logprob_fn
+    failures = [s.failure if s.failure is not None else too_long(model, s.encoded[0]) for s in sentences]
+    todo = [k for k, f in enumerate(failures) if f is None]
+    lps = logprob_fn(model, [sentences[k].encoded[:3] for k in todo], eos, pad, batch_size) if todo else []
+    out: List[Optional[Dict[int, float]]] = [None] * len(sentences)
+    for k, lp in zip(todo, lps):
+        out[k] = region_surprisals(sentences[k], lp)
+    return out, failures
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def evaluate_suites(suites: Sequence[Suite], sentences: Sequence[Sentence], models: Dict[str, Tuple[object, int, int]],
+                    batch_size: int = 32, atol: float = EQUALITY_ATOL, rtol: float = EQUALITY_RTOL,
+                    logprob_fn: Optional[Callable] = None) -> dict:
+    """Score the (parsed, encoded) sentences under every model ``{name: (model, eos, pad)}`` (or a
+    zero-argument callable returning that triple, so models are loaded one at a time) and evaluate
+    the predictions. Returns the report (see :func:`report_markdown`)."""
+    index = {(s.suite, s.item, s.condition.name): k for k, s in enumerate(sentences)}
+    names = list(models)
+    per_model = {}
+    for name in names:
+        spec = models[name]
+        model, eos, pad = spec() if callable(spec) else spec
+        per_model[name] = score_sentences(model, sentences, eos, pad, batch_size, logprob_fn)
+        del model
+    report = {"format": "sipe-syntaxgym/1", "models": names, "unit": "bits",
+              "equality": {"atol": atol, "rtol": rtol}, "suites": {}, "items": [], "overall": {}}
+    for suite in suites:
+        srow = {"path": suite.path, "items": len(suite.items), "predictions": [p.formula for p in suite.predictions],
+                "region_meta": suite.region_meta, "scores": {}}
+        counts = {n: {"passed": 0, "scored": 0, "unscored": [], "prediction_passed": [0] * len(suite.predictions)}
+                  for n in names}
+        for item in suite.items:
+            keys = {c: index[(suite.name, item.number, c)] for c in item.conditions}
+            irow = {"suite": suite.name, "item": item.number,
+                    "sentences": {c: " ".join(sentences[k].words) for c, k in keys.items()},
+                    "results": {}}
+            for name in names:
+                surps, fails = per_model[name]
+                bad = {c: fails[k] for c, k in keys.items() if fails[k] is not None}
+                if bad:
+                    counts[name]["unscored"] += [{"item": item.number, "condition": c, "reason": r} for c, r in bad.items()]
+                    irow["results"][name] = {"scored": False, "reasons": bad}
+                    continue
+                values = {c: surps[k] for c, k in keys.items()}
+                preds = [evaluate_formula(p.node, values, atol, rtol) for p in suite.predictions]
+                ok = all(preds)
+                counts[name]["scored"] += 1
+                counts[name]["passed"] += int(ok)
+                for j, v in enumerate(preds):
+                    counts[name]["prediction_passed"][j] += int(v)
+                irow["results"][name] = {"scored": True, "pass": ok, "predictions": preds,
+                                         "surprisals": {c: {str(r): v for r, v in regs.items()} for c, regs in values.items()}}
+            report["items"].append(irow)
+        for name in names:
+            c = counts[name]
+            n = c["scored"]
+            srow["scores"][name] = {
+                "accuracy": c["passed"] / n if n else None, "passed": c["passed"], "scored": n,
+                "unscored_items": len({u["item"] for u in c["unscored"]}), "unscored": c["unscored"],
+                "prediction_accuracy": [p / n if n else None for p in c["prediction_passed"]],
+                "predictions_evaluated": n * len(suite.predictions)}
+        report["suites"][suite.name] = srow
+    for name in names:
+        accs = [s["scores"][name]["accuracy"] for s in report["suites"].values()]
+        scored = [a for a in accs if a is not None]
+        report["overall"][name] = {"accuracy": sum(scored) / len(scored) if scored else None,
+                                   "suites": len(scored), "suites_unscored": len(accs) - len(scored)}
+    return report
+
+
+def merge_reports(reports: Sequence[dict]) -> dict:
+    """One ``sipe-syntaxgym/1`` report from per-model reports of :func:`evaluate_suites` on the same
+    suites and sentences (as ``sipe-eval report`` scores one checkpoint at a time)."""
+    out = json.loads(json.dumps(reports[0]))
+    for rep in reports[1:]:
+        out["models"] += rep["models"]
+        out["overall"].update(rep["overall"])
+        for sname, s in rep["suites"].items():
+            out["suites"][sname]["scores"].update(s["scores"])
+        for mine, theirs in zip(out["items"], rep["items"]):
+            mine["results"].update(theirs["results"])
+    return out
