@@ -30,7 +30,7 @@ from omegaconf import II
 from ..modules import HexatagEmbedding, SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_classes
 from ..modules.assembly import INJECTION_CHOICES
 from ..modules.input_injection import STRATEGIES, InputFusion, prior_embeddings, uses_deprel
-from ..modules.positional import DisentangledPosition
+from ..modules.positional import RELATIVE_LAYOUTS, DisentangledPosition
 from ..modules.tag_embedding import FIRST_TAG_ID
 from ._common import log_parameters
 from .classification import ClassificationHeadsMixin
@@ -56,6 +56,10 @@ class SiPEEncoderConfig(FairseqDataclass):
     attention_bias: bool = field(default=True, metadata={"help": "biases in the q/k/v and output projections"})
     relative_buckets: int = field(default=256, metadata={"help": "disentangled: number of relative-position buckets"})
     max_relative_positions: int = field(default=512, metadata={"help": "disentangled: offset mapped to the last log bucket"})
+    relative_table_layout: ChoiceEnum(list(RELATIVE_LAYOUTS)) = field(
+        default="deberta", metadata={"help": "disentangled: 'deberta' = DeBERTa-v3's 2 x buckets rows (attention span "
+                                             "= buckets, log buckets beyond buckets/2); 'legacy' = the buckets-row table of "
+                                             "checkpoints before it (detected from the table size when loading)"})
     rotary_base: float = field(default=10000.0, metadata={"help": "rotary: theta of global-attention layers"})
     local_rotary_base: float = field(default=10000.0, metadata={"help": "rotary: theta of local-attention layers"})
     local_attention_window: int = field(default=0, metadata={"help": "window of local-attention layers (0: all global)"})
@@ -95,7 +99,8 @@ class SiPEEncoder(FairseqEncoder):
         self.embed_positions = (PositionalEmbedding(cfg.max_positions, d, self.padding_idx, learned=True)
                                 if self.position == "absolute" else None)
         self.emb_norm = nn.LayerNorm(d, bias=cfg.bias)
-        self.relative = (DisentangledPosition(d, cfg.relative_buckets, cfg.max_relative_positions)
+        self.relative = (DisentangledPosition(d, cfg.relative_buckets, cfg.max_relative_positions,
+                                              str(getattr(cfg, "relative_table_layout", "deberta")))
                          if self.position == "disentangled" else None)
         attn_position = {"absolute": "none"}.get(self.position, self.position)
         self.layers = nn.ModuleList()
@@ -137,6 +142,21 @@ class SiPEEncoder(FairseqEncoder):
     @property
     def needs_tags(self) -> bool:
         return self.tags is not None
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """A checkpoint saved before the DeBERTa-v3 table (``buckets`` rows, no recorded layout) gets
+        the legacy table back, so that it loads and scores as it was trained."""
+        key = f"{name}.relative.table.weight" if name else "relative.table.weight"
+        if self.relative is not None and key in state_dict:
+            rows = state_dict[key].size(0)
+            layout = DisentangledPosition.layout_of_rows(rows, self.relative.buckets)
+            if layout != self.relative.layout:
+                logger.warning(f"relative-position table of {rows} rows for {self.relative.buckets} buckets: loading it with "
+                               f"the {layout!r} layout (checkpoint saved before DeBERTa-v3's 2 x buckets table)")
+                self.relative = DisentangledPosition(self.relative.table.embedding_dim, self.relative.buckets,
+                                                     self.relative.max_distance, layout).to(self.relative.table.weight.device)
+                self.cfg.relative_table_layout = layout
+        super().upgrade_state_dict_named(state_dict, name)
 
     def _deprel_classes(self, deprels):
         n = self.deprel.padding_idx
