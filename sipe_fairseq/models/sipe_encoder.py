@@ -27,8 +27,8 @@ from fairseq.modules import PositionalEmbedding
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from omegaconf import II
 
-from ..modules import HexatagEmbedding, SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_classes
-from ..modules.assembly import INJECTION_CHOICES
+from ..modules import SiPETransformerLayer, attach_injections, parse_injection, tag_classes
+from ..modules.assembly import INJECTION_CHOICES, TAG_TABLE_CHOICES, build_tag_tables, tag_context
 from ..modules.input_injection import STRATEGIES, InputFusion, prior_embeddings, uses_deprel
 from ..modules.positional import RELATIVE_LAYOUTS, DisentangledPosition
 from ..modules.tag_embedding import FIRST_TAG_ID
@@ -75,6 +75,9 @@ class SiPEEncoderConfig(FairseqDataclass):
         default="auto", metadata={"help": "tag projections per layer or shared (auto: per layer)"})
     sipe_projection_target: ChoiceEnum(["auto", "d_model", "d_head"]) = field(
         default="auto", metadata={"help": "project tags into d_model or one head's d_head (auto: paper default)"})
+    sipe_tag_tables: ChoiceEnum(list(TAG_TABLE_CHOICES)) = field(
+        default="shared", metadata={"help": "combined injections (input+attention-bias, position+attention-bias): one tag "
+                                            "table read by both pathways, or one per pathway (7d parameters each, appendix B)"})
     sipe_first_layer: int = field(default=1, metadata={"help": "score-side injections from layer K on"})
     sipe_proj_init_std: float = field(default=1e-3, metadata={"help": "init std of W_E (small: starts as the vanilla model)"})
     sipe_tag_heads: ChoiceEnum(["auto", "on", "off"]) = field(
@@ -116,7 +119,7 @@ class SiPEEncoder(FairseqEncoder):
         self.apply(init_bert_params)  # before the SiPE modules, which keep their own init
 
         strategy = str(cfg.sipe_input_strategy)
-        self.tags = HexatagEmbedding(d, init="uniform") if self.parts else None
+        self.tags, self.pathway_tags = build_tag_tables(self.parts, d, str(getattr(cfg, "sipe_tag_tables", "shared")), "uniform")
         self.fusion = InputFusion(strategy, d, cfg.sipe_alpha_init) if "input" in self.parts else None
         self.deprel = None
         if self.fusion is not None and uses_deprel(strategy):
@@ -187,7 +190,7 @@ class SiPEEncoder(FairseqEncoder):
             if terminals.shape != tokens.shape or nonterminals.shape != tokens.shape:
                 raise ValueError(f"tag shapes {tuple(terminals.shape)}/{tuple(nonterminals.shape)} differ from tokens {tuple(tokens.shape)}")
             cls = tag_classes(terminals, nonterminals)
-            tag_ctx = TagContext(cls=cls, table=self.tags.class_table())
+            tag_ctx = tag_context(cls, self.tags, self.pathway_tags)
             if self.fusion is not None:
                 deprel_cls = None
                 if self.deprel is not None:
