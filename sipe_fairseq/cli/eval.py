@@ -9,9 +9,10 @@ import argparse
 import logging
 import sys
 
-from sipe_fairseq.eval import blimp, report, syntaxgym
+from sipe_fairseq.eval import attention, blimp, report, syntaxgym
 
-SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": report.sweep_plot}
+SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": report.sweep_plot,
+               "attention": attention}
 
 
 def build_parser() -> argparse.ArgumentParser:

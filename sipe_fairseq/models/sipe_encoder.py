@@ -209,15 +209,18 @@ class SiPEEncoder(FairseqEncoder):
         padding = tokens.eq(self.padding_idx)
         padding = padding if padding.any() else None
         rel = self.relative(tokens.size(1), tokens.device) if self.relative is not None else None
-        inner, attn = [x], None
+        inner, attn, layer_attn = [x], None, []
         for i, layer in enumerate(self.layers):
             x, attn = layer(x, tag_ctx, causal=False, key_padding_mask=padding, need_weights=need_attn, rel=rel,
                             skip_extra=skip_extra if i == 0 else None)
+            layer_attn.append(attn)
             if return_all_hiddens:
                 inner.append(x)
         if self.final_norm is not None:
             x = self.final_norm(x)
         extra = {"inner_states": inner, "attn": [attn]}
+        if need_attn:  # every layer's (B, H, T, T) probabilities, lowest first (appendix C averages them)
+            extra["attn_layers"] = layer_attn
         if self.terminal_head is not None:
             extra["terminal_logits"] = self.terminal_head(x)
             extra["nonterminal_logits"] = self.nonterminal_head(x)

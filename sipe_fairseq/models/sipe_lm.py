@@ -113,14 +113,17 @@ class SiPEDecoder(FairseqIncrementalDecoder):
             if "input" in self.parts:
                 x = x + F.embedding(cls, tag_ctx.table)  # Eq. 4 (m_p = 0 rows are zero)
         x = F.dropout(x * self.embed_scale, self.cfg.dropout, self.training)
-        inner, attn = [x], None
+        inner, attn, layer_attn = [x], None, []
         for layer in self.layers:
             x, attn = layer(x, tag_ctx, causal=True, need_weights=need_attn)
+            layer_attn.append(attn)
             if return_all_hiddens:
                 inner.append(x)
         if self.final_norm is not None:
             x = self.final_norm(x)
         extra = {"attn": [attn], "inner_states": inner}
+        if need_attn:  # every layer's (B, H, T, T) probabilities, lowest first (appendix C averages them)
+            extra["attn_layers"] = layer_attn
         if self.terminal_head is not None:
             extra["terminal_logits"] = self.terminal_head(x)
             extra["nonterminal_logits"] = self.nonterminal_head(x)
