@@ -262,7 +262,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-sentences", type=int, default=0, help="read at most this many sentences (0: all)")
     p.add_argument("--plot", metavar="PNG", help="draw one sentence's averaged maps here")
     p.add_argument("--plot-sentence", type=int, default=None,
-                   help="0-based index of the sentence to draw (default: the first with an arc scored)")
+                   help="0-based index of the sentence to draw (default: the first with an arc every model scores)")
     p.add_argument("--json", metavar="OUT", help="write the report (every arc's masses) as JSON here")
     p.add_argument("--threads", type=int, default=None, help="torch threads")
 
@@ -309,7 +309,8 @@ def _run(args: argparse.Namespace) -> int:
     report.update(data=args.data, conllu=args.conllu, checkpoints=checkpoints)
     print(markdown(report), end="")
     if args.plot:
-        k = args.plot_sentence if args.plot_sentence is not None else (report["arcs"][0]["sentence"] if report["arcs"] else None)
+        visible = [r["sentence"] for r in report["arcs"] if all(v is not None for v in r["mass"].values())]
+        k = args.plot_sentence if args.plot_sentence is not None else (visible[0] if visible else None)
         if k is None or not 0 <= k < len(sentences):
             raise AttentionAnalysisError(f"--plot: no sentence to draw (index {k}, {len(sentences)} sentences)")
         sent = sentences[k]
