@@ -102,3 +102,21 @@ def test_current_checkpoint_round_trips_and_bad_table_is_refused():
     state["encoder.relative.table.weight"] = torch.zeros(10, TINY["encoder_embed_dim"])
     with pytest.raises(ValueError, match="10 rows fits no layout for 8 buckets"):
         _model().load_state_dict(state, strict=True)
+
+
+def test_old_checkpoint_with_a_fairseq_style_config():
+    """fairseq builds a loaded model from an OmegaConf config (struct mode) merged with the dataclass
+    defaults, so an old checkpoint's config says layout 'deberta': the table size decides."""
+    from omegaconf import OmegaConf
+
+    old = _model("legacy", seed=3)
+    cfg = OmegaConf.structured(replace(SiPEDebertaConfig(relative_buckets=8, max_relative_positions=32, **TINY),
+                                       sipe_injection="position"))
+    OmegaConf.set_struct(cfg, True)
+    new = SiPEDebertaModel(SiPEEncoder(cfg, DICT)).eval()
+    new.load_state_dict(old.state_dict(), strict=True)
+    assert new.encoder.relative.layout == "legacy" and new.encoder.cfg.relative_table_layout == "legacy"
+    tokens, terms, nts = batch(t=20)
+    with torch.no_grad():
+        torch.testing.assert_close(new(tokens, src_terminals=terms, src_nonterminals=nts)[0],
+                                   old(tokens, src_terminals=terms, src_nonterminals=nts)[0])
