@@ -105,8 +105,8 @@ def test_disentangled_scores_equal_a_loop_over_buckets():
     got = _disentangled_spos(q, k, pos_q, pos_k, 1.0)
     norm = pos.norm
     for i, j in itertools.product(range(t), range(t)):
-        r_ij = norm(rows[(log_bucket(torch.tensor(i - j), 6, 12) + 3).clamp(0, 5)])
-        r_ji = norm(rows[(log_bucket(torch.tensor(j - i), 6, 12) + 3).clamp(0, 5)])
+        r_ij = norm(rows[(log_bucket(torch.tensor(i - j), 6, 12) + 6).clamp(0, 11)])  # DeBERTa-v3: 2 x 6 rows
+        r_ji = norm(rows[(log_bucket(torch.tensor(j - i), 6, 12) + 6).clamp(0, 11)])
         kr, qr = (r_ij @ w_k.T).view(h, d), (r_ji @ w_q.T).view(h, d)
         want = (q[0, :, i] * kr).sum(-1) + (k[0, :, j] * qr).sum(-1)
         torch.testing.assert_close(got[0, :, i, j], want, rtol=1e-5, atol=1e-5)
@@ -219,6 +219,9 @@ def test_every_table12_strategy_builds_and_uses_its_priors(strategy):
     base = build("roberta", "none")
     model.load_state_dict(base.state_dict(), strict=False)
     plain = logits(base, tokens)
+    if STRATEGIES[strategy][0] == "concat":  # at init W = [I 0 ..] ignores the priors (next test): give them a say
+        with torch.no_grad():
+            torch.nn.init.normal_(model.fusion.proj.weight[:, 32:], std=0.1)
     with_tags = model(tokens, src_terminals=terms, src_nonterminals=nts, src_deprels=deprels)[0]
     assert not torch.allclose(with_tags, plain)
     untagged = torch.full_like(terms, 4)
@@ -240,10 +243,32 @@ def test_fusion_formulas():
     out, extra = InputFusion("ADD_T_NT_RESIDUAL", 4)(x, priors)
     assert torch.equal(out, x) and torch.allclose(extra, t + n)
     cat = InputFusion("CONCAT_POS_DNT", 4)
+    torch.testing.assert_close(cat(x, priors)[0], x)  # W = [I 0 0] at initialization
+    with torch.no_grad():
+        torch.nn.init.normal_(cat.proj.weight)
     w = cat.proj.weight
-    torch.testing.assert_close(cat(x, priors)[0], x + dr @ w[:, 4:8].T + n @ w[:, 8:].T)
+    torch.testing.assert_close(cat(x, priors)[0], x @ w[:, :4].T + dr @ w[:, 4:8].T + n @ w[:, 8:].T)
     with pytest.raises(ValueError, match="needs the priors"):
         InputFusion("ADD_DNT", 4)(x, {"t": t, "n": n})
+
+
+@pytest.mark.parametrize("strategy", [s for s, (mode, _) in STRATEGIES.items() if mode == "concat"])
+def test_concat_strategies_start_as_the_plain_embedding(strategy):
+    """Table 12 CONCAT_*: W [x; priors] with W = [I 0 ..] at initialization, so the fused input, and
+    the whole encoder, equal the vanilla encoder with the same weights whatever the tags."""
+    model = build("roberta", "input", sipe_input_strategy=strategy, deprel_dict=deprel_dict())
+    d = model.cfg.encoder_embed_dim
+    w = model.fusion.proj.weight
+    assert torch.equal(w[:, :d], torch.eye(d)) and not w[:, d:].any()
+    tokens, terms, nts = batch()
+    deprels = torch.where(terms >= 5, torch.randint(5, 9, terms.shape), torch.full_like(terms, 4))
+    x = model.embed_tokens(tokens) + model.embed_positions(tokens)
+    priors = {"t": torch.randn(*x.shape), "n": torch.randn(*x.shape), "dr": torch.randn(*x.shape)}
+    torch.testing.assert_close(model.fusion(x, priors)[0], x, rtol=0, atol=0)
+    base = build("roberta", "none", seed=5)
+    model.load_state_dict(base.state_dict(), strict=False)
+    got = model(tokens, src_terminals=terms, src_nonterminals=nts, src_deprels=deprels)[0]
+    torch.testing.assert_close(got, logits(base, tokens), rtol=1e-5, atol=1e-5)
 
 
 def test_residual_strategy_keeps_tags_out_of_the_first_attention():

@@ -13,9 +13,10 @@ import logging
 import sys
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
-from sipe_fairseq.eval import blimp, report, sweep_plot, syntaxgym
+from sipe_fairseq.eval import attention, blimp, report, sweep_plot, syntaxgym
 
-SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot}
+SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot,
+               "attention": attention}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,6 +4,13 @@ Logged (base 2, summed across workers before dividing): ``nll_loss``/``ppl`` fro
 alone (p(x | tags)), ``terminal_loss``/``nonterminal_loss`` per tagged target, tag accuracies, and
 ``joint_loss``/``joint_ppl`` = (LM + tag NLL) per token, the bound on -log p(x) that compares with
 a model that sees no tags.
+
+``--tag-loss-normalization`` (appendix A.1): fairseq divides the summed loss by the sample size
+(tokens for the LM, masked tokens for the MLM), so with ``token`` (the default, as trained so far)
+a tag term weighs lambda * (#tagged / #tokens) against the per-token LM loss; with ``tagged`` each
+tag head's summed NLL is rescaled by sample_size / #tagged in the batch, so the optimized loss is
+L_LM per token + lambda * L_T per tagged position (the paper's L = L_LM + L_T + L_NT with every
+term a mean over the positions it scores). The logged tag losses are per tagged target either way.
 """
 import math
 from dataclasses import dataclass, field
@@ -11,10 +18,12 @@ from dataclasses import dataclass, field
 import torch.nn.functional as F
 from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
-from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from ..data.tag_dictionary import TAG_HEADS
 from ..modules.tag_heads import tag_log_probs
+
+TAG_LOSS_NORMALIZATIONS = ("token", "tagged")
 
 
 def tag_nll(logits, target_ids, n_classes):
@@ -27,13 +36,19 @@ def tag_nll(logits, target_ids, n_classes):
 class HexatagLMCriterionConfig(FairseqDataclass):
     terminal_weight: float = field(default=1.0, metadata={"help": "lambda_T, weight of the terminal-tag loss"})
     nonterminal_weight: float = field(default=1.0, metadata={"help": "lambda_NT, weight of the non-terminal-tag loss"})
+    tag_loss_normalization: ChoiceEnum(TAG_LOSS_NORMALIZATIONS) = field(default="token", metadata={
+        "help": "divisor of each tag loss: 'token' = the LM's sample size (all tokens; a tag term then weighs "
+                "lambda * #tagged/#tokens), 'tagged' = the head's own number of tagged targets (a mean per tagged position)"})
 
 
 @register_criterion("hexatag_lm", dataclass=HexatagLMCriterionConfig)
 class HexatagLMCriterion(FairseqCriterion):
-    def __init__(self, task, terminal_weight=1.0, nonterminal_weight=1.0):
+    def __init__(self, task, terminal_weight=1.0, nonterminal_weight=1.0, tag_loss_normalization="token"):
         super().__init__(task)
         self.weights = {"terminal": terminal_weight, "nonterminal": nonterminal_weight}
+        if str(tag_loss_normalization) not in TAG_LOSS_NORMALIZATIONS:
+            raise ValueError(f"--tag-loss-normalization must be one of {TAG_LOSS_NORMALIZATIONS}, got {tag_loss_normalization!r}")
+        self.tag_loss_normalization = str(tag_loss_normalization)
 
     def forward(self, model, sample, reduce=True):
         net_output = model(**sample["net_input"])
@@ -43,21 +58,25 @@ class HexatagLMCriterion(FairseqCriterion):
         loss = lm
         ntokens = sample["ntokens"]
         log = {"lm_loss": lm.data, "ntokens": ntokens, "nsentences": sample["target"].size(0), "sample_size": ntokens}
-        loss, tag_total = self.add_tag_losses(loss, net_output[1], sample, log)
+        loss, tag_total = self.add_tag_losses(loss, net_output[1], sample, log, ntokens)
         log["loss"] = loss.data
         log["joint_loss"] = lm.data + tag_total
         return loss, ntokens, log
 
-    def add_tag_losses(self, loss, extra, sample, log):
+    def add_tag_losses(self, loss, extra, sample, log, sample_size):
         """loss + lambda_T L_T + lambda_NT L_NT from the tag heads' logits in ``extra`` against the
-        sample's ``{kind}_target``; logs each head's loss, count and correct. Returns (loss, tag NLL)."""
+        sample's ``{kind}_target``; logs each head's loss, count and correct. Returns (loss, tag NLL).
+        ``sample_size`` is the divisor fairseq applies to the returned loss; with the ``tagged``
+        normalization each head's NLL is scaled by sample_size / count so that, after that division,
+        it is a mean per tagged target."""
         tag_total = loss.new_zeros(())
         for kind, n in TAG_HEADS:
             logits = extra.get(f"{kind}_logits")
             if logits is None or f"{kind}_target" not in sample:
                 continue
             nll, count, correct = tag_nll(logits, sample[f"{kind}_target"], n)
-            loss = loss + self.weights[kind] * nll
+            scale = sample_size / count if self.tag_loss_normalization == "tagged" and count else 1.0
+            loss = loss + self.weights[kind] * scale * nll
             tag_total = tag_total + nll.data
             log.update({f"{kind}_loss": nll.data, f"{kind}_count": count, f"{kind}_correct": correct})
         return loss, tag_total

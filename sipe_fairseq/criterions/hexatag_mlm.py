@@ -17,7 +17,7 @@ from .hexatag_lm import HexatagLMCriterion, HexatagLMCriterionConfig
 
 @dataclass
 class HexatagMLMCriterionConfig(HexatagLMCriterionConfig):
-    """Same options as ``hexatag_lm``: --terminal-weight, --nonterminal-weight."""
+    """Same options as ``hexatag_lm``: --terminal-weight, --nonterminal-weight, --tag-loss-normalization."""
 
 
 @register_criterion("hexatag_mlm", dataclass=HexatagMLMCriterionConfig)
@@ -37,7 +37,7 @@ class HexatagMLMCriterion(HexatagLMCriterion):
         loss = mlm
         log = {"mlm_loss": mlm.data, "ntokens": sample["ntokens"], "nsentences": sample["nsentences"],
                "sample_size": sample_size, "masked_tokens": sample_size}
-        loss, _ = self.add_tag_losses(loss, extra, sample, log)
+        loss, _ = self.add_tag_losses(loss, extra, sample, log, max(sample_size, 1))
         log["loss"] = loss.data
         return loss, max(sample_size, 1), log
 

@@ -15,7 +15,6 @@ encoders too. Tag tables are initialized uniformly (appendix A.5); W_E small, W_
 """
 import logging
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -28,11 +27,10 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from omegaconf import II
 
 from ..data.tag_dictionary import FIRST_TAG_ID
-from ..modules import (HexatagEmbedding, SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_head,
-                       tag_pair_classes)
-from ..modules.assembly import INJECTION_CHOICES
+from ..modules import SiPETransformerLayer, attach_injections, parse_injection, tag_head, tag_pair_classes
+from ..modules.assembly import INJECTION_CHOICES, TAG_TABLE_CHOICES, build_tag_tables, tag_context
 from ..modules.input_injection import STRATEGIES, InputFusion, prior_embeddings, uses_deprel
-from ..modules.positional import DisentangledPosition
+from ..modules.positional import RELATIVE_LAYOUTS, DisentangledPosition
 from ._common import log_parameters
 from .classification import ClassificationHeadsMixin
 
@@ -57,6 +55,10 @@ class SiPEEncoderConfig(FairseqDataclass):
     attention_bias: bool = field(default=True, metadata={"help": "biases in the q/k/v and output projections"})
     relative_buckets: int = field(default=256, metadata={"help": "disentangled: number of relative-position buckets"})
     max_relative_positions: int = field(default=512, metadata={"help": "disentangled: offset mapped to the last log bucket"})
+    relative_table_layout: ChoiceEnum(list(RELATIVE_LAYOUTS)) = field(
+        default="deberta", metadata={"help": "disentangled: 'deberta' = DeBERTa-v3's 2 x buckets rows (attention span "
+                                             "= buckets, log buckets beyond buckets/2); 'legacy' = the buckets-row table of "
+                                             "checkpoints before it (detected from the table size when loading)"})
     rotary_base: float = field(default=10000.0, metadata={"help": "rotary: theta of global-attention layers"})
     local_rotary_base: float = field(default=10000.0, metadata={"help": "rotary: theta of local-attention layers"})
     local_attention_window: int = field(default=0, metadata={"help": "window of local-attention layers (0: all global)"})
@@ -72,6 +74,9 @@ class SiPEEncoderConfig(FairseqDataclass):
         default="auto", metadata={"help": "tag projections per layer or shared (auto: per layer)"})
     sipe_projection_target: ChoiceEnum(["auto", "d_model", "d_head"]) = field(
         default="auto", metadata={"help": "project tags into d_model or one head's d_head (auto: paper default)"})
+    sipe_tag_tables: ChoiceEnum(list(TAG_TABLE_CHOICES)) = field(
+        default="shared", metadata={"help": "combined injections (input+attention-bias, position+attention-bias): one tag "
+                                            "table read by both pathways, or one per pathway (7d parameters each, appendix B)"})
     sipe_first_layer: int = field(default=1, metadata={"help": "score-side injections from layer K on"})
     sipe_proj_init_std: float = field(default=1e-3, metadata={"help": "init std of W_E (small: starts as the vanilla model)"})
     sipe_tag_heads: ChoiceEnum(["auto", "on", "off"]) = field(
@@ -96,7 +101,8 @@ class SiPEEncoder(FairseqEncoder):
         self.embed_positions = (PositionalEmbedding(cfg.max_positions, d, self.padding_idx, learned=True)
                                 if self.position == "absolute" else None)
         self.emb_norm = nn.LayerNorm(d, bias=cfg.bias)
-        self.relative = (DisentangledPosition(d, cfg.relative_buckets, cfg.max_relative_positions)
+        self.relative = (DisentangledPosition(d, cfg.relative_buckets, cfg.max_relative_positions,
+                                              str(getattr(cfg, "relative_table_layout", "deberta")))
                          if self.position == "disentangled" else None)
         attn_position = {"absolute": "none"}.get(self.position, self.position)
         self.layers = nn.ModuleList()
@@ -112,7 +118,7 @@ class SiPEEncoder(FairseqEncoder):
         self.apply(init_bert_params)  # before the SiPE modules, which keep their own init
 
         strategy = str(cfg.sipe_input_strategy)
-        self.tags = HexatagEmbedding(d, init="uniform") if self.parts else None
+        self.tags, self.pathway_tags = build_tag_tables(self.parts, d, str(getattr(cfg, "sipe_tag_tables", "shared")), "uniform")
         self.fusion = InputFusion(strategy, d, cfg.sipe_alpha_init) if "input" in self.parts else None
         self.deprel = None
         if self.fusion is not None and uses_deprel(strategy):
@@ -138,6 +144,21 @@ class SiPEEncoder(FairseqEncoder):
     @property
     def needs_tags(self) -> bool:
         return self.tags is not None
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """A checkpoint saved before the DeBERTa-v3 table (``buckets`` rows, no recorded layout) gets
+        the legacy table back, so that it loads and scores as it was trained."""
+        key = f"{name}.relative.table.weight" if name else "relative.table.weight"
+        if self.relative is not None and key in state_dict:
+            rows = state_dict[key].size(0)
+            layout = DisentangledPosition.layout_of_rows(rows, self.relative.buckets)
+            if layout != self.relative.layout:
+                logger.warning(f"relative-position table of {rows} rows for {self.relative.buckets} buckets: loading it with "
+                               f"the {layout!r} layout (checkpoint saved before DeBERTa-v3's 2 x buckets table)")
+                self.relative = DisentangledPosition(self.relative.table.embedding_dim, self.relative.buckets,
+                                                     self.relative.max_distance, layout).to(self.relative.table.weight.device)
+                self.cfg.relative_table_layout = layout
+        super().upgrade_state_dict_named(state_dict, name)
 
     def _deprel_classes(self, deprels):
         n = self.deprel.padding_idx
@@ -168,7 +189,7 @@ class SiPEEncoder(FairseqEncoder):
             if terminals.shape != tokens.shape or nonterminals.shape != tokens.shape:
                 raise ValueError(f"tag shapes {tuple(terminals.shape)}/{tuple(nonterminals.shape)} differ from tokens {tuple(tokens.shape)}")
             cls = tag_pair_classes(terminals, nonterminals)
-            tag_ctx = TagContext(cls=cls, table=self.tags.class_table())
+            tag_ctx = tag_context(cls, self.tags, self.pathway_tags)
             if self.fusion is not None:
                 deprel_cls = None
                 if self.deprel is not None:
@@ -187,15 +208,18 @@ class SiPEEncoder(FairseqEncoder):
         padding = tokens.eq(self.padding_idx)
         padding = padding if padding.any() else None
         rel = self.relative(tokens.size(1), tokens.device) if self.relative is not None else None
-        inner, attn = [x], None
+        inner, attn, layer_attn = [x], None, []
         for i, layer in enumerate(self.layers):
             x, attn = layer(x, tag_ctx, causal=False, key_padding_mask=padding, need_weights=need_attn, rel=rel,
                             skip_extra=skip_extra if i == 0 else None)
+            layer_attn.append(attn)
             if return_all_hiddens:
                 inner.append(x)
         if self.final_norm is not None:
             x = self.final_norm(x)
         extra = {"inner_states": inner, "attn": [attn]}
+        if need_attn:  # every layer's (B, H, T, T) probabilities, lowest first (appendix C averages them)
+            extra["attn_layers"] = layer_attn
         if self.terminal_head is not None:
             extra["terminal_logits"] = self.terminal_head(x)
             extra["nonterminal_logits"] = self.nonterminal_head(x)

@@ -9,16 +9,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel, register_model, register_model_architecture
 from omegaconf import II
 
-from ..modules import (HexatagEmbedding, SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_head,
-                       tag_pair_classes)
-from ..modules.assembly import INJECTION_CHOICES
+from ..modules import SiPETransformerLayer, attach_injections, parse_injection, tag_head, tag_pair_classes
+from ..modules.assembly import INJECTION_CHOICES, TAG_TABLE_CHOICES, build_tag_tables, tag_context
 from ._common import log_parameters
 from .classification import ClassificationHeadsMixin
 
@@ -47,6 +45,9 @@ class SiPEDecoderConfig(FairseqDataclass):
     sipe_projection_target: ChoiceEnum(["auto", "d_model", "d_head"]) = field(
         default="auto", metadata={"help": "project tags into d_model (split into heads) or one head's d_head "
                                           "(auto: position d_model, disentangled d_head, attention-bias d_model)"})
+    sipe_tag_tables: ChoiceEnum(list(TAG_TABLE_CHOICES)) = field(
+        default="shared", metadata={"help": "combined injections (input+attention-bias, position+attention-bias): one tag "
+                                            "table read by both pathways, or one per pathway (7d parameters each, appendix B)"})
     sipe_first_layer: int = field(default=1, metadata={"help": "inject into attention layers K..N (section 5 sweep)"})
     sipe_proj_init_std: float = field(default=1e-3, metadata={"help": "init std of W_E (small: starts as the vanilla model, footnote 3)"})
     sipe_tag_heads: ChoiceEnum(["auto", "on", "off"]) = field(
@@ -78,7 +79,7 @@ class SiPEDecoder(FairseqIncrementalDecoder):
                                  cfg.decoder_normalize_before, str(cfg.position_encoding))
             for _ in range(cfg.decoder_layers))
         self.final_norm = nn.LayerNorm(d) if cfg.decoder_normalize_before else None
-        self.tags = HexatagEmbedding(d) if self.parts else None
+        self.tags, self.pathway_tags = build_tag_tables(self.parts, d, str(getattr(cfg, "sipe_tag_tables", "shared")))
         attach_injections([layer.attn for layer in self.layers], [p for p in self.parts if p != "input"], d,
                           sharing=str(cfg.sipe_projection_sharing), target=str(cfg.sipe_projection_target),
                           first_layer=cfg.sipe_first_layer, init_std=cfg.sipe_proj_init_std)
@@ -107,18 +108,21 @@ class SiPEDecoder(FairseqIncrementalDecoder):
             if terminals.shape != tokens.shape or nonterminals.shape != tokens.shape:
                 raise ValueError(f"tag shapes {tuple(terminals.shape)}/{tuple(nonterminals.shape)} differ from tokens {tuple(tokens.shape)}")
             cls = tag_pair_classes(terminals, nonterminals)
-            tag_ctx = TagContext(cls=cls, table=self.tags.class_table())
+            tag_ctx = tag_context(cls, self.tags, self.pathway_tags)
             if "input" in self.parts:
                 x = x + F.embedding(cls, tag_ctx.table)  # Eq. 4 (m_p = 0 rows are zero)
         x = F.dropout(x * self.embed_scale, self.cfg.dropout, self.training)
-        inner, attn = [x], None
+        inner, attn, layer_attn = [x], None, []
         for layer in self.layers:
             x, attn = layer(x, tag_ctx, causal=True, need_weights=need_attn)
+            layer_attn.append(attn)
             if return_all_hiddens:
                 inner.append(x)
         if self.final_norm is not None:
             x = self.final_norm(x)
         extra = {"attn": [attn], "inner_states": inner}
+        if need_attn:  # every layer's (B, H, T, T) probabilities, lowest first (appendix C averages them)
+            extra["attn_layers"] = layer_attn
         if self.terminal_head is not None:
             extra["terminal_logits"] = self.terminal_head(x)
             extra["nonterminal_logits"] = self.nonterminal_head(x)

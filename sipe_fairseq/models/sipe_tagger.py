@@ -126,10 +126,10 @@ class SiPETaggerModel(BaseFairseqModel):
 
     def load_encoder(self, init: encoder_init.EncoderInit) -> None:
         """Copy the checkpoint's encoder weights into the body; log loaded / new / dropped / inert."""
-        own = self.encoder.state_dict(prefix="encoder.")
         state = dict(init.state)
-        if self.spec["kind"] == "roberta":  # fairseq's key upgrades of older TransformerEncoder checkpoints
-            self.encoder.upgrade_state_dict_named(state, "encoder")
+        # fairseq's key upgrades of older TransformerEncoder checkpoints; a sipe_deberta's old relative table
+        self.encoder.upgrade_state_dict_named(state, "encoder")
+        own = self.encoder.state_dict(prefix="encoder.")
         missing = [k for k in own if k not in state]
         wrong = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
                  if k in state and state[k].shape != v.shape]

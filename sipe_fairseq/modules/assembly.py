@@ -1,12 +1,18 @@
 """Turn an ``--sipe-injection`` spec into hooks on a stack of :class:`SiPEAttention` layers."""
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
+import torch
 import torch.nn as nn
 
-from .injections import AttentionBias, DisentangledBias, PositionCoupling, RotaryPhase, TagProjection
+from .injections import AttentionBias, DisentangledBias, PositionCoupling, RotaryPhase, TagContext, TagProjection
+from .tag_embedding import HexatagEmbedding
 
 PARTS = ("input", "position", "disentangled", "attention-bias")
 INJECTION_CHOICES = ("none", "input", "position", "disentangled", "attention-bias", "input+attention-bias", "position+attention-bias")
+
+# --sipe-tag-tables: one E^T, E^N pair read by every pathway of a combined injection (the default,
+# as trained so far), or one pair per pathway (appendix B: "7d parameters per pathway").
+TAG_TABLE_CHOICES = ("shared", "per-pathway")
 
 # Paper defaults (appendix A.2-A.4): every projection per layer; position -> d_model,
 # disentangled -> d_head, attention bias -> d_model (Eq. 8-9 select head n's block).
@@ -64,3 +70,26 @@ def attach_injections(attentions: Sequence[nn.Module], parts: Sequence[str], tag
                 attn.injections.append(AttentionBias(projection("attention-bias.k", attn, target, init_std),
                                                      projection("attention-bias.v", attn, target, init_std)))
     return shared
+
+
+def build_tag_tables(parts: Sequence[str], dim: int, mode: str = "shared",
+                     init: str = "normal") -> Tuple[Optional[HexatagEmbedding], nn.ModuleDict]:
+    """The tag tables of an injection: ``(tags, per_pathway)``. ``tags`` serves the first part (and
+    every part when ``mode="shared"``); with ``per-pathway`` each further part gets its own table in
+    ``per_pathway`` (keyed by part), so a model has 7d tag parameters per pathway. No parts: no table."""
+    if mode not in TAG_TABLE_CHOICES:
+        raise ValueError(f"--sipe-tag-tables must be one of {TAG_TABLE_CHOICES}, got {mode!r}")
+    extra = nn.ModuleDict()
+    if not parts:
+        return None, extra
+    tags = HexatagEmbedding(dim, init=init)
+    if mode == "per-pathway":
+        for part in parts[1:]:
+            extra[part] = HexatagEmbedding(dim, init=init)
+    return tags, extra
+
+
+def tag_context(cls: torch.Tensor, tags: HexatagEmbedding, per_pathway: nn.ModuleDict) -> TagContext:
+    """The :class:`TagContext` of one forward: the shared class table and each own pathway table."""
+    tables = {part: emb.class_table() for part, emb in per_pathway.items()} or None
+    return TagContext(cls=cls, table=tags.class_table(), tables=tables)

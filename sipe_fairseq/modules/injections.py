@@ -16,7 +16,7 @@ softmax(A~) V_tag (Eq. 9) at O(T * d_head) instead of a second O(T^2 * d_head) m
 A new injection only needs a subclass that returns tensors from the hooks it uses.
 """
 from dataclasses import dataclass
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 import torch.nn as nn
@@ -25,10 +25,17 @@ import torch.nn.functional as F
 
 @dataclass
 class TagContext:
-    """What the hooks see: class ids per position (B, T) and the (11, d) class table."""
+    """What the hooks see: class ids per position (B, T) and the (11, d) class table; ``tables``
+    holds the class tables of pathways that have their own tag table (``--sipe-tag-tables
+    per-pathway``, appendix B's "7d parameters per pathway"), keyed by injection part."""
 
     cls: torch.Tensor
     table: torch.Tensor
+    tables: Optional[Dict[str, torch.Tensor]] = None
+
+    def for_pathway(self, part: str) -> torch.Tensor:
+        """The class table the ``part`` pathway reads (its own, else the shared one)."""
+        return self.tables[part] if self.tables and part in self.tables else self.table
 
 
 class TagProjection(nn.Module):
@@ -91,7 +98,10 @@ def per_position(proj: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
 
 
 class Injection(nn.Module):
-    """Base class: every hook returns ``None`` (no effect) unless overridden."""
+    """Base class: every hook returns ``None`` (no effect) unless overridden. ``pathway``: the
+    ``--sipe-injection`` part the hook implements (it reads that pathway's tag table)."""
+
+    pathway = ""
 
     def position_scale(self, q: torch.Tensor, q_pos: torch.Tensor, tags: TagContext, scale: float):
         """Per-class gate c, (B, H, T, 11): BD_ij is scaled by 1 + c[i, cls_j]."""
@@ -112,50 +122,58 @@ class Injection(nn.Module):
 class PositionCoupling(Injection):
     """PP-SiPE, Eq. 5-6: c_ij = <q_i + v, [W_E e_j]_n> / sqrt(d_head);  A~ = AC + (1 + c) BD."""
 
+    pathway = "position"
+
     def __init__(self, projection: TagProjection):
         super().__init__()
         self.projection = projection
 
     def position_scale(self, q, q_pos, tags, scale):
-        return per_class_scores(q_pos, self.projection(tags.table), scale)
+        return per_class_scores(q_pos, self.projection(tags.for_pathway(self.pathway)), scale)
 
 
 class DisentangledBias(Injection):
     """Eq. 7: A~ = AC + BD + c, with the same c as Eq. 5 (effective query q + v)."""
+
+    pathway = "disentangled"
 
     def __init__(self, projection: TagProjection):
         super().__init__()
         self.projection = projection
 
     def score_bias(self, q, q_pos, tags, scale):
-        return per_class_scores(q_pos, self.projection(tags.table), scale)
+        return per_class_scores(q_pos, self.projection(tags.for_pathway(self.pathway)), scale)
 
 
 class AttentionBias(Injection):
     """Eq. 8-9 (after Shaw et al.): key bias <q_i, [W_K e_j]_n> / sqrt(d_head) on the logit, from
     the plain query; value bias [W_V e_j]_n added to the attended output."""
 
+    pathway = "attention-bias"
+
     def __init__(self, key_projection: TagProjection, value_projection: TagProjection):
         super().__init__()
         self.key_projection, self.value_projection = key_projection, value_projection
 
     def score_bias(self, q, q_pos, tags, scale):
-        return per_class_scores(q, self.key_projection(tags.table), scale)
+        return per_class_scores(q, self.key_projection(tags.for_pathway(self.pathway)), scale)
 
     def value_offset(self, tags):
-        return per_position(self.value_projection(tags.table), tags.cls)  # (B, H, T, d_head)
+        return per_position(self.value_projection(tags.for_pathway(self.pathway)), tags.cls)  # (B, H, T, d_head)
 
 
 class RotaryPhase(Injection):
     """Eq. 14-16: delta_theta_p = W_delta e_p, a per-frequency phase added to the rotary angle of
     both query and key at p. W_delta starts at zero, so the model starts as plain RoPE."""
 
+    pathway = "position"
+
     def __init__(self, projection: TagProjection):
         super().__init__()
         self.projection = projection
 
     def rotary_phase(self, tags):
-        proj = self.projection(tags.table)
+        proj = self.projection(tags.for_pathway(self.pathway))
         if self.projection.target == "d_head":  # one phase shared by all heads: broadcast, do not copy per head
             proj = proj[:, :1]
         return per_position(proj, tags.cls)  # (B, H or 1, T, d_head/2)

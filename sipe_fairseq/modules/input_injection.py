@@ -20,8 +20,12 @@ ADD_DNT_ALPHA             alpha x + (1 - alpha)(dr + n)           dr, n
 CONCAT_POS_DNT            W [x; dr; n]                            dr, n
 ========================  =====================================  =====================
 
-W is a learned (k+1) D -> D projection, initialized as [I 0 .. 0] so training starts from the
-un-fused embedding; alpha is one learned scalar (its initial value is an option: Table 10 uses
+W is a learned (k+1) D -> D projection, initialized as [I 0 .. 0] (the prior blocks exactly zero), so
+x' = x at initialization and training starts from the un-fused embedding; the prior blocks, and
+through them the tag tables, learn from the first update on (d loss / d W_prior = g p^T != 0). The
+paper (Table 9, Table 12) only says "a learned linear down-projection" and names no initialization;
+starting as the un-fused model is our choice, in line with its identity-at-initialization variants
+(appendix A.5, A.6). alpha is one learned scalar (its initial value is an option: Table 10 uses
 0.1, 0.5, 0.9).
 """
 from typing import Dict, Optional, Tuple
@@ -64,10 +68,9 @@ class InputFusion(nn.Module):
         if self.mode == "concat":
             k = len(self.components)
             self.proj = nn.Linear((k + 1) * dim, dim, bias=False)
-            with torch.no_grad():
+            with torch.no_grad():  # W = [I 0 .. 0]: x' = x at initialization
                 self.proj.weight.zero_()
                 self.proj.weight[:, :dim].copy_(torch.eye(dim))
-                nn.init.normal_(self.proj.weight[:, dim:], std=dim ** -0.5 / k)
         elif self.mode == "alpha":
             if not 0.0 <= alpha_init <= 1.0:
                 raise ValueError(f"alpha init must be in [0, 1], got {alpha_init}")

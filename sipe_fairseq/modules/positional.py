@@ -74,15 +74,20 @@ class Rotary(nn.Module):
 
 
 def log_bucket(rel: torch.Tensor, buckets: int, max_distance: int) -> torch.Tensor:
-    """DeBERTa-v3's log-bucketed signed offset: offsets with |rel| < buckets/2 keep their value,
-    larger ones are compressed logarithmically so that ``max_distance`` maps near ``buckets/2``
-    (paper footnote 9). Returns integers in about [-buckets/2, buckets/2]."""
+    """DeBERTa-v3's log-bucketed signed offset (paper footnote 9): with mid = buckets/2, offsets
+    with |rel| <= mid keep their value, larger ones become sign(rel) * (mid + ceil(log(|rel|/mid) /
+    log((max_distance-1)/mid) * (mid-1))), so that ``max_distance - 1`` maps to ``buckets - 1``.
+    Returns integers in [-(buckets-1), buckets-1] for |rel| < max_distance (larger offsets go on
+    growing; :class:`DisentangledPosition` clamps them to its table)."""
     mid = buckets // 2
     sign = torch.sign(rel)
     dist = rel.abs()
     far = dist.clamp(min=mid).float()  # only used where dist > mid
     log_pos = torch.ceil(torch.log(far / mid) / math.log((max_distance - 1) / mid) * (mid - 1)).long() + mid
     return torch.where(dist <= mid, rel, log_pos * sign)
+
+
+RELATIVE_LAYOUTS = ("deberta", "legacy")
 
 
 def skew(x: torch.Tensor) -> torch.Tensor:
@@ -96,20 +101,41 @@ def skew(x: torch.Tensor) -> torch.Tensor:
 
 
 class DisentangledPosition(nn.Module):
-    """DeBERTa-v3's relative-position table (Eq. 10, 18): ``2 * (buckets/2)`` learned rows
-    r_delta, layer-normed, shared by all layers (each layer projects them with its own W_Q, W_K).
-    ``forward(T)`` returns the rows for offsets ``T-1 .. -(T-1)``: (2T-1, C)."""
+    """DeBERTa-v3's relative-position table (Eq. 10, 18): learned rows r_delta, layer-normed, shared
+    by all layers (each layer projects them with its own W_Q, W_K). ``forward(T)`` returns the rows
+    for offsets ``T-1 .. -(T-1)``: (2T-1, C).
 
-    def __init__(self, embed_dim: int, buckets: int = 256, max_distance: int = 512):
+    ``layout="deberta"`` (DeBERTa-v3, position_buckets=256): attention span = ``buckets``, a table of
+    ``2 * buckets`` rows, row ``log_bucket(delta) + buckets`` (clamped to the table), so offsets up
+    to ``max_distance - 1`` each reach a row, exact up to ``buckets/2`` and log-compressed beyond.
+    ``layout="legacy"``: the table of ``buckets`` rows (span ``buckets/2``) that sipe_fairseq used
+    before; every offset beyond ``buckets/2 - 1`` shares the last row. Kept only to load old
+    checkpoints (:meth:`layout_of_rows` tells the two apart from the table's size)."""
+
+    def __init__(self, embed_dim: int, buckets: int = 256, max_distance: int = 512, layout: str = "deberta"):
         super().__init__()
         if buckets < 4 or buckets % 2:
             raise ValueError(f"relative buckets must be an even number >= 4, got {buckets}")
-        self.buckets, self.max_distance = buckets, max_distance
-        self.span = buckets // 2
+        if layout not in RELATIVE_LAYOUTS:
+            raise ValueError(f"relative table layout must be one of {RELATIVE_LAYOUTS}, got {layout!r}")
+        self.buckets, self.max_distance, self.layout = buckets, max_distance, layout
+        self.span = buckets if layout == "deberta" else buckets // 2
         self.table = nn.Embedding(2 * self.span, embed_dim)
         self.norm = nn.LayerNorm(embed_dim)
 
+    @staticmethod
+    def layout_of_rows(rows: int, buckets: int) -> str:
+        """The layout whose table has ``rows`` rows for ``buckets`` buckets (ValueError if none)."""
+        for layout, n in (("deberta", 2 * buckets), ("legacy", 2 * (buckets // 2))):
+            if rows == n:
+                return layout
+        raise ValueError(f"a relative table of {rows} rows fits no layout for {buckets} buckets "
+                         f"(deberta: {2 * buckets}, legacy: {2 * (buckets // 2)})")
+
+    def indices(self, offsets: torch.Tensor) -> torch.Tensor:
+        """Table rows of signed offsets i - j."""
+        return (log_bucket(offsets, self.buckets, self.max_distance) + self.span).clamp(0, 2 * self.span - 1)
+
     def forward(self, t: int, device=None) -> torch.Tensor:
         offsets = torch.arange(t - 1, -t, -1, device=device)
-        idx = (log_bucket(offsets, self.buckets, self.max_distance) + self.span).clamp(0, 2 * self.span - 1)
-        return self.norm(self.table(idx))
+        return self.norm(self.table(self.indices(offsets)))
