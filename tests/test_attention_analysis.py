@@ -17,7 +17,7 @@ from sipe_fairseq.hexatag.conllu_io import read_conllu  # noqa: E402
 from sipe_fairseq.models.sipe_encoder import SiPEDebertaConfig, SiPEDebertaModel, SiPEEncoder  # noqa: E402
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel  # noqa: E402
 from sipe_fairseq.modules.assembly import tag_context  # noqa: E402
-from sipe_fairseq.modules.tag_embedding import tag_classes  # noqa: E402
+from sipe_fairseq.modules.tag_embedding import tag_pair_classes  # noqa: E402
 
 WORDS = ["she", "watches", "funny", "videos", "and", "reads", "books", "."]
 CONLLU = """# text = she watches funny videos
@@ -94,7 +94,7 @@ def test_averaged_map_equals_independent_layer_by_layer_forward(data_dir, kind):
         _, extra = model(tokens, src_terminals=terms, src_nonterminals=nts, need_attn=True)
         # independent forward: the embedding, then each layer's attention and block called by hand
         net = model.decoder if kind == "decoder" else model.encoder
-        ctx = tag_context(tag_classes(terms, nts), net.tags, net.pathway_tags)
+        ctx = tag_context(tag_pair_classes(terms, nts), net.tags, net.pathway_tags)
         if kind == "decoder":
             x, kw = net.embed_tokens(tokens) * net.embed_scale, {"causal": True}
         else:

@@ -11,7 +11,7 @@ import torch
 
 from sipe_fairseq.cli.preprocess import main
 from sipe_fairseq.data.preprocess import PreprocessOptions, preprocess
-from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG, NOTAG_ID, load_tag_dictionary, tag_classes
+from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG, NOTAG_ID, load_tag_dictionary, tag_names
 from sipe_fairseq.data.tag_streams import load_tag_streams
 from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS, encode_tree, read_conllu
 
@@ -92,8 +92,8 @@ def test_end_to_end(built):
     assert manifest["splits"]["valid"]["unk_tokens"] >= 1  # "ü" never seen in train
     for kind in ("terminal", "nonterminal"):
         d = load_tag_dictionary(str(dest / f"dict.{kind}.txt"))
-        assert d.index(NOTAG) == NOTAG_ID and [d.index(t) for t in tag_classes(kind)] == list(
-            range(FIRST_TAG_ID, FIRST_TAG_ID + len(tag_classes(kind))))
+        assert d.index(NOTAG) == NOTAG_ID and [d.index(t) for t in tag_names(kind)] == list(
+            range(FIRST_TAG_ID, FIRST_TAG_ID + len(tag_names(kind))))
     tok, streams = _load(dest, "train")
     assert len(tok) == 6 and all(len(streams[k][i]) == len(tok[i]) for k in streams for i in range(6))
 

@@ -13,9 +13,9 @@ import torch
 
 from ..hexatag import encode_tree
 from .preprocess import clean_word, segment_words
-from .tag_dictionary import FIRST_TAG_ID, NOTAG_ID, TAG_KINDS, tag_classes
+from .tag_dictionary import FIRST_TAG_ID, NOTAG_ID, TAG_KINDS, tag_names
 
-_TAG_IDS = {kind: {t: FIRST_TAG_ID + i for i, t in enumerate(tag_classes(kind))} for kind in TAG_KINDS}
+_TAG_IDS = {kind: {t: FIRST_TAG_ID + i for i, t in enumerate(tag_names(kind))} for kind in TAG_KINDS}
 
 
 class SentenceEncoder:

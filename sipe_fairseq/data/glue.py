@@ -39,7 +39,7 @@ import numpy as np
 
 from ..hexatag import HexatagError, encode_tree
 from ..parsing import ParseError, parse_each, split_words, tree_source_stats
-from .tag_dictionary import FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_tag_dictionary, tag_classes
+from .tag_dictionary import FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_tag_dictionary, tag_names
 from .writers import sha256_file, write_manifest, write_streams, write_text
 
 logger = logging.getLogger(__name__)
@@ -374,7 +374,7 @@ def write_glue_vocabulary(opts: GluePreprocessOptions, task: GlueTask, data: Dic
     train_enc = [enc.encoded[t] for t in chain.from_iterable(enc.texts.get("train", []))]
     for kind in TAG_KINDS:
         ids = Counter(chain.from_iterable(getattr(e, kind).tolist() for e in train_enc))
-        counts = {c: ids.get(FIRST_TAG_ID + i, 0) for i, c in enumerate(tag_classes(kind))}
+        counts = {c: ids.get(FIRST_TAG_ID + i, 0) for i, c in enumerate(tag_names(kind))}
         counts[NOTAG] = ids.get(NOTAG_ID, 0)
         d = build_tag_dictionary(kind, counts)
         for key in inputs:
@@ -398,7 +398,7 @@ def write_glue_split(opts: GluePreprocessOptions, task: GlueTask, split: str, d:
         sizes = np.array([len(e.tokens) for e in sents], dtype=np.int64)
         cat = lambda attr: np.concatenate([getattr(e, attr) for e in sents]) if sents else np.zeros(0, np.int64)  # noqa: E731
         streams = {"": (cat("tokens"), vocab)}
-        streams.update({f".{kind}": (cat(kind), FIRST_TAG_ID + len(tag_classes(kind))) for kind in TAG_KINDS})
+        streams.update({f".{kind}": (cat(kind), FIRST_TAG_ID + len(tag_names(kind))) for kind in TAG_KINDS})
         write_streams(os.path.join(opts.destdir, key, split), sizes, streams)
         st["sentences"] += len(sents)
         st["tokens"] += int(sizes.sum())

@@ -90,7 +90,7 @@ from ..parsing import DEFAULT_BACKEND, resolve_parser
 from ..parsing.line_tagger import LineTagger, conllu_block, read_lines
 from .tag_dictionary import (
     FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_label_dictionary, build_tag_dictionary, load_tag_dictionary,
-    tag_classes,
+    tag_names,
 )
 from .writers import sha256_file, tool_versions, write_manifest, write_streams, write_text
 
@@ -103,7 +103,7 @@ DOCUMENT_MODES = ("none", "blank-lines", "wikitext")
 WIKITEXT_HEADING = re.compile(r"^\s*(?:=\s+)+\S.*?(?:\s+=)+\s*$")  # " = Title = ", " = = Section = = "
 WIKITEXT_TITLE = re.compile(r"^\s*=\s+[^=\s].*?\s+=\s*$")  # a top-level title: one "=" on each side
 _WS = re.compile(r"\s")  # the same notion of whitespace as fairseq's tokenize_line and str.split
-_TAG_IDS = {kind: {t: FIRST_TAG_ID + i for i, t in enumerate(tag_classes(kind))} for kind in TAG_KINDS}
+_TAG_IDS = {kind: {t: FIRST_TAG_ID + i for i, t in enumerate(tag_names(kind))} for kind in TAG_KINDS}
 
 
 class PreprocessError(RuntimeError):
@@ -474,7 +474,7 @@ def _tag_dictionaries(opts: PreprocessOptions, train: SplitData, pieces: Dict[st
     train_notag = sum(len(pieces[w]) for w in chain.from_iterable(train.words)) + len(train.words) - n_words
     dicts = {}
     for kind in TAG_KINDS:
-        counts = Counter(tag_classes(kind)[i - FIRST_TAG_ID] for i in chain.from_iterable(getattr(train, kind)))
+        counts = Counter(tag_names(kind)[i - FIRST_TAG_ID] for i in chain.from_iterable(getattr(train, kind)))
         counts[NOTAG] = train_notag
         dicts[kind] = build_tag_dictionary(kind, counts)
     deprel_src = os.path.join(os.path.dirname(os.path.abspath(opts.srcdict)), "dict.deprel.txt") if opts.srcdict else None

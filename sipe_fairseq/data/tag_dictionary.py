@@ -33,7 +33,7 @@ N_NONTERMINALS = len(NONTERMINALS)  # 5: the non-terminal head's classes
 TAG_HEADS: Tuple[Tuple[str, int], ...] = (("terminal", N_TERMINALS), ("nonterminal", N_NONTERMINALS))
 
 
-def tag_classes(kind: str) -> Tuple[str, ...]:
+def tag_names(kind: str) -> Tuple[str, ...]:
     """The tag strings of ``kind`` ("terminal" or "nonterminal") in id order."""
     try:
         return tuple(_CLASSES[kind])
@@ -45,7 +45,7 @@ def build_tag_dictionary(kind: str, counts: Optional[Mapping[str, int]] = None) 
     """Dictionary for ``kind`` in the fixed layout; ``counts`` (tag or NOTAG -> n) only sets counts."""
     counts = counts or {}
     d = Dictionary()
-    for sym in (NOTAG,) + tag_classes(kind):
+    for sym in (NOTAG,) + tag_names(kind):
         d.add_symbol(sym, n=int(counts.get(sym, 0)))
     return d
 
@@ -79,7 +79,7 @@ def load_tag_dictionary(path: str, kind: Optional[str] = None) -> Dictionary:
     found = tuple(d.symbols[: FIRST_TAG_ID])
     expected = ("<s>", "<pad>", "</s>", "<unk>", NOTAG)
     if kind in _CLASSES:
-        found, expected = tuple(d.symbols), expected + tag_classes(kind)
+        found, expected = tuple(d.symbols), expected + tag_names(kind)
     if found != expected:
         raise ValueError(
             f"{path}: not a {kind or 'tag'} dictionary in SiPE layout: expected symbols {list(expected)}, "

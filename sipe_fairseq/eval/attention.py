@@ -113,7 +113,7 @@ def sentence_attention(model, tokens: torch.Tensor, terms: torch.Tensor, nts: to
     """The (L, L) layer- and head-averaged attention of one encoded sentence (tokens ending in
     ``</s>``), fed as the scorers feed it; ``x_1`` sits at position 1 for either model kind."""
     from ..data.tag_dictionary import NOTAG_ID
-    from .lm_scores import accepts_tags
+    from .scoring import accepts_tags
 
     model.eval()
     if _is_encoder(model):  # <s> x_1 .. x_n </s>

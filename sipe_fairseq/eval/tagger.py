@@ -26,12 +26,12 @@ logger = logging.getLogger(__name__)
 
 def evaluate(model, task, split: str, batch_size: int = 64) -> dict:
     """UAS / exact match (constrained decoding) and unconstrained tag accuracies on ``split``."""
-    from ..data.tag_dictionary import FIRST_TAG_ID, tag_classes
+    from ..data.tag_dictionary import FIRST_TAG_ID, tag_names
 
     task.load_dataset(split)
     ds = task.datasets[split]
     pad = task.source_dictionary.pad()
-    terms, nts = tag_classes("terminal"), tag_classes("nonterminal")
+    terms, nts = tag_names("terminal"), tag_names("nonterminal")
     n_words = correct = exact = n_sent = 0
     for i in range(0, len(ds), batch_size):
         items = [ds[j] for j in range(i, min(i + batch_size, len(ds)))]
