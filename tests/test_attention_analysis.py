@@ -171,10 +171,11 @@ def test_corpus_analysis_decoder_and_encoder(data_dir, tmp_path):
 
 
 def test_cli_bad_input_exits_2(data_dir, tmp_path):
+    from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS
     from sipe_fairseq.cli.eval import main
 
     args = ["attention", "--data", str(data_dir), "--conllu", str(data_dir / "corpus.conllu")]
-    assert main(args + ["--path", str(tmp_path / "missing.pt")]) == 2
+    assert main(args + ["--path", str(tmp_path / "missing.pt")]) == CHECKPOINT_EXIT_STATUS  # 3, as every sipe-* command
     bad = tmp_path / "bad.conllu"
     bad.write_text("1\tx\t_\t_\t_\t_\tz\tnsubj\t_\t_\n", encoding="utf-8")
     assert main(["attention", "--data", str(data_dir), "--conllu", str(bad), "--path", str(bad)]) == 2

@@ -287,9 +287,9 @@ def layer_info(cfg) -> dict:
 
 def checkpoint_layer_info(path: str) -> dict:
     """:func:`layer_info` of a checkpoint's saved model config (no model is built)."""
-    from fairseq import checkpoint_utils
+    from ..checkpoints import read_checkpoint
 
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    state = read_checkpoint(path)
     cfg = (state.get("cfg") or {}).get("model") if state.get("cfg") is not None else None
     return layer_info(cfg if cfg is not None else state.get("args"))
 
