@@ -74,8 +74,10 @@ class SiPEDecoder(FairseqIncrementalDecoder):
     What is cached, under this decoder's keys of ``incremental_state``: per layer ``layer{i}``,
     the attention's keys and values of every cached position (see
     :meth:`SiPEAttention._cached_forward`: rotary keys already rotated with their tag phase, values
-    with their Eq. 9 offset; plus W_R r per distance for relative attention), and ``tags`` -> the
-    class ids (B, S) of the cached positions, which the new queries' class terms (Eq. 5-8) look up.
+    with their Eq. 9 offset; plus W_R r per distance for relative attention), ``tags`` -> the
+    class ids (B, S) of the cached positions, which the new queries' class terms (Eq. 5-8) look up,
+    and ``tables`` -> the class table and its per-layer projections (weights only: a state is only
+    valid for the weights it was built with, as are its keys and values).
     :meth:`reorder_incremental_state` (or fairseq's ``reorder_incremental_state_scripting``)
     selects batch rows by ``new_order``, which may repeat rows (one cache per beam hypothesis).
     """
@@ -132,7 +134,7 @@ class SiPEDecoder(FairseqIncrementalDecoder):
             cls = tag_classes(terminals, nonterminals)
             if incremental_state is not None:
                 self._check_cached_tags(incremental_state, cls, start)
-            tag_ctx = TagContext(cls=cls, table=self.tags.class_table())
+            tag_ctx = self._tag_context(cls, incremental_state)
             if "input" in self.parts:
                 x = x + F.embedding(cls[:, start:], tag_ctx.table)  # Eq. 4 (m_p = 0 rows are zero)
         x = F.dropout(x * self.embed_scale, self.cfg.dropout, self.training)
@@ -179,6 +181,15 @@ class SiPEDecoder(FairseqIncrementalDecoder):
             raise ValueError("incremental decoding: the tags of the cached prefix changed; start a new "
                              "incremental_state to rescore a prefix with other tags")
         self.set_incremental_state(incremental_state, "tags", {"cls": cls})
+
+    def _tag_context(self, cls, incremental_state):
+        if incremental_state is None:
+            return TagContext(cls=cls, table=self.tags.class_table())
+        memo = self.get_incremental_state(incremental_state, "tables")  # weight-only tables, kept across steps
+        if memo is None:
+            memo = {"class_table": self.tags.class_table()}
+            self.set_incremental_state(incremental_state, "tables", memo)
+        return TagContext(cls=cls, table=memo["class_table"], memo=memo)
 
     def reorder_incremental_state(self, incremental_state, new_order):
         """Keep batch rows ``new_order`` of every cache (repeats duplicate a hypothesis)."""

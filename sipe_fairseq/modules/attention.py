@@ -50,6 +50,14 @@ def _softmax(scores: torch.Tensor) -> torch.Tensor:
     return F.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(scores.dtype)
 
 
+def _total(terms):
+    """Sum of a non-empty list of tensors (no ``0 +`` op for one term)."""
+    out = terms[0]
+    for t in terms[1:]:
+        out = out + t
+    return out
+
+
 class SiPEAttention(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, position: str = "relative", bias: bool = False,
                  window: int = 0, rotary_base: float = 10000.0):
@@ -168,7 +176,7 @@ class SiPEAttention(nn.Module):
         hooks = list(self.injections) if tags is not None else []
         if hooks and tags.cls.size(1) != n:
             raise ValueError(f"incremental attention: tags for {tags.cls.size(1)} positions, expected {s} cached + {k} new")
-        new_tags = TagContext(cls=tags.cls[:, s:], table=tags.table) if hooks else None
+        new_tags = TagContext(cls=tags.cls[:, s:], table=tags.table, memo=tags.memo) if hooks else None
         key_cls = tags.cls[:, None, None, :].expand(b, self.num_heads, k, n) if hooks else None  # c_ij = table[i, cls_j]
 
         if self.rotary is not None:  # absolute positions S .. S+k-1
@@ -180,7 +188,7 @@ class SiPEAttention(nn.Module):
             q, k_new = Rotary.rotate(q, angles), Rotary.rotate(k_new, angles)
         offsets = [o for o in (inj.value_offset(new_tags) for inj in hooks) if o is not None]
         if offsets:  # Eq. 9, by linearity on the values (as the full forward)
-            v = v + sum(offsets).to(v.dtype)
+            v = v + _total(offsets).to(v.dtype)
         keys = k_new if past is None else torch.cat([past, k_new], dim=2)
         values = v if past is None else torch.cat([cache["v"], v], dim=2)
         cache["k"], cache["v"] = keys, values
@@ -195,15 +203,18 @@ class SiPEAttention(nn.Module):
                 r = self.relative.keys(max(n, 2 * (0 if r is None else r.size(1)), 64), q.dtype, x.device).flip(1)
                 cache["r"] = r
             by_distance = torch.matmul(q_pos * self.scale, r[:, :n].transpose(-1, -2))  # column m: distance m
-            dist = (torch.arange(s, n, device=x.device)[:, None] - torch.arange(n, device=x.device)[None, :]).clamp_(min=0)
-            bd = by_distance.gather(-1, dist.expand(b, self.num_heads, k, n))  # BD (Eq. 3); j > i masked below
+            if k == 1:  # the one query is the last position: distance n-1-j for key j
+                bd = by_distance.flip(-1)  # BD (Eq. 3)
+            else:
+                dist = (torch.arange(s, n, device=x.device)[:, None] - torch.arange(n, device=x.device)[None, :]).clamp_(min=0)
+                bd = by_distance.gather(-1, dist.expand(b, self.num_heads, k, n))  # BD (Eq. 3); j > i masked below
             gates = [g for g in (inj.position_scale(q, q_pos, new_tags, self.scale) for inj in hooks) if g is not None]
             if gates:  # (1 + c) BD, c_ij = gate[i, cls_j] (Eq. 5-6)
-                bd = bd + bd * sum(gates).gather(-1, key_cls)
+                bd = torch.addcmul(bd, bd, _total(gates).gather(-1, key_cls))
             scores = scores + bd
         biases = [e for e in (inj.score_bias(q, q_pos, new_tags, self.scale) for inj in hooks) if e is not None]
         if biases:  # Eq. 7, 8: bias[i, cls_j]
-            scores = scores + sum(biases).gather(-1, key_cls)
+            scores = scores + _total(biases).gather(-1, key_cls)
         if k > 1:  # the new rows among themselves: query S+a sees keys j <= S+a
             future = torch.ones(k, n, dtype=torch.bool, device=x.device).triu_(s + 1)
             scores = scores.masked_fill(future, float("-inf"))
