@@ -15,8 +15,8 @@ Every model is built once in this process and every round runs every configurati
 rotated each round, so machine load hits all alike; reported ratios are medians over rounds of the
 per-round ratio (cached/uncached speed-up: of the same configuration; injection: to ``none`` of the
 same family and batch size). Times are this process's CPU time (one thread: robust to other
-processes' load on a shared machine), wall-clock ratios in brackets as a cross-check. Targets (issue 12): speed-up >= 5x at 256 tokens; every injection's
-cached tokens/s >= 0.8x ``none``.
+processes' load on a shared machine), wall-clock ratios in brackets as a cross-check. Targets
+(issue 12): speed-up >= 5x at 256 tokens; every injection's cached tokens/s >= 0.8x ``none``.
 """
 import argparse
 import statistics
@@ -53,9 +53,9 @@ def build(family, injection, a, dictionary):
         return SiPETransformerLanguageModel.build_model(ns, task).decoder.eval()
     from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPERopeConfig
     config = SiPERopeConfig if family == "sipe_rope" else SiPEDecoderConfig
-    cfg = config(decoder_embed_dim=a.embed_dim, decoder_ffn_embed_dim=a.ffn, decoder_layers=a.layers, decoder_attention_heads=a.heads,
-                 dropout=0.0, sipe_injection=injection, sipe_tag_heads="on", tokens_per_sample=a.tokens + 8,
-                 max_target_positions=a.tokens + 8)
+    cfg = config(decoder_embed_dim=a.embed_dim, decoder_ffn_embed_dim=a.ffn, decoder_layers=a.layers,
+                 decoder_attention_heads=a.heads, dropout=0.0, sipe_injection=injection, sipe_tag_heads="on",
+                 tokens_per_sample=a.tokens + 8, max_target_positions=a.tokens + 8)
     return SiPEDecoder(cfg, dictionary).eval()
 
 

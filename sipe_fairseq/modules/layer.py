@@ -40,7 +40,8 @@ class SiPETransformerLayer(nn.Module):
             h = self.activation(h)
         return self.fc2(F.dropout(h, self.activation_dropout, self.training))
 
-    def forward(self, x, tags=None, causal=True, key_padding_mask=None, need_weights=False, rel=None, skip_extra=None, cache=None):
+    def forward(self, x, tags=None, causal=True, key_padding_mask=None, need_weights=False, rel=None, skip_extra=None,
+                cache=None):
         """``skip_extra`` (B, T, C) is added on the attention sublayer's skip branch only (Table 12's
         residual strategy: h = LN(x + extra + Attn(x))); ``cache``: the attention's incremental
         decoding state (``x`` then holds the new positions only, see :class:`SiPEAttention`)."""
