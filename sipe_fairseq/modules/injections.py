@@ -27,15 +27,39 @@ import torch.nn.functional as F
 class TagContext:
     """What the hooks see: class ids per position (B, T) and the (11, d) class table; ``tables``
     holds the class tables of pathways that have their own tag table (``--sipe-tag-tables
-    per-pathway``, appendix B's "7d parameters per pathway"), keyed by injection part."""
+    per-pathway``, appendix B's "7d parameters per pathway"), keyed by injection part.
+
+    ``memo`` (incremental decoding): a dict kept across decoding steps, in which :meth:`project`
+    keeps each projection's (11, H, d) table -- it depends on the weights only, and for one new
+    token it costs more than the token's own projections."""
 
     cls: torch.Tensor
     table: torch.Tensor
     tables: Optional[Dict[str, torch.Tensor]] = None
+    memo: Optional[Dict[str, torch.Tensor]] = None
 
-    def for_pathway(self, part: str) -> torch.Tensor:
+    def for_pathway(self, part: Optional[str]) -> torch.Tensor:
         """The class table the ``part`` pathway reads (its own, else the shared one)."""
         return self.tables[part] if self.tables and part in self.tables else self.table
+
+    def project(self, projection: nn.Module, part: Optional[str] = None) -> torch.Tensor:
+        """``projection(table of part)``, memoized when ``memo`` is set (a projection belongs to one pathway)."""
+        if self.memo is None:
+            return projection(self.for_pathway(part))
+        key = f"proj{id(projection)}"
+        if key not in self.memo:
+            self.memo[key] = projection(self.for_pathway(part))
+        return self.memo[key]
+
+    def per_class(self, query: torch.Tensor, projection: nn.Module, scale: float, part: Optional[str] = None) -> torch.Tensor:
+        """``per_class_scores(query, projection(table of part), scale)``; with ``memo``, one matmul against
+        the memoized, pre-scaled (H, d, 11) layout (few query rows, no autograd-layout concerns)."""
+        if self.memo is None:
+            return per_class_scores(query, projection(self.for_pathway(part)), scale)
+        key = f"per_class{id(projection)}:{scale}"
+        if key not in self.memo:
+            self.memo[key] = (self.project(projection, part) * scale).permute(1, 2, 0).to(query.dtype)
+        return torch.matmul(query, self.memo[key])
 
 
 class TagProjection(nn.Module):
@@ -129,7 +153,7 @@ class PositionCoupling(Injection):
         self.projection = projection
 
     def position_scale(self, q, q_pos, tags, scale):
-        return per_class_scores(q_pos, self.projection(tags.for_pathway(self.pathway)), scale)
+        return tags.per_class(q_pos, self.projection, scale, self.pathway)
 
 
 class DisentangledBias(Injection):
@@ -142,7 +166,7 @@ class DisentangledBias(Injection):
         self.projection = projection
 
     def score_bias(self, q, q_pos, tags, scale):
-        return per_class_scores(q_pos, self.projection(tags.for_pathway(self.pathway)), scale)
+        return tags.per_class(q_pos, self.projection, scale, self.pathway)
 
 
 class AttentionBias(Injection):
@@ -156,10 +180,10 @@ class AttentionBias(Injection):
         self.key_projection, self.value_projection = key_projection, value_projection
 
     def score_bias(self, q, q_pos, tags, scale):
-        return per_class_scores(q, self.key_projection(tags.for_pathway(self.pathway)), scale)
+        return tags.per_class(q, self.key_projection, scale, self.pathway)
 
     def value_offset(self, tags):
-        return per_position(self.value_projection(tags.for_pathway(self.pathway)), tags.cls)  # (B, H, T, d_head)
+        return per_position(tags.project(self.value_projection, self.pathway), tags.cls)  # (B, H, T, d_head)
 
 
 class RotaryPhase(Injection):
@@ -173,7 +197,7 @@ class RotaryPhase(Injection):
         self.projection = projection
 
     def rotary_phase(self, tags):
-        proj = self.projection(tags.for_pathway(self.pathway))
+        proj = tags.project(self.projection, self.pathway)
         if self.projection.target == "d_head":  # one phase shared by all heads: broadcast, do not copy per head
             proj = proj[:, :1]
         return per_position(proj, tags.cls)  # (B, H or 1, T, d_head/2)
