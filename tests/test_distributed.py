@@ -72,7 +72,8 @@ def test_two_ranks_equal_one_process_with_update_freq_2(data_dir, tmp_path):
     init = f"tcp://127.0.0.1:{free_port()}"
     procs = [start("--update-freq", "2", "--save-dir", tmp_path / "one")] + [
         start("--ddp-backend", "legacy_ddp", "--distributed-backend", "gloo", "--distributed-init-method", init,
-              "--distributed-world-size", "2", "--distributed-rank", str(r), "--distributed-no-spawn", "--save-dir", tmp_path / "ddp")
+              "--distributed-world-size", "2", "--distributed-rank", str(r), "--distributed-no-spawn",
+              "--save-dir", tmp_path / "ddp")
         for r in (0, 1)]
     single, rank0, rank1 = [check(p) for p in procs]
     assert "as rank 0" in rank0 and "as rank 1" in rank1

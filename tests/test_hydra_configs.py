@@ -26,7 +26,8 @@ CONFIG = {"decoder": ROOT / "examples/txl_16l/config", "glue": ROOT / "examples/
 ROWS = sorted((kind, p.stem) for kind, d in CONFIG.items() for p in d.glob("*.yaml") if not p.stem.startswith("_"))
 
 # The paper's rows, from its tables (independent of the yaml files).
-TABLE2 = {"none": ("none", None), "input": ("input", None), "position": ("position", None), "disentangled": ("disentangled", None),
+TABLE2 = {"none": ("none", None), "input": ("input", None), "position": ("position", None),
+          "disentangled": ("disentangled", None),
           "attention_bias_shared": ("attention-bias", "shared"), "attention_bias_layer": ("attention-bias", "layer"),
           "input_attention_bias": ("input+attention-bias", None), "position_attention_bias": ("position+attention-bias", None)}
 FIG3_K = (1, 2, 4, 6, 8, 10, 12, 14)  # section 5: k = 1 and k in {2, 4, ..., 14}
@@ -46,7 +47,8 @@ def expected(kind, name):
     table, _, rest = name.partition("_")
     if table == "table2":
         inj, sharing = TABLE2[rest]
-        return {"model._name": "sipe_txl", "model.sipe_injection": inj, **({"model.sipe_projection_sharing": sharing} if sharing else {})}
+        row = {"model._name": "sipe_txl", "model.sipe_injection": inj}
+        return {**row, "model.sipe_projection_sharing": sharing} if sharing else row
     if table in ("table7", "table8"):
         sharing, target = rest.split("_", 1)
         return {"model.sipe_injection": "position" if table == "table7" else "disentangled",
@@ -64,7 +66,8 @@ def expected(kind, name):
 
 def test_every_paper_row_has_a_config():
     names = {name for _, name in ROWS}
-    want = ({f"table2_{k}" for k in TABLE2} | {f"table{t}_{s}_{d}" for t in (7, 8) for s in ("shared", "layer") for d in ("d_head", "d_model")}
+    want = ({f"table2_{k}" for k in TABLE2}
+            | {f"table{t}_{s}_{d}" for t in (7, 8) for s in ("shared", "layer") for d in ("d_head", "d_model")}
             | {f"fig3_k{k}" for k in FIG3_K} | {f"table4_{b}_{i}" for b, injs in TABLE4.items() for i in injs}
             | {f"table11_{b}_{t}" for b in TABLE4 for t in GLUE_TASKS})
     assert names == want, (sorted(names - want), sorted(want - names))
@@ -155,7 +158,8 @@ def test_hydra_train_mlm_then_glue(data, tmp_path):
     pre = tmp_path / "mlm"
     log = hydra_train("glue", "table4_deberta_position",
                       ov + tiny(mlm) + ["optimization.max_update=2", "optimization.update_freq=[1]", "dataset.batch_size=8",
-                                        "lr_scheduler.warmup_updates=1", "lr_scheduler.total_num_update=2", f"checkpoint.save_dir={pre}",
+                                        "lr_scheduler.warmup_updates=1", "lr_scheduler.total_num_update=2",
+                                        f"checkpoint.save_dir={pre}",
                                         "common.log_interval=1"], tmp_path)
     assert "num_updates=2" in log and "SiPEDebertaModel" in log
     ckpt = pre / "checkpoint_last.pt"

@@ -56,7 +56,8 @@ OPS = {
                    ("scores", "gate")),
     "gated_spos": (lambda a, causal: gated_spos_add(a["scores"], a["q"], a["k"], a["pos_q"], a["pos_k"], a["gate"], a["onehot"],
                                                     24 ** -0.5),
-                   lambda a: a["scores"] + _gated_spos(a["q"], a["k"], a["pos_q"], a["pos_k"], a["gate"], a["onehot"], 24 ** -0.5),
+                   lambda a: a["scores"] + _gated_spos(a["q"], a["k"], a["pos_q"], a["pos_k"], a["gate"], a["onehot"],
+                                                       24 ** -0.5),
                    ("scores", "q", "k", "pos_q", "pos_k", "gate")),
 }
 
@@ -194,8 +195,9 @@ def test_fairseq_training_in_bf16_and_fp16_on_cpu(tmp_path):
     assert preprocess_main(["--train", str(tmp_path / "toy/train.conllu"), "--valid", str(tmp_path / "toy/valid.conllu"),
                             "--destdir", str(tmp_path / "data"), "--spm-vocab-size", "200"]) == 0
     config = Path(__file__).resolve().parents[1] / "examples/txl_16l/config"
-    common = ["--config-dir", str(config), "--config-name", "table2_position", f"common.user_dir={Path(sipe_fairseq.__file__).parent}",
-              f"task.data={tmp_path / 'data'}", "task.tokens_per_sample=64", "model.decoder_embed_dim=32", "model.decoder_ffn_embed_dim=64",
+    common = ["--config-dir", str(config), "--config-name", "table2_position",
+              f"common.user_dir={Path(sipe_fairseq.__file__).parent}", f"task.data={tmp_path / 'data'}",
+              "task.tokens_per_sample=64", "model.decoder_embed_dim=32", "model.decoder_ffn_embed_dim=64",
               "model.decoder_layers=2", "model.decoder_attention_heads=2", "model.dropout=0", "dataset.batch_size=8",
               "optimization.max_update=4", "lr_scheduler.warmup_updates=1", "common.cpu=true", "dataset.num_workers=0",
               "common.log_interval=1", "dataset.disable_validation=true"]

@@ -52,7 +52,8 @@ def test_wheel_installs_and_names_its_user_dir(tmp_path):
     for name, target in SCRIPTS.items():
         assert f"{name} = {target}" in entry_points
     target = tmp_path / "site"
-    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", target, wheel], check=True, capture_output=True, timeout=300)
+    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", target, wheel],
+                   check=True, capture_output=True, timeout=300)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     out = subprocess.run([sys.executable, "-m", "sipe_fairseq.cli.user_dir"], cwd=elsewhere, capture_output=True, text=True,
@@ -73,10 +74,12 @@ def test_train_from_another_directory_with_tensorboard(tmp_path):
     user_dir = subprocess.run([sys.executable, "-m", "sipe_fairseq.cli.user_dir"], cwd=elsewhere, env=ENV, capture_output=True,
                               text=True, check=True).stdout.strip()
     assert Path(user_dir) == Path(sipe_fairseq.__file__).resolve().parent
-    proc = subprocess.run([BIN / "fairseq-train", data, "--user-dir", user_dir, "--task", "hexatag_lm", "--criterion", "hexatag_lm",
+    proc = subprocess.run([BIN / "fairseq-train", data, "--user-dir", user_dir, "--task", "hexatag_lm",
+                           "--criterion", "hexatag_lm",
                            "--arch", "sipe_txl_tiny", "--sipe-injection", "position", "--tokens-per-sample", "64",
                            "--sample-break-mode", "complete", "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "512",
-                           "--max-update", "2", "--cpu", "--num-workers", "0", "--no-save", "--log-interval", "1", "--disable-validation",
+                           "--max-update", "2", "--cpu", "--num-workers", "0", "--no-save", "--log-interval", "1",
+                           "--disable-validation",
                            "--tensorboard-logdir", "tb"], cwd=elsewhere, env=ENV, capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]

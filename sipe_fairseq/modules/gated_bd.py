@@ -108,7 +108,8 @@ def _gated_bd_add_(scores, q_pos, r, gate, onehot, scale, causal):
                 rows = r1 - r0
                 zero, prod, shifted, _ = _views(pad, bc, h, rows, cols)
                 zero.zero_()
-                torch.bmm(_rows(q_pos[sl], r0, r1, acc), r_scaled[:, t - cols:].transpose(-1, -2), out=prod)  # BD, distance layout
+                # BD, distance layout
+                torch.bmm(_rows(q_pos[sl], r0, r1, acc), r_scaled[:, t - cols:].transpose(-1, -2), out=prod)
                 out = scores[sl, :, r0:r1, :cols]
                 if gate1 is None:
                     out.add_(shifted.transpose(0, 1))  # in acc, rounded once to scores' dtype
