@@ -5,14 +5,8 @@
 """
 from .conllu_io import Sentence, read_conllu
 from .errors import ConlluError, HexatagError, NonProjectiveError, TreeError
-from .tags import EOS, NONTERMINALS, TERMINALS, decode, encode
+from .tags import EOS, NONTERMINALS, TERMINALS, decode, encode, encode_tree
 from .tree import check_tree, is_projective, nonprojective_arcs, projectivize
-
-
-def encode_tree(heads, strict: bool = False):
-    """Check, projectivize (unless ``strict``) and encode: returns ``(tags, heads_used, n_lifts)``."""
-    proj, lifts = projectivize(heads, strict=strict)
-    return encode(proj), proj, lifts
 
 
 def format_tags(tags) -> str:
