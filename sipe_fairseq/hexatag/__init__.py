@@ -11,7 +11,7 @@ from .tree import check_tree, is_projective, nonprojective_arcs, projectivize
 
 def format_tags(tags) -> str:
     """``[("l", "L1"), ("r", "EOS")]`` -> ``"l/L1 r/EOS"`` (the ``sipe-hexatag`` line format)."""
-    return " ".join(f"{t}/{n}" for t, n in tags)
+    return " ".join(map("/".join, tags))
 
 
 def parse_tags(line: str):

@@ -11,6 +11,7 @@ order, a nearest-smaller-value scan, O(n) for all heads at once.
 """
 import heapq
 from bisect import bisect_left, bisect_right, insort
+from operator import eq
 from typing import List, Sequence, Tuple
 
 from .errors import NonProjectiveError, TreeError
@@ -21,22 +22,28 @@ def check_tree(heads: Sequence[int]) -> None:
     n = len(heads)
     if n == 0:
         raise TreeError("empty sentence")
-    roots = []
-    for i, h in enumerate(heads, 1):
-        if type(h) is not int and not isinstance(h, int) or h < 0 or h > n:
-            raise TreeError(f"word {i}: head {h!r} out of range 0..{n}")
-        if h == i:
-            raise TreeError(f"word {i} is its own head")
-        if h == 0:
-            roots.append(i)
-    if len(roots) != 1:
+    plain = set(map(type, heads)) == {int}  # the common case, checked without a Python-level loop
+    if not plain or min(heads) < 0 or max(heads) > n or any(map(eq, heads, range(1, n + 1))):
+        for i, h in enumerate(heads, 1):
+            if not isinstance(h, int) or h < 0 or h > n:
+                raise TreeError(f"word {i}: head {h!r} out of range 0..{n}")
+            if h == i:
+                raise TreeError(f"word {i} is its own head")
+    if heads.count(0) != 1:
+        roots = [i for i, h in enumerate(heads, 1) if h == 0]
         raise TreeError(f"expected exactly one root, found {len(roots)} (words {roots})")
-    # every word must reach the root; a word on a cycle never does
+    # every word must reach the root: a breadth-first walk down from it meets every word unless some
+    # words lie on a cycle (and what hangs below them)
+    children = _children(heads)
+    order = [0]
+    for v in order:
+        order.extend(children[v])
+    if len(order) == n + 1:
+        return
     state = [0] * (n + 1)  # 0 unknown, 1 on current path, 2 reaches root
-    state[0] = 2
+    for v in order:
+        state[v] = 2
     for start in range(1, n + 1):
-        if state[start]:
-            continue
         path, i = [], start
         while state[i] == 0:
             state[i] = 1
