@@ -1,0 +1,134 @@
+"""The near-linear lifting and encoding of ``sipe_fairseq.hexatag`` against the reference (the old
+code, kept in tests/hexatag_reference.py): the same lifted trees, lift counts and tags."""
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+import hexatag_reference as ref
+from sipe_fairseq.hexatag import encode, encode_tree, is_projective, nonprojective_arcs, projectivize, read_conllu
+from sipe_fairseq.hexatag.errors import NonProjectiveError
+
+SHARED = Path(os.environ.get("SIPE_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+EWT = SHARED / "data" / "ud-english-ewt"
+EWT_NONPROJECTIVE = {"train": 288, "dev": 31, "test": 26}
+
+
+def random_tree(n, rng):
+    """Any tree, typically highly non-projective: words in a random order, each attached to a word placed before it."""
+    order = list(range(1, n + 1))
+    rng.shuffle(order)
+    heads = [0] * n
+    for k in range(1, n):
+        heads[order[k] - 1] = order[rng.randrange(k)]
+    return heads
+
+
+def random_heads_tree(n, rng):
+    """Random heads (redrawn until they form a tree): mostly shallow, long arcs."""
+    while True:
+        root = rng.randrange(1, n + 1)
+        heads = [0 if i == root else rng.choice([h for h in range(1, n + 1) if h != i]) for i in range(1, n + 1)]
+        try:
+            ref.check_tree(heads)
+            return heads
+        except ValueError:
+            continue
+
+
+def chain_tree(n, rng):
+    """A random chain (depth n) with a few words re-attached anywhere above them: deep lifts."""
+    order = list(range(1, n + 1))
+    rng.shuffle(order)
+    heads = [0] * n
+    for k in range(1, n):
+        heads[order[k] - 1] = order[k - 1 if rng.random() < 0.8 else rng.randrange(k)]
+    return heads
+
+
+def nearly_projective_tree(n, rng):
+    """A projective tree (random nested spans) with two words swapped: few crossing arcs."""
+    heads = [0] * n
+
+    def build(lo, hi, parent):
+        h = rng.randint(lo, hi)
+        heads[h - 1] = parent
+        for a, b in ((lo, h - 1), (h + 1, hi)):
+            while a <= b:
+                end = rng.randint(a, b)
+                build(a, end, h)
+                a = end + 1
+
+    build(1, n, 0)
+    i, j = rng.randrange(n), rng.randrange(n)
+    perm = list(range(n + 1))
+    perm[i + 1], perm[j + 1] = perm[j + 1], perm[i + 1]
+    out = [0] * n
+    for w, h in enumerate(heads, 1):
+        out[perm[w] - 1] = perm[h]
+    return out
+
+
+def assert_same(heads):
+    expected = ref.encode_tree(heads)
+    assert encode_tree(heads) == expected, heads
+    assert projectivize(heads) == ref.projectivize(heads), heads
+    assert nonprojective_arcs(heads) == ref.nonprojective_arcs(heads), heads
+    assert is_projective(heads) == ref.is_projective(heads), heads
+    assert encode(expected[1]) == ref.encode(expected[1]), heads
+    return expected[2]
+
+
+@pytest.mark.parametrize("make", [random_tree, random_heads_tree, chain_tree, nearly_projective_tree])
+def test_same_as_reference_on_random_trees(make):
+    rng = random.Random(make.__name__)
+    lifted = 0
+    for k in range(1200):
+        n = rng.randint(1, 12) if k < 1000 else rng.randint(13, 30)
+        lifted += assert_same(make(n, rng)) > 0
+    assert lifted > (50 if make is nearly_projective_tree else 400)  # the comparison covered many lifted trees
+
+
+def test_same_as_reference_on_large_trees():
+    rng = random.Random(7)
+    for n in (60, 100):
+        for make in (random_tree, chain_tree, random_heads_tree):
+            assert assert_same(make(n, rng)) > 0
+
+
+def test_strict_names_the_same_arcs():
+    rng = random.Random(3)
+    for _ in range(300):
+        heads = random_tree(rng.randint(3, 20), rng)
+        bad = ref.nonprojective_arcs(heads)
+        if bad:
+            with pytest.raises(NonProjectiveError) as new:
+                encode_tree(heads, strict=True)
+            with pytest.raises(NonProjectiveError) as old:
+                ref.projectivize(heads, strict=True)
+            assert str(new.value) == str(old.value) == f"non-projective arcs into words {bad}"
+
+
+def test_long_nonprojective_sentence_is_fast():
+    """2,000 words, thousands of lifts: the reference takes minutes (about cubic), this well under a second
+    on a quiet machine; the bound leaves room for a loaded one."""
+    heads = random_tree(2000, random.Random(2000))
+    start = time.process_time()
+    tags, proj, lifts = encode_tree(heads)
+    assert time.process_time() - start < 5.0
+    assert lifts > 1000 and ref.is_projective(proj) and len(tags) == 2000
+
+
+@pytest.mark.parametrize("split", EWT_NONPROJECTIVE)
+def test_same_as_reference_on_ewt(split):
+    path = EWT / f"en_ewt-ud-{split}.conllu"
+    if not path.exists():
+        pytest.skip(f"{path} not present (../shared, or SIPE_SHARED, holds UD English EWT only in the developers' workspace)")
+    nonprojective = 0
+    for sent in read_conllu(path):
+        expected = ref.encode_tree(sent.heads)
+        assert encode_tree(sent.heads) == expected, sent.sent_id
+        nonprojective += expected[2] > 0
+    assert nonprojective == EWT_NONPROJECTIVE[split]
