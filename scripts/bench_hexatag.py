@@ -1,68 +1,136 @@
 #!/usr/bin/env python
-"""Time ``sipe-hexatag`` on a CoNLL-U file (default: UD English EWT train); prints a markdown table.
+"""Time ``sipe-hexatag encode``: throughput on a CoNLL-U file (default: UD English EWT train) and one
+long non-projective sentence of each of ``--sizes`` words, before (the old code, kept as the
+reference in tests/hexatag_reference.py) and after (``sipe_fairseq.hexatag``), in one run; prints
+markdown tables.
 
-    .venv/bin/python scripts/bench_hexatag.py [--conllu FILE] [--repeat 3]
+    .venv/bin/python scripts/bench_hexatag.py [--conllu FILE] [--repeats 5] [--sizes 250,500,1000,2000]
+
+The machine is shared and noisy: each row is the median of ``--repeats`` runs, and the before and
+after runs alternate within this one process (a pair per repeat), so drift hits both alike; the
+speed-up column is the median of the per-pair ratios. The reference is about cubic on a
+non-projective sentence (minutes at 2,000 words): ``--reference-repeats`` (default 1) bounds its
+runs on the long sentences, ``--reference-max`` skips it above that many words.
 """
 import argparse
 import contextlib
 import io
 import os
-import shutil
-import subprocess
+import random
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from sipe_fairseq.cli.hexatag import main
-from sipe_fairseq.hexatag import read_conllu
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+import hexatag_reference as reference  # noqa: E402
+from sipe_fairseq.cli import hexatag as cli  # noqa: E402
+from sipe_fairseq.hexatag import encode_tree, read_conllu  # noqa: E402
 
 
-def best_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
-def run_main(argv):
+def paired(fns, repeats: int):
+    """Run the functions ``fns`` (name -> callable) in turn ``repeats`` times, the order rotated each
+    time; returns name -> list of seconds, the k-th entries of all names forming one pair."""
+    names = list(fns)
+    out = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            out[name].append(timed(fns[name]))
+    return out
+
+
+def run_cli(argv):
     with contextlib.redirect_stderr(io.StringIO()):
-        status = main(argv)
+        status = cli.main(argv)
     assert status == 0, f"sipe-hexatag {' '.join(argv)} exited with {status}"
 
 
+@contextlib.contextmanager
+def cli_encoder(fn):
+    """Let the CLI encode with ``fn`` (the reference or the library's encode_tree)."""
+    saved = cli.encode_tree
+    cli.encode_tree = fn
+    try:
+        yield
+    finally:
+        cli.encode_tree = saved
+
+
+def random_tree(n, seed):
+    """A non-projective tree: words in a random order, each attached to a random word placed before it."""
+    rng = random.Random(seed)
+    order = list(range(1, n + 1))
+    rng.shuffle(order)
+    heads = [0] * n
+    for k in range(1, n):
+        heads[order[k] - 1] = order[rng.randrange(k)]
+    return heads
+
+
 def main_bench():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--conllu", default=str(ROOT / "../shared/data/ud-english-ewt/en_ewt-ud-train.conllu"),
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--conllu", default=str(ROOT.parent / "shared/data/ud-english-ewt/en_ewt-ud-train.conllu"),
                         help="CoNLL-U file to encode (relative paths: from the current directory)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per row; the best time is reported")
+    parser.add_argument("--repeats", type=int, default=5, help="runs per row (pairs before/after); the median is reported")
+    parser.add_argument("--sizes", default="250,500,1000,2000", help="words of the long non-projective sentences")
+    parser.add_argument("--reference-repeats", type=int, default=1, help="runs of the reference on each long sentence")
+    parser.add_argument("--reference-max", type=int, default=2000, help="no reference run on sentences longer than this")
     args = parser.parse_args()
+    med = statistics.median
+
     path = os.path.normpath(args.conllu)
     sentences = words = 0
     for sent in read_conllu(path):
         sentences, words = sentences + 1, words + len(sent.words)
-    script = shutil.which("sipe-hexatag", path=str(Path(sys.executable).parent)) or shutil.which("sipe-hexatag")
-    if script is None:
-        sys.exit("sipe-hexatag console script not found (pip install -e .)")
-
+    print(f"### `sipe-hexatag encode` on `{path}` ({sentences:,} sentences, {words:,} words), in-process `main()`, "
+          f"median of {args.repeats}\n")
     with tempfile.TemporaryDirectory() as tmp:
-        tags = os.path.join(tmp, "tags")
-        rows = [
-            ("encode, in-process `main()`", lambda: run_main(["encode", path, "-o", tags])),
-            ("encode, console script (incl. start-up)",
-             lambda: subprocess.run([script, "encode", path, "-o", tags], check=True, stderr=subprocess.DEVNULL)),
-            ("decode, in-process `main()`", lambda: run_main(["decode", tags, "-o", os.devnull])),
-        ]
-        print(f"`{path}`, best of {args.repeat}\n")
-        print("| run | sentences | words | seconds | sentences/s |")
-        print("|---|---:|---:|---:|---:|")
-        for name, fn in rows:
-            seconds = best_time(fn, args.repeat)
-            print(f"| {name} | {sentences} | {words} | {seconds:.2f} | {sentences / seconds:,.0f} |")
+        outs = {name: os.path.join(tmp, name) for name in ("before", "after")}
+
+        def encode_with(fn, out):
+            def go():
+                with cli_encoder(fn):
+                    run_cli(["encode", path, "-o", out])
+            return go
+
+        runs = paired({"before": encode_with(reference.encode_tree, outs["before"]),
+                       "after": encode_with(encode_tree, outs["after"])}, args.repeats)
+        with open(outs["before"]) as a, open(outs["after"]) as b:
+            same = a.read() == b.read()
+    speedup = med([b / a for a, b in zip(runs["after"], runs["before"])])
+    print("| code | seconds | sentences/s | speed-up (paired) |")
+    print("|---|---:|---:|---:|")
+    for name in ("before", "after"):
+        s = med(runs[name])
+        print(f"| {name} | {s:.2f} | {sentences / s:,.0f} | {'' if name == 'before' else f'{speedup:.2f}x'} |")
+    print(f"\nOutputs identical: {'yes' if same else '**NO**'}. `before` = this CLI and CoNLL-U reader with the reference "
+          "projectivize + encode (tests/hexatag_reference.py); it gains from the faster reader, so the speed-up of the "
+          "whole old command is larger.\n")
+
+    print("### One non-projective sentence (random tree: each word attached to a random earlier-placed word), "
+          "`encode_tree` (check, lift, encode)\n")
+    print("| words | lifts | before, s | after, s | speed-up |")
+    print("|---:|---:|---:|---:|---:|")
+    for n in (int(x) for x in args.sizes.split(",")):
+        heads = random_tree(n, seed=n)
+        after = med([timed(lambda: encode_tree(heads)) for _ in range(args.repeats)])
+        lifts = encode_tree(heads)[2]
+        if n <= args.reference_max:
+            before = med([timed(lambda: reference.encode_tree(heads)) for _ in range(args.reference_repeats)])
+            assert reference.encode_tree(heads) == encode_tree(heads) if n <= 500 else True
+            print(f"| {n:,} | {lifts:,} | {before:.3f} | {after:.4f} | {before / after:,.0f}x |", flush=True)
+        else:
+            print(f"| {n:,} | {lifts:,} | (skipped) | {after:.4f} | |", flush=True)
 
 
 if __name__ == "__main__":
