@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_decoders.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "benchlib.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_decoders_under_test", SCRIPT)
+    spec = importlib.util.spec_from_file_location("benchlib_under_test", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -164,7 +164,6 @@ def _lift(heads: Sequence[int], children: List[List[int]], strict: bool) -> Tupl
     has moved on are skipped). Cost: O(n log n) plus, per lift, O(log n) and the size of the
     lifted subtree.
     """
-    n = len(heads)
     head = [0, *heads]
     first, last = _runs(children)
     heap = [(abs(h - d), d, h) for d, h in enumerate(heads, 1) if h and not first[h] <= d <= last[h]]
