@@ -26,7 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "scripts"))
 import hexatag_reference as reference  # noqa: E402
+from benchlib import markdown_table, paired_times  # noqa: E402
 from sipe_fairseq.cli import hexatag as cli  # noqa: E402
 from sipe_fairseq.hexatag import encode_tree, read_conllu  # noqa: E402
 
@@ -35,17 +37,6 @@ def timed(fn) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
-
-
-def paired(fns, repeats: int):
-    """Run the functions ``fns`` (name -> callable) in turn ``repeats`` times, the order rotated each
-    time; returns name -> list of seconds, the k-th entries of all names forming one pair."""
-    names = list(fns)
-    out = {name: [] for name in names}
-    for r in range(repeats):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            out[name].append(timed(fns[name]))
-    return out
 
 
 def run_cli(argv):
@@ -103,16 +94,14 @@ def main_bench():
                     run_cli(["encode", path, "-o", out])
             return go
 
-        runs = paired({"before": encode_with(reference.encode_tree, outs["before"]),
+        runs = paired_times({"before": encode_with(reference.encode_tree, outs["before"]),
                        "after": encode_with(encode_tree, outs["after"])}, args.repeats)
         with open(outs["before"]) as a, open(outs["after"]) as b:
             same = a.read() == b.read()
     speedup = med([b / a for a, b in zip(runs["after"], runs["before"])])
-    print("| code | seconds | sentences/s | speed-up (paired) |")
-    print("|---|---:|---:|---:|")
-    for name in ("before", "after"):
-        s = med(runs[name])
-        print(f"| {name} | {s:.2f} | {sentences / s:,.0f} | {'' if name == 'before' else f'{speedup:.2f}x'} |")
+    print(markdown_table(["code", "seconds", "sentences/s", "speed-up (paired)"],
+                         [[name, f"{med(runs[name]):.2f}", f"{sentences / med(runs[name]):,.0f}",
+                           "" if name == "before" else f"{speedup:.2f}x"] for name in ("before", "after")]))
     print(f"\nOutputs identical: {'yes' if same else '**NO**'}. `before` = this CLI and CoNLL-U reader with the reference "
           "projectivize + encode (tests/hexatag_reference.py); it gains from the faster reader, so the speed-up of the "
           "whole old command is larger.\n")
