@@ -6,9 +6,36 @@ Heads are 1-based, 0 marks the root: ``heads[i - 1]`` is the head of word ``i``.
 """
 from typing import List, Sequence, Tuple
 
-from sipe_fairseq.hexatag.errors import NonProjectiveError
+from sipe_fairseq.hexatag.errors import NonProjectiveError, TreeError
 from sipe_fairseq.hexatag.tags import EOS
-from sipe_fairseq.hexatag.tree import check_tree
+
+
+def check_tree(heads: Sequence[int]) -> None:
+    """Raise :class:`TreeError` unless ``heads`` is a tree: heads in range, one root, no cycle."""
+    n = len(heads)
+    if n == 0:
+        raise TreeError("empty sentence")
+    for i, h in enumerate(heads, 1):
+        if not isinstance(h, int) or h < 0 or h > n:
+            raise TreeError(f"word {i}: head {h!r} out of range 0..{n}")
+        if h == i:
+            raise TreeError(f"word {i} is its own head")
+    roots = [i for i, h in enumerate(heads, 1) if h == 0]
+    if len(roots) != 1:
+        raise TreeError(f"expected exactly one root, found {len(roots)} (words {roots})")
+    # every word must reach the root; a word on a cycle never does
+    state = [0] * (n + 1)  # 0 unknown, 1 on current path, 2 reaches root
+    state[0] = 2
+    for start in range(1, n + 1):
+        path, i = [], start
+        while state[i] == 0:
+            state[i] = 1
+            path.append(i)
+            i = heads[i - 1]
+        if state[i] == 1:
+            raise TreeError(f"cycle through word {i}")
+        for j in path:
+            state[j] = 2
 
 
 def _dominated(heads: Sequence[int], ancestor: int, word: int) -> bool:

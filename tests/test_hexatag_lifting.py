@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 import hexatag_reference as ref
-from sipe_fairseq.hexatag import encode, encode_tree, is_projective, nonprojective_arcs, projectivize, read_conllu
-from sipe_fairseq.hexatag.errors import NonProjectiveError
+from sipe_fairseq.hexatag import (
+    check_tree, encode, encode_tree, is_projective, nonprojective_arcs, projectivize, read_conllu,
+)
+from sipe_fairseq.hexatag.errors import NonProjectiveError, TreeError
 
 SHARED = Path(os.environ.get("SIPE_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 EWT = SHARED / "data" / "ud-english-ewt"
@@ -132,3 +134,25 @@ def test_same_as_reference_on_ewt(split):
         assert encode_tree(sent.heads) == expected, sent.sent_id
         nonprojective += expected[2] > 0
     assert nonprojective == EWT_NONPROJECTIVE[split]
+
+
+def _tree_error(check, heads):
+    try:
+        check(heads)
+    except TreeError as e:
+        return str(e)
+    return None
+
+
+def test_check_tree_same_verdicts_and_messages():
+    """Random head vectors (mostly not trees: several roots, cycles, heads out of range or on themselves)."""
+    rng = random.Random(5)
+    verdicts = {}
+    for _ in range(4000):
+        n = rng.randint(1, 9)
+        heads = [rng.randint(-1 if rng.random() < 0.05 else 0, n + (rng.random() < 0.05)) for _ in range(n)]
+        expected = _tree_error(ref.check_tree, heads)
+        assert _tree_error(check_tree, heads) == expected, heads
+        key = expected.split(" ")[0] if expected else "tree"
+        verdicts[key] = verdicts.get(key, 0) + 1
+    assert set(verdicts) == {"tree", "word", "expected", "cycle"} and min(verdicts.values()) > 50, verdicts

@@ -67,9 +67,10 @@ def undecodable(line: str) -> Optional[str]:
 def parse_sentence(block: Union[str, Sequence[str]], path, start: int) -> Sentence:
     """Parse one CoNLL-U sentence (a string or its lines) that starts at line ``start`` of ``path``."""
     lines = block.rstrip("\n").split("\n") if isinstance(block, str) else block
-    words, heads, deprels, head_lines, mwt, mwt_lines, empty, meta = [], [], [], [], [], [], 0, {}
+    words, heads, deprels, mwt, mwt_lines, empty, meta = [], [], [], [], [], 0, {}
     for lineno, line in enumerate(lines, start):
-        if not line.isascii():
+        plain = line.isascii()
+        if not plain:
             bad = undecodable(line)
             if bad:
                 raise ConlluError(path, lineno, bad)
@@ -82,8 +83,8 @@ def parse_sentence(block: Union[str, Sequence[str]], path, start: int) -> Senten
             if len(cols) != 10:
                 raise ConlluError(path, lineno, f"expected 10 tab-separated columns, got {len(cols)}")
             value = cols[0]  # fast path for a plain decimal, else conllu's parser (and its errors)
-            tid = int(value) if value.isdigit() and value.isascii() and value[0] != "0" else parse_id_value(value)
-            if isinstance(tid, tuple):  # (3, "-", 4): multiword token; (8, ".", 1): empty node
+            tid = int(value) if plain and value.isdigit() and value[0] != "0" else parse_id_value(value)
+            if tid.__class__ is tuple:  # (3, "-", 4): multiword token; (8, ".", 1): empty node
                 if tid[1] == "-":
                     first, last = tid[0], tid[2]
                     if first >= last:
@@ -101,23 +102,23 @@ def parse_sentence(block: Union[str, Sequence[str]], path, start: int) -> Senten
             if tid != len(words) + 1:
                 raise ConlluError(path, lineno, f"word ID {tid} out of sequence (expected {len(words) + 1})")
             value = cols[6]
-            head = int(value) if value.isdigit() and value.isascii() and value[0] != "0" else parse_int_value(value)
+            head = int(value) if plain and value.isdigit() and value[0] != "0" else parse_int_value(value)
         except ParseException as e:
             raise ConlluError(path, lineno, str(e)) from e
         if head is None or head < 0:
-            raise ConlluError(path, lineno, f"word {tid}: HEAD must be a non-negative integer, got {cols[6]!r}")
+            raise ConlluError(path, lineno, f"word {tid}: HEAD must be a non-negative integer, got {value!r}")
         words.append(cols[1])
         heads.append(head)
         deprels.append(cols[7] or "_")
-        head_lines.append(lineno)
     if not words:
         raise ConlluError(path, start, "sentence has no words")
     for (first, last, _), lineno in zip(mwt, mwt_lines):
         if last > len(words):
             raise ConlluError(path, lineno, f"multiword token {first}-{last} ends after the last word ({len(words)})")
-    for i, h in enumerate(heads):
-        if h > len(words):
-            raise ConlluError(path, head_lines[i], f"word {i + 1}: HEAD {h} out of range 0..{len(words)}")
+    if max(heads) > len(words):
+        i = next(i for i, h in enumerate(heads) if h > len(words))
+        lineno = next(k for k, line in enumerate(lines, start) if line.split("\t", 1)[0] == str(i + 1))
+        raise ConlluError(path, lineno, f"word {i + 1}: HEAD {heads[i]} out of range 0..{len(words)}")
     try:
         check_tree(heads)
     except TreeError as e:

@@ -14,7 +14,7 @@ from bisect import bisect_left
 from typing import List, Sequence, Tuple
 
 from .errors import HexatagError, NonProjectiveError
-from .tree import _children, _lift, _spans, check_tree
+from .tree import _checked, _lift, _spans
 
 TERMINALS: Tuple[str, ...] = ("l", "r")
 NONTERMINALS: Tuple[str, ...] = ("L0", "L1", "R0", "R1", "EOS")
@@ -29,9 +29,8 @@ def encode(heads: Sequence[int]) -> List[Tag]:
     Raises :class:`NonProjectiveError` for a non-projective tree (projectivize it first): the
     BHT of a non-projective tree would put tags on the wrong words.
     """
-    check_tree(heads)
-    children = _children(heads)
-    lo, hi, projective = _spans(heads, children)
+    children, order = _checked(heads)
+    lo, hi, projective = _spans(heads, order)
     if not projective:
         raise NonProjectiveError("tree is not projective; projectivize() it before encoding")
     return _encode(heads, children, lo, hi)
@@ -40,14 +39,13 @@ def encode(heads: Sequence[int]) -> List[Tag]:
 def encode_tree(heads: Sequence[int], strict: bool = False) -> Tuple[List[Tag], List[int], int]:
     """Check, projectivize (unless ``strict``: :class:`NonProjectiveError`) and encode a tree:
     returns ``(tags, heads_used, n_lifts)``, as ``projectivize`` then ``encode`` but checking once."""
-    check_tree(heads)
-    children = _children(heads)
-    lo, hi, projective = _spans(heads, children)
+    children, order = _checked(heads)
+    lo, hi, projective = _spans(heads, order)
     if projective:
         return _encode(heads, children, lo, hi), list(heads), 0
     heads, lifts = _lift(heads, children, strict)
-    children = _children(heads)
-    lo, hi, _ = _spans(heads, children)
+    children, order = _checked(heads)
+    lo, hi, _ = _spans(heads, order)
     return _encode(heads, children, lo, hi), heads, lifts
 
 

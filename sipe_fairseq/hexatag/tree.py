@@ -19,6 +19,12 @@ from .errors import NonProjectiveError, TreeError
 
 def check_tree(heads: Sequence[int]) -> None:
     """Raise :class:`TreeError` unless ``heads`` is a tree: heads in range, one root, no cycle."""
+    _checked(heads)
+
+
+def _checked(heads: Sequence[int]) -> Tuple[List[List[int]], List[int]]:
+    """:func:`check_tree`, returning what it built: ``(children, order)``, the dependents of each word
+    (see :func:`_children`) and the words breadth-first from the root word 0 (heads before dependents)."""
     n = len(heads)
     if n == 0:
         raise TreeError("empty sentence")
@@ -39,7 +45,7 @@ def check_tree(heads: Sequence[int]) -> None:
     for v in order:
         order.extend(children[v])
     if len(order) == n + 1:
-        return
+        return children, order
     state = [0] * (n + 1)  # 0 unknown, 1 on current path, 2 reaches root
     for v in order:
         state[v] = 2
@@ -53,6 +59,7 @@ def check_tree(heads: Sequence[int]) -> None:
             raise TreeError(f"cycle through word {i}")
         for j in path:
             state[j] = 2
+    raise AssertionError("unreachable: a word that does not reach the root lies on or below a cycle")
 
 
 def _children(heads: Sequence[int]) -> List[List[int]]:
@@ -63,22 +70,19 @@ def _children(heads: Sequence[int]) -> List[List[int]]:
     return children
 
 
-def _spans(heads: Sequence[int], children: List[List[int]]) -> Tuple[List[int], List[int], bool]:
+def _spans(heads: Sequence[int], order: List[int]) -> Tuple[List[int], List[int], bool]:
     """``(lo, hi, projective)``: the first and last word of each subtree (index 0: the whole
-    sentence), and whether every subtree is contiguous; O(n), ``heads`` must be a tree."""
+    sentence), and whether every subtree is contiguous; O(n), given the breadth-first ``order``
+    of :func:`_checked`."""
     n = len(heads)
-    order = [0]  # breadth-first: heads before their dependents
-    for v in order:
-        order.extend(children[v])
     lo, hi, size = list(range(n + 1)), list(range(n + 1)), [1] * (n + 1)
-    for w in reversed(order):
-        if w:
-            h = heads[w - 1]
-            if lo[w] < lo[h]:
-                lo[h] = lo[w]
-            if hi[w] > hi[h]:
-                hi[h] = hi[w]
-            size[h] += size[w]
+    for w in order[:0:-1]:  # dependents before heads, the root word 0 left out
+        h = heads[w - 1]
+        if lo[w] < lo[h]:
+            lo[h] = lo[w]
+        if hi[w] > hi[h]:
+            hi[h] = hi[w]
+        size[h] += size[w]
     projective = all(hi[w] - lo[w] + 1 == size[w] for w in range(1, n + 1))
     return lo, hi, projective
 
@@ -128,14 +132,12 @@ def _nonprojective_arcs(heads: Sequence[int], children: List[List[int]]) -> List
 def nonprojective_arcs(heads: Sequence[int]) -> List[int]:
     """Dependents ``d`` whose arc ``heads[d] -> d`` is crossed (some word strictly between
     head and dependent is not dominated by the head). Raises :class:`TreeError` for a non-tree."""
-    check_tree(heads)
-    return _nonprojective_arcs(heads, _children(heads))
+    return _nonprojective_arcs(heads, _checked(heads)[0])
 
 
 def is_projective(heads: Sequence[int]) -> bool:
     """True when every subtree covers a contiguous span. Raises :class:`TreeError` for a non-tree."""
-    check_tree(heads)
-    return _spans(heads, _children(heads))[2]
+    return _spans(heads, _checked(heads)[1])[2]
 
 
 def projectivize(heads: Sequence[int], strict: bool = False) -> Tuple[List[int], int]:
@@ -145,9 +147,8 @@ def projectivize(heads: Sequence[int], strict: bool = False) -> Tuple[List[int],
     smaller dependent) is lifted, i.e. its dependent is re-attached to its head's head. In
     ``strict`` mode a non-projective tree raises :class:`NonProjectiveError` instead.
     """
-    check_tree(heads)
-    children = _children(heads)
-    if _spans(heads, children)[2]:
+    children, order = _checked(heads)
+    if _spans(heads, order)[2]:
         return list(heads), 0
     return _lift(heads, children, strict)
 
