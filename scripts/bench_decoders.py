@@ -47,7 +47,12 @@ from benchlib import (  # noqa: E402  (the shared machinery; re-exported for ben
     BASE, ROOT, Child, add_common_arguments, child_main, cpu_snapshot, drive, fmt_range, host_groups, host_note, host_ratios,
     log, malloc_trim, median, paired_ratio, paired_ratios, process_effect, ratio, replicas_of, reset_hwm, status_kb,
 )
-from sipe_fairseq.modules.assembly import INJECTION_CHOICES as INJECTIONS  # noqa: E402
+try:
+    from sipe_fairseq.modules.assembly import INJECTION_CHOICES as INJECTIONS  # noqa: E402  (the one list)
+except ImportError:
+    if "--child" not in sys.argv:
+        raise
+    INJECTIONS = ()  # a host process of a --baseline checkout older than that list: it builds what it is told
 FAIRSEQ = "transformer_lm"
 CONFIGS = INJECTIONS + (FAIRSEQ,)
 TIME_TARGET = {"none": 1.0, "input": 1.03, "position": 1.10}  # every other injection: 1.15
