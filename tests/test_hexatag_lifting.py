@@ -73,6 +73,13 @@ def nearly_projective_tree(n, rng):
     return out
 
 
+def hung_chain_tree(n, rng=None):
+    """The costliest case known: a chain 1 <- 2 <- ... <- m (the root m = n // 2) and the words after it hung
+    below its deepest word 1; each climbs the whole chain, one lift per level: about n * n / 4 lifts."""
+    m = n // 2
+    return [i + 1 for i in range(1, m)] + [0] + [1] * (n - m)
+
+
 def assert_same(heads):
     expected = ref.encode_tree(heads)
     assert encode_tree(heads) == expected, heads
@@ -95,6 +102,7 @@ def test_same_as_reference_on_random_trees(make):
 
 def test_same_as_reference_on_large_trees():
     rng = random.Random(7)
+    assert assert_same(hung_chain_tree(40)) == 19 * 20
     for n in (60, 100):
         for make in (random_tree, chain_tree, random_heads_tree):
             assert assert_same(make(n, rng)) > 0
@@ -121,6 +129,10 @@ def test_long_nonprojective_sentence_is_fast():
     tags, proj, lifts = encode_tree(heads)
     assert time.process_time() - start < 5.0
     assert lifts > 1000 and ref.is_projective(proj) and len(tags) == 2000
+    start = time.process_time()
+    tags, proj, lifts = encode_tree(hung_chain_tree(2000))
+    assert time.process_time() - start < 5.0
+    assert lifts == 999 * 1000 and proj == [i + 1 for i in range(1, 1000)] + [0] + [1000] * 1000
 
 
 @pytest.mark.parametrize("split", EWT_NONPROJECTIVE)
