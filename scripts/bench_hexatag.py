@@ -9,9 +9,11 @@ markdown tables.
 The machine is shared and noisy: each row is the median of ``--repeats`` runs, and the before and
 after runs alternate within this one process (a pair per repeat), so drift hits both alike; the
 speed-up column is the median of the per-pair ratios. Throughput is timed twice, by the wall clock
-and by this process's CPU time (``time.process_time``: far less sensitive to other processes). The reference is about cubic on a
-non-projective sentence (minutes at 2,000 words): ``--reference-repeats`` (default 1) bounds its
-runs on the long sentences, ``--reference-max`` skips it above that many words.
+and by this process's CPU time (``time.process_time``: far less sensitive to other processes).
+The reference is about cubic on a non-projective sentence (minutes at 2,000 words):
+``--reference-repeats`` (default 1) bounds its runs on the long sentences, ``--reference-max``
+skips it above that many words. A last row times the costliest tree known for lifting (a chain
+with half the words hung below its deepest word: n * n / 4 lifts), without the reference.
 """
 import argparse
 import contextlib
@@ -34,10 +36,11 @@ from sipe_fairseq.cli import hexatag as cli  # noqa: E402
 from sipe_fairseq.hexatag import encode_tree, read_conllu  # noqa: E402
 
 
-def timed(fn, clock=time.perf_counter) -> float:
-    start = clock()
+def timed(fn):
+    """``(wall seconds, CPU seconds)`` of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
     fn()
-    return clock() - start
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def run_cli(argv):
@@ -117,27 +120,25 @@ def main_bench():
     print("### One non-projective sentence (random tree: each word attached to a random earlier-placed word), "
           "`encode_tree` (check, lift, encode)\n")
     rows = []
-    for n in (int(x) for x in args.sizes.split(",")):
-        heads = random_tree(n, seed=n)
-        after = {clock: med([timed(lambda: encode_tree(heads), clock) for _ in range(args.repeats)])  # noqa: B023
-                 for clock in (time.perf_counter, time.process_time)}
+    cases = [(f"{n:,}", random_tree(n, seed=n), n <= args.reference_max) for n in map(int, args.sizes.split(","))]
+    n = max(map(int, args.sizes.split(",")))
+    cases.append((f"{n:,} (hung chain)", [i + 1 for i in range(1, n // 2)] + [0] + [1] * (n - n // 2), False))
+    header = ["words", "lifts", "before, wall s", "before, CPU s", "after, wall s", "after, CPU s", "speed-up (CPU)"]
+    for name, heads, with_reference in cases:
+        runs = [timed(lambda: encode_tree(heads)) for _ in range(args.repeats)]  # noqa: B023
+        after = [med(col) for col in zip(*runs)]
         lifts = encode_tree(heads)[2]
-        if n <= args.reference_max:
-            before = {}
-            for clock in (time.perf_counter, time.process_time):
-                before[clock] = med([timed(lambda: reference.encode_tree(heads), clock)  # noqa: B023
-                                     for _ in range(args.reference_repeats)])
-            if n <= 500:
+        if with_reference:
+            runs = [timed(lambda: reference.encode_tree(heads)) for _ in range(args.reference_repeats)]  # noqa: B023
+            before = [f"{med(col):.3f}" for col in zip(*runs)]
+            gain = f"{med([r[1] for r in runs]) / after[1]:,.0f}x"
+            if len(heads) <= 500:
                 assert reference.encode_tree(heads) == encode_tree(heads)
         else:
-            before = {clock: float("nan") for clock in after}
-        skipped = n > args.reference_max
-        rows.append([f"{n:,}", f"{lifts:,}"] + ["(skipped)" if skipped else f"{before[c]:.3f}" for c in after]
-                    + [f"{after[c]:.4f}" for c in after]
-                    + ["" if skipped else f"{before[time.process_time] / after[time.process_time]:,.0f}x"])
-        print(markdown_table(["words", "lifts", "before, wall s", "before, CPU s", "after, wall s", "after, CPU s",
-                              "speed-up (CPU)"], rows[-1:]) if len(rows) == 1 else "| " + " | ".join(rows[-1]) + " |",
-              flush=True)
+            before, gain = ["(not run)"] * 2, ""
+        row = [name, f"{lifts:,}", *before, f"{after[0]:.4f}", f"{after[1]:.4f}", gain]
+        print(markdown_table(header, [row]) if not rows else "| " + " | ".join(row) + " |", flush=True)
+        rows.append(row)
 
 
 if __name__ == "__main__":
