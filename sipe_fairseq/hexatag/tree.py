@@ -154,7 +154,8 @@ def projectivize(heads: Sequence[int], strict: bool = False) -> Tuple[List[int],
 
 
 def _lift(heads: Sequence[int], children: List[List[int]], strict: bool) -> Tuple[List[int], int]:
-    """Lifting of a checked tree, each arc's projectivity kept up to date instead of recomputed.
+    """Lifting of a checked tree (``children`` of :func:`_children`, updated in place), each arc's
+    projectivity kept up to date instead of recomputed.
 
     Lifting ``d`` off ``h`` (to ``g``, the head of ``h``) takes ``d``'s subtree away from ``h`` and
     from no other word, so ``h``'s run is the only one that changes: it now ends before the
