@@ -5,6 +5,7 @@ reference in tests/hexatag_reference.py) and after (``sipe_fairseq.hexatag``), i
 markdown tables.
 
     .venv/bin/python scripts/bench_hexatag.py [--conllu FILE] [--repeats 5] [--sizes 250,500,1000,2000]
+    .venv/bin/python scripts/bench_hexatag.py --baseline /path/to/old/checkout   # + the whole old command
 
 The machine is shared and noisy: each row is the median of ``--repeats`` runs, and the before and
 after runs alternate within this one process (a pair per repeat), so drift hits both alike; the
@@ -20,7 +21,9 @@ import contextlib
 import io
 import os
 import random
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,6 +63,33 @@ def cli_encoder(fn):
         cli.encode_tree = saved
 
 
+def command_table(args, path, sentences) -> str:
+    """The whole ``encode`` command, old (``--baseline``) and this one, as subprocesses timed in pairs."""
+    def command(root):
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(root))
+        argv = [sys.executable, "-m", "sipe_fairseq.cli.hexatag", "encode", path, "-o", os.devnull]
+        return lambda: subprocess.run(argv, env=env, check=True, stderr=subprocess.DEVNULL)
+
+    def children_cpu():
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    fns = {"old": command(args.baseline), "new": command(ROOT)}
+    runs = {"wall": paired_times(fns, args.repeats), "cpu": paired_times(fns, args.repeats, clock=children_cpu)}
+    rows = []
+    for name, label in (("old", f"`{args.baseline}`"), ("new", "this checkout")):
+        row = [label]
+        for clock in ("wall", "cpu"):
+            sec = statistics.median(runs[clock][name])
+            gain = statistics.median([o / n for n, o in zip(runs[clock]["new"], runs[clock]["old"])])
+            row += [f"{sec:.2f}", f"{sentences / sec:,.0f}", "" if name == "old" else f"{gain:.2f}x"]
+        rows.append(row)
+    return ("Whole command, `python -m sipe_fairseq.cli.hexatag encode` (start-up included), "
+            f"median of {args.repeats}:\n\n" + markdown_table(
+                ["code", "wall s", "sentences/s (wall)", "speed-up (wall, paired)", "CPU s", "sentences/s (CPU)",
+                 "speed-up (CPU, paired)"], rows) + "\n")
+
+
 def random_tree(n, seed):
     """A non-projective tree: words in a random order, each attached to a random word placed before it."""
     rng = random.Random(seed)
@@ -80,6 +110,8 @@ def main_bench():
     parser.add_argument("--sizes", default="250,500,1000,2000", help="words of the long non-projective sentences")
     parser.add_argument("--reference-repeats", type=int, default=1, help="runs of the reference on each long sentence")
     parser.add_argument("--reference-max", type=int, default=2000, help="no reference run on sentences longer than this")
+    parser.add_argument("--baseline", metavar="DIR", help="also time the whole command (a subprocess, start-up included) with "
+                        "the sipe_fairseq package in DIR, e.g. an older checkout, against this one")
     args = parser.parse_args()
     med = statistics.median
 
@@ -115,7 +147,9 @@ def main_bench():
                           "CPU s", "sentences/s (CPU)", "speed-up (CPU, paired)"], rows))
     print(f"\nOutputs identical: {'yes' if same else '**NO**'}. `before` = this CLI and CoNLL-U reader with the reference "
           "projectivize + encode (tests/hexatag_reference.py); it gains from the faster reader, so the speed-up of the "
-          "whole old command is larger.\n")
+          "whole old command is larger" + (" (next table)" if args.baseline else " (--baseline DIR)") + ".\n")
+    if args.baseline:
+        print(command_table(args, path, sentences))
 
     print("### One non-projective sentence (random tree: each word attached to a random earlier-placed word), "
           "`encode_tree` (check, lift, encode)\n")
