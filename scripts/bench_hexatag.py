@@ -65,10 +65,11 @@ def cli_encoder(fn):
 
 def command_table(args, path, sentences) -> str:
     """The whole ``encode`` command, old (``--baseline``) and this one, as subprocesses timed in pairs."""
-    def command(root):
-        env = dict(os.environ, PYTHONPATH=os.path.abspath(root))
-        argv = [sys.executable, "-m", "sipe_fairseq.cli.hexatag", "encode", path, "-o", os.devnull]
-        return lambda: subprocess.run(argv, env=env, check=True, stderr=subprocess.DEVNULL)
+    def command(root):  # run in root: ``python -m`` puts the current directory first on sys.path
+        root = os.path.abspath(root)
+        env = dict(os.environ, PYTHONPATH=root)
+        argv = [sys.executable, "-m", "sipe_fairseq.cli.hexatag", "encode", os.path.abspath(path), "-o", os.devnull]
+        return lambda: subprocess.run(argv, env=env, cwd=root, check=True, stderr=subprocess.DEVNULL)
 
     def children_cpu():
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
