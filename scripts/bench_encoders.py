@@ -34,7 +34,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_decoders as bench  # noqa: E402  (shared worker, process and interleaving machinery)
+import bench_decoders as bench  # noqa: E402  (the decoder worker, whose commands the encoder worker reuses)
+import benchlib  # noqa: E402  (host processes, interleaving, paired ratios)
 
 ENCODERS = {"roberta": ("none", "input"), "deberta": ("none", "input", "position"),
             "modernbert": ("none", "input", "position")}
@@ -49,7 +50,7 @@ QUICK = dict(embed_dim=64, heads=4, layers=3, ffn=256, modernbert_ffn=96, vocab=
 def reference_of(label):
     """The label a row's ratios are taken to: the same encoder with ``none``, same code."""
     enc = label.split(".")[0]
-    return f"{enc}.none" + (bench.BASE if label.endswith(bench.BASE) else "")
+    return f"{enc}.none" + (benchlib.BASE if label.endswith(benchlib.BASE) else "")
 
 
 # ----------------------------------------------------------------------------------- worker
@@ -154,10 +155,10 @@ def run(args):
     import torch
     labels = list(args.configs)
     if args.baseline:
-        labels += [c + bench.BASE for c in labels]
+        labels += [c + benchlib.BASE for c in labels]
     script = os.path.abspath(__file__)
     load_before = os.getloadavg()
-    results, elapsed = bench.drive(labels, lambda name, mine, logdir: bench.Child(name, mine, args, logdir, script, SIZE_KEYS), args,
+    results, elapsed = benchlib.drive(labels, lambda name, mine, logdir: benchlib.Child(name, mine, args, logdir, script, SIZE_KEYS), args,
                                    ("train",), reference=labels[0])
     settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "replicas", "warmup", "steps", "quiet_load", "baseline", "omp_spin")}
     settings["loadavg_before"], settings["loadavg_after"] = load_before, os.getloadavg()
@@ -166,31 +167,31 @@ def run(args):
 
 
 def summarize(settings, labels, results, elapsed, torch_version):
-    med = {lab: {m: bench.median(results[lab][f"train_{m}"]) for m in ("wall", "cpu", "load")} for lab in labels}
+    med = {lab: {m: benchlib.median(results[lab][f"train_{m}"]) for m in ("wall", "cpu", "load")} for lab in labels}
     rows = []
     for lab in labels:
         res, st = results[lab], med[lab]
         ref_res, ref = results[reference_of(lab)], med[reference_of(lab)]
         enc, inj = lab.split("@")[0].split(".")
         mem, rss = res["memory"]["alloc_peak_bytes"], res["memory"]["rss_peak_increase_kb"]
-        paired = bench.paired_ratios(res, ref_res, "train_wall")
+        paired = benchlib.paired_ratios(res, ref_res, "train_wall")
         quiet = max(st["load"], ref["load"]) <= settings["quiet_load"]  # else judge time by CPU time
         row = {
             "label": lab, "encoder": "sipe_" + enc, "injection": inj,
-            "code": "baseline" if lab.endswith(bench.BASE) else "working tree", "info": res["info"],
+            "code": "baseline" if lab.endswith(benchlib.BASE) else "working tree", "info": res["info"],
             "params": res["info"]["params"], "sipe_params": res["info"]["sipe_params"],
             "tag_head_params": res["info"]["tag_head_params"],
             "train_ms": 1000 * st["wall"], "train_cpu_s": st["cpu"], "external_load": st["load"],
-            "train_ratio": bench.paired_ratio(res, ref_res, "train_wall"),
-            "train_cpu_ratio": bench.paired_ratio(res, ref_res, "train_cpu"),
-            "train_host_ratios": bench.host_ratios(res, ref_res, "train_wall"),
+            "train_ratio": benchlib.paired_ratio(res, ref_res, "train_wall"),
+            "train_cpu_ratio": benchlib.paired_ratio(res, ref_res, "train_cpu"),
+            "train_host_ratios": benchlib.host_ratios(res, ref_res, "train_wall"),
             "train_ratio_range": [min(paired), max(paired)] if paired else None,
             "peak_mb": mem / 2**20, "rss_peak_increase_mb": rss / 1024,
-            "memory_ratio": bench.ratio(mem, ref_res["memory"]["alloc_peak_bytes"]),
-            "rss_ratio": bench.ratio(rss, ref_res["memory"]["rss_peak_increase_kb"]),
+            "memory_ratio": benchlib.ratio(mem, ref_res["memory"]["alloc_peak_bytes"]),
+            "rss_ratio": benchlib.ratio(rss, ref_res["memory"]["rss_peak_increase_kb"]),
             "memory": res["memory"], "rss_idle_mb": res.get("rss_idle_kb", 0) / 1024,
             "samples_raw": {k: res[k] for k in res if k.startswith("train_") or k == "slots"},
-            "process_effect": bench.process_effect(res, "train_wall"),
+            "process_effect": benchlib.process_effect(res, "train_wall"),
             "target": TARGET[inj], "verdict_basis": "wall" if quiet else "cpu",
         }
         row["train_verdict_ratio"] = row["train_ratio"] if quiet else row["train_cpu_ratio"]
@@ -240,7 +241,7 @@ def render(summary):
         name = r["injection"] + (" (base)" if r["code"] == "baseline" else "")
         out.append(
             f"| {r['encoder']} | {name} | {r['params'] / 1e6:.2f}M | {r['sipe_params']:,} (+ {r['tag_head_params']:,}) | "
-            f"{r['train_ratio']:.3f}x{bench.fmt_range(r['train_ratio_range'])} | {r['train_cpu_ratio']:.3f}x | "
+            f"{r['train_ratio']:.3f}x{benchlib.fmt_range(r['train_ratio_range'])} | {r['train_cpu_ratio']:.3f}x | "
             f"{r['memory_ratio']:.3f}x | {r['rss_ratio']:.3f}x | {r['target']:.2f} | {meets} |")
     out += [
         "",
@@ -254,12 +255,12 @@ def render(summary):
     out += [
         "",
         "Notes:",
-        f"- Time: {s['warmup']} warm-up round(s), then {s['repeats']} rounds in each of {bench.replicas_of(s)} host "
+        f"- Time: {s['warmup']} warm-up round(s), then {s['repeats']} rounds in each of {benchlib.replicas_of(s)} host "
         f"process(es), every host holding every configuration, so a process's own speed cancels in the ratios; a turn "
         f"= {s['steps']} step(s) of one configuration in one host (their median the sample), one turn at a time, the "
         "order rotated every round. Ratio = median of the per-sample ratios to the same encoder's `none` of the same "
         "round and host; [a-b] = their min-max.",
-        *bench.host_note(rows, [r["label"] for r in rows if r["label"] == reference_of(r["label"])], ("train",)),
+        *benchlib.host_note(rows, [r["label"] for r in rows if r["label"] == reference_of(r["label"])], ("train",)),
         "- Train step = zero_grad + the `hexatag_mlm` criterion (forward, MLM logits at the masked positions only, MLM "
         "cross-entropy + terminal/non-terminal tag-head NLL at masked tagged positions; `none` has no tag heads) + "
         "backward of loss / masked tokens + `torch.optim.Adam` step.",
@@ -281,7 +282,7 @@ def fmt_load(avg):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench.add_common_arguments(p, "dictionary size (incl. fairseq's 4 specials and <mask>)")
+    benchlib.add_common_arguments(p, "dictionary size (incl. fairseq's 4 specials and <mask>)")
     p.add_argument("--modernbert-ffn", type=int, default=768, help="ModernBERT's GeGLU inner dimension per branch")
     p.add_argument("--mask-prob", type=float, default=0.15, help="fraction of positions selected for the MLM")
     p.add_argument("--window", type=int, default=128, help="ModernBERT: window of the local layers")
@@ -307,7 +308,7 @@ def main():
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        sys.exit(bench.child_main(args, EncoderWorker))
+        sys.exit(benchlib.child_main(args, EncoderWorker))
     if args.quick:
         for k, v in QUICK.items():
             if p.get_default(k) == getattr(args, k):

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_decoders.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "benchlib.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_decoders_under_test", SCRIPT)
+    spec = importlib.util.spec_from_file_location("benchlib_under_test", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -55,3 +55,22 @@ def test_host_groups_one_code_version_per_process(bench):
     groups = bench.host_groups(["none", "input", "none@base", "input@base"], 2)
     assert groups == {"w0": ["none", "input"], "w1": ["none", "input"],
                       "base0": ["none@base", "input@base"], "base1": ["none@base", "input@base"]}
+
+
+def test_paired_times_rotates_and_pairs(bench):
+    now, calls = [0.0], []
+
+    def step(name, cost):
+        def run():
+            calls.append(name)
+            now[0] += cost
+        return run
+
+    times = bench.paired_times({"a": step("a", 1.0), "b": step("b", 3.0), "c": step("c", 0.5)}, 4, clock=lambda: now[0])
+    assert times == {"a": [1.0] * 4, "b": [3.0] * 4, "c": [0.5] * 4}
+    assert calls == list("abc" "bca" "cab" "abc")
+
+
+def test_markdown_table(bench):
+    table = bench.markdown_table(["code", "s"], [["before", 1.5], ["after", "0.2"]])
+    assert table.splitlines() == ["| code | s |", "|---|---:|", "| before | 1.5 |", "| after | 0.2 |"]

@@ -1,5 +1,8 @@
 """Tests of the hexatag core (sipe_fairseq.hexatag) and the ``sipe-hexatag`` CLI."""
 import io
+import itertools
+import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +18,7 @@ from sipe_fairseq.hexatag import (
     read_conllu,
 )
 
-EWT = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "ud-english-ewt"
+EWT = Path(os.environ.get("SIPE_SHARED", Path(__file__).resolve().parent.parent.parent / "shared")) / "data" / "ud-english-ewt"
 PROPS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -52,12 +55,6 @@ def trees(draw, max_size=60):
 
 
 tag_pairs = st.tuples(st.sampled_from(TERMINALS + ("x",)), st.sampled_from(NONTERMINALS + ("R2",)))
-# any pairs, or pairs shaped like a tag sequence (EOS last only), which decode more often
-tag_sequences = st.one_of(
-    st.lists(tag_pairs, min_size=1, max_size=20),
-    st.lists(st.tuples(st.sampled_from(TERMINALS), st.sampled_from(NONTERMINALS[:4])), max_size=19)
-    .map(lambda tags: tags + [("r" if tags else "l", EOS)]),
-)
 
 
 def ancestors(heads, w):
@@ -150,10 +147,75 @@ def _check_decoded(tags):
     assert decode(encode(heads)) == heads
 
 
-@PROPS
-@given(tag_sequences)
-def test_decode_random_tags(tags):
-    _check_decoded(tags)
+def binary_head_trees(lo, hi, side):
+    """Brute force from the hexatag rules (tags.py docstring): every binary head tree over words lo..hi whose
+    root is a ``side`` ("L"/"R") child, as ``(terminal per word, non-terminal per gap, heads, lexical head)``."""
+    if lo == hi:
+        yield [side.lower()], [], {}, lo
+        return
+    for k in range(lo, hi):  # left child over lo..k, right child over k+1..hi, the node on gap k
+        for left in binary_head_trees(lo, k, "L"):
+            for right in binary_head_trees(k + 1, hi, "R"):
+                for bit in (0, 1):
+                    head, dep = (left[3], right[3]) if bit == 0 else (right[3], left[3])
+                    yield (left[0] + right[0], left[1] + [f"{side}{bit}"] + right[1],
+                           {**left[2], **right[2], dep: head}, head)
+
+
+def valid_sequences(n):
+    """Every tag sequence of ``n`` words that encodes a tree (the root counts as a left child), with its heads."""
+    out = {}
+    for terms, nonterms, heads, root in binary_head_trees(1, n, "L"):
+        heads[root] = 0
+        out[tuple(zip(terms, nonterms + [EOS]))] = [heads[w] for w in range(1, n + 1)]
+    return out
+
+
+VALID = {n: valid_sequences(n) for n in range(1, 6)}
+ALL_PAIRS = [(t, n) for t in TERMINALS + ("x",) for n in NONTERMINALS + ("R2",)]
+VALID_PAIRS = [(t, n) for t in TERMINALS for n in NONTERMINALS]
+
+
+def _decodes(tags):
+    try:
+        return decode(list(tags))
+    except HexatagError:
+        return None
+
+
+def test_decode_all_short_sequences():
+    """Every sequence of up to 3 pairs (18 pair kinds, invalid ones included) and of 4-5 well-formed
+    pairs decodes exactly when it is the in-order tagging of a binary head tree, to that tree's heads."""
+    for n, pairs in ((1, ALL_PAIRS), (2, ALL_PAIRS), (3, ALL_PAIRS), (4, VALID_PAIRS), (5, VALID_PAIRS)):
+        decoded = {}
+        for tags in itertools.product(pairs, repeat=n):
+            heads = _decodes(tags)
+            if heads is not None:
+                decoded[tags] = heads
+        assert decoded == VALID[n], n
+    assert [len(VALID[n]) for n in VALID] == [1, 2, 8, 40, 224]  # Catalan(n - 1) shapes x 2^(n - 1) head bits
+    assert all(VALID[len(tags)][tags] == heads for tags, heads in ((tuple(encode(h)), h) for h in
+                                                                  ([0], [2, 0], [0, 1, 2], [2, 0, 2], [3, 3, 0, 3, 3])))
+
+
+def test_decode_random_tags():
+    """Random sequences (any pairs, or EOS-last ones that decode more often): exactly those that tag a
+    binary head tree decode, counted against the brute force."""
+    rng = random.Random(11)
+    seqs = []
+    for k in range(4000):
+        n = rng.randint(1, 5)
+        if k % 2:
+            seqs.append(tuple(rng.choice(ALL_PAIRS) for _ in range(n)))
+        else:
+            seqs.append(tuple((rng.choice(TERMINALS), rng.choice(NONTERMINALS[:4])) for _ in range(n - 1))
+                        + (("r" if n > 1 else "l", EOS),))
+    results = [_decodes(tags) for tags in seqs]
+    expected = [VALID[len(tags)].get(tags) for tags in seqs]
+    assert results == expected
+    decoded = sum(r is not None for r in results)
+    assert (decoded, len(seqs) - decoded) == (sum(e is not None for e in expected), sum(e is None for e in expected))
+    assert 200 < decoded < len(seqs) - 1000  # both outcomes well represented
 
 
 @PROPS
@@ -231,15 +293,31 @@ def test_conllu_tab_separated_only():
     (conllu_line(3, "x", 1), 5, "out of sequence"),
     (conllu_line("2a", "x", 1), 5, "is not a valid ID"),
     (conllu_line(2, "x", 0), 3, "exactly one root"),  # tree errors name the sentence's first line
+    (conllu_line("2-3", "xy", "_"), 5, "multiword token 2-3 ends after the last word \\(1\\)"),
+    (conllu_line("9-10", "xy", "_"), 5, "multiword token 9-10 out of sequence \\(expected it to start at word 2\\)"),
+    (conllu_line("1-2", "xy", "_"), 5, "multiword token 1-2 out of sequence"),
+    (conllu_line("2-2", "xy", "_"), 5, "must span two or more words"),
+    (conllu_line("3-2", "xy", "_"), 5, "not a valid ID"),
+    ("# bad byte: \udcff", 5, "not UTF-8 text \\(byte 0xff at column 13\\)"),
 ])
 def test_conllu_errors_name_the_line(tmp_path, bad_line, lineno, message):
     path = tmp_path / "bad.conllu"
     # line 1: sentence 1, line 3: "# sent_id = 2", line 4: its word 1, line 5: the bad line
-    path.write_text(conllu_sentence([0]) + "# sent_id = 2\n" + conllu_line(1, "w", 0) + "\n" + bad_line + "\n\n")
+    text = conllu_sentence([0]) + "# sent_id = 2\n" + conllu_line(1, "w", 0) + "\n" + bad_line + "\n\n"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
     with pytest.raises(ConlluError, match=message) as info:
         list(read_conllu(path))
     assert str(info.value).startswith(f"{path}:{lineno}: ")
     assert info.value.line == lineno
+
+
+def test_conllu_overlapping_multiword_tokens(tmp_path):
+    path = tmp_path / "mwt.conllu"
+    lines = [conllu_line("1-3", "abc", "_"), conllu_line(1, "a", 0), conllu_line(2, "b", 1),
+             conllu_line("2-3", "bc", "_"), conllu_line(3, "c", 1)]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConlluError, match=f"^{path}:4: multiword token 2-3 overlaps 1-3$"):
+        list(read_conllu(path))
 
 
 EWT_NONPROJECTIVE = {"train": 288, "dev": 31, "test": 26}
@@ -311,6 +389,22 @@ def test_cli_encode_errors(conllu_file, tmp_path, capsys):
     assert "missing.conllu: No such file or directory" in capsys.readouterr().err
 
 
+def test_cli_encode_not_utf8(conllu_file, tmp_path, capsys):
+    """A byte that is not UTF-8 fails its sentence with file:line; --keep-going encodes the sentences after it."""
+    bad = tmp_path / "latin1.conllu"
+    root_line = conllu_line(1, "w1", 0, "root").encode()  # sentence 2, line 9
+    bad.write_bytes(conllu_file.read_bytes().replace(root_line, root_line.replace(b"w1", b"w\xe91")))
+    assert main(["encode", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["l/L1 l/R1 r/L0 r/L0 r/EOS"]
+    assert f"{bad}:9: not UTF-8 text (byte 0xe9 at column 4)" in err and "Traceback" not in err
+    assert main(["encode", "--keep-going", str(bad), str(conllu_file)]) == 1
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert len(lines) == 6 and lines[1] == "" and lines[2] == lines[5] != ""
+    assert "sentences: 6, words: 19, non-projective trees lifted: 2 (arcs: 2), errors: 1" in err
+
+
 def test_cli_decode_errors(tmp_path, capsys):
     tags = tmp_path / "bad.hexatag"
     tags.write_text("l/EOS\nl/L1 x/EOS\nl/L0 r/EOS\n")
@@ -322,6 +416,10 @@ def test_cli_decode_errors(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == "0\n\n0 1\n"
     assert "sentences: 3, words: 3, errors: 1" in err
+    tags.write_bytes(b"l/EOS\nl/L0 r\xff/EOS\nl/L0 r/EOS\n")
+    assert main(["decode", "--keep-going", str(tags)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "0\n\n0 1\n" and f"{tags}:2: not UTF-8 text (byte 0xff at column 7)" in err
 
 
 def test_core_and_cli_do_not_import_torch():

@@ -8,6 +8,7 @@ otherwise (or a usage error).
 """
 import argparse
 import contextlib
+import io
 import logging
 import os
 import sys
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence, TextIO
 
 from sipe_fairseq.hexatag import ConlluError, HexatagError, decode, encode_tree, format_tags, parse_tags
-from sipe_fairseq.hexatag.conllu_io import parse_sentence, sentence_blocks
+from sipe_fairseq.hexatag.conllu_io import parse_sentence, sentence_blocks, undecodable
 
 logger = logging.getLogger(__name__)
 
@@ -56,17 +57,24 @@ def _name(path: str) -> str:
 
 @contextlib.contextmanager
 def _open(path: str) -> Iterator[TextIO]:
+    """Open a text input; bytes that are not UTF-8 become lone surrogates, refused per line
+    (``undecodable``) so that ``--keep-going`` can skip just the sentence that holds them."""
     try:
-        f = sys.stdin if path == "-" else open(path, encoding="utf-8")
+        if path != "-":
+            f = open(path, encoding="utf-8", errors="surrogateescape")
+        elif hasattr(sys.stdin, "buffer"):
+            f = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
+        else:  # already text (e.g. replaced in a test)
+            f = sys.stdin
     except OSError as e:
         raise _Stop(f"{path}: {e.strerror}") from e
     try:
         yield f
-    except UnicodeDecodeError as e:
-        raise _Stop(f"{_name(path)}: not UTF-8 text ({e.reason})") from e
     finally:
-        if f is not sys.stdin:
+        if path != "-":
             f.close()
+        elif f is not sys.stdin:
+            f.detach()  # leave sys.stdin.buffer open
 
 
 def _bad(message: str, out: TextIO, stats: Stats, keep_going: bool) -> None:
@@ -102,6 +110,9 @@ def decode_files(args, out: TextIO, stats: Stats) -> None:
             for lineno, line in enumerate(f, 1):
                 stats.sentences += 1
                 try:
+                    bad = undecodable(line)
+                    if bad:
+                        raise HexatagError(bad)
                     heads = decode(parse_tags(line))
                 except HexatagError as e:
                     _bad(f"{_name(path)}:{lineno}: {e}", out, stats, args.keep_going)

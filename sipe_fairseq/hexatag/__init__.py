@@ -5,19 +5,13 @@
 """
 from .conllu_io import Sentence, read_conllu
 from .errors import ConlluError, HexatagError, NonProjectiveError, TreeError
-from .tags import EOS, NONTERMINALS, TERMINALS, decode, encode
+from .tags import EOS, NONTERMINALS, TERMINALS, decode, encode, encode_tree
 from .tree import check_tree, is_projective, nonprojective_arcs, projectivize
-
-
-def encode_tree(heads, strict: bool = False):
-    """Check, projectivize (unless ``strict``) and encode: returns ``(tags, heads_used, n_lifts)``."""
-    proj, lifts = projectivize(heads, strict=strict)
-    return encode(proj), proj, lifts
 
 
 def format_tags(tags) -> str:
     """``[("l", "L1"), ("r", "EOS")]`` -> ``"l/L1 r/EOS"`` (the ``sipe-hexatag`` line format)."""
-    return " ".join(f"{t}/{n}" for t, n in tags)
+    return " ".join(map("/".join, tags))
 
 
 def parse_tags(line: str):

@@ -5,7 +5,9 @@ on tabs here and each field goes through ``conllu``'s own value parsers: ``conll
 also split columns on two spaces, which misreads such forms, and it does not report line numbers.
 Hexatags are per *syntactic word*: multiword-token lines (``3-4 don't``) are kept only as a
 record of the surface form, and the syntactic words (``do``, ``n't``) are what gets tagged and
-tokenized. Empty nodes (``8.1``) take no part in the basic tree and are skipped (counted).
+tokenized; a range must cover two or more words, start at the next word and end in the sentence.
+Empty nodes (``8.1``) take no part in the basic tree and are skipped (counted). Files are read with
+``errors="surrogateescape"``, so a line that is not UTF-8 fails its own sentence (file:line), not the file.
 """
 import io
 from dataclasses import dataclass, field
@@ -39,7 +41,7 @@ def sentence_blocks(lines: Iterable[str]) -> Iterator[Tuple[int, List[str]]]:
         line = raw.rstrip("\r\n")
         if lineno == 1:
             line = line.lstrip("\ufeff")
-        if not line.strip():
+        if not line or line.isspace():
             if buf:
                 yield start, buf
                 buf = []
@@ -51,11 +53,27 @@ def sentence_blocks(lines: Iterable[str]) -> Iterator[Tuple[int, List[str]]]:
         yield start, buf
 
 
+def undecodable(line: str) -> Optional[str]:
+    """Why a line read with ``errors="surrogateescape"`` is not UTF-8 text, or None if it is."""
+    if line.isascii():
+        return None
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"not UTF-8 text (byte 0x{ord(line[e.start]) - 0xDC00:02x} at column {e.start + 1})"
+    return None
+
+
 def parse_sentence(block: Union[str, Sequence[str]], path, start: int) -> Sentence:
     """Parse one CoNLL-U sentence (a string or its lines) that starts at line ``start`` of ``path``."""
     lines = block.rstrip("\n").split("\n") if isinstance(block, str) else block
-    words, heads, deprels, head_lines, mwt, empty, meta = [], [], [], [], [], 0, {}
+    words, heads, deprels, mwt, mwt_lines, empty, meta = [], [], [], [], [], 0, {}
     for lineno, line in enumerate(lines, start):
+        plain = line.isascii()
+        if not plain:
+            bad = undecodable(line)
+            if bad:
+                raise ConlluError(path, lineno, bad)
         try:
             if line.startswith("#"):
                 for key, value in parse_comment_line(line):
@@ -64,29 +82,43 @@ def parse_sentence(block: Union[str, Sequence[str]], path, start: int) -> Senten
             cols = line.split("\t")
             if len(cols) != 10:
                 raise ConlluError(path, lineno, f"expected 10 tab-separated columns, got {len(cols)}")
-            tid = parse_id_value(cols[0])
-            if isinstance(tid, tuple):  # (3, "-", 4): multiword token; (8, ".", 1): empty node
+            value = cols[0]  # fast path for a plain decimal, else conllu's parser (and its errors)
+            tid = int(value) if plain and value.isdigit() and value[0] != "0" else parse_id_value(value)
+            if tid.__class__ is tuple:  # (3, "-", 4): multiword token; (8, ".", 1): empty node
                 if tid[1] == "-":
-                    mwt.append((tid[0], tid[2], cols[1]))
+                    first, last = tid[0], tid[2]
+                    if first >= last:
+                        raise ConlluError(path, lineno, f"multiword token {value} must span two or more words")
+                    if mwt and first <= mwt[-1][1]:
+                        raise ConlluError(path, lineno, f"multiword token {value} overlaps {mwt[-1][0]}-{mwt[-1][1]}")
+                    if first != len(words) + 1:
+                        raise ConlluError(path, lineno, f"multiword token {value} out of sequence "
+                                                        f"(expected it to start at word {len(words) + 1})")
+                    mwt.append((first, last, cols[1]))
+                    mwt_lines.append(lineno)
                 else:
                     empty += 1
                 continue
             if tid != len(words) + 1:
                 raise ConlluError(path, lineno, f"word ID {tid} out of sequence (expected {len(words) + 1})")
-            head = parse_int_value(cols[6])
+            value = cols[6]
+            head = int(value) if plain and value.isdigit() and value[0] != "0" else parse_int_value(value)
         except ParseException as e:
             raise ConlluError(path, lineno, str(e)) from e
         if head is None or head < 0:
-            raise ConlluError(path, lineno, f"word {tid}: HEAD must be a non-negative integer, got {cols[6]!r}")
+            raise ConlluError(path, lineno, f"word {tid}: HEAD must be a non-negative integer, got {value!r}")
         words.append(cols[1])
         heads.append(head)
         deprels.append(cols[7] or "_")
-        head_lines.append(lineno)
     if not words:
         raise ConlluError(path, start, "sentence has no words")
-    for i, h in enumerate(heads):
-        if h > len(words):
-            raise ConlluError(path, head_lines[i], f"word {i + 1}: HEAD {h} out of range 0..{len(words)}")
+    for (first, last, _), lineno in zip(mwt, mwt_lines):
+        if last > len(words):
+            raise ConlluError(path, lineno, f"multiword token {first}-{last} ends after the last word ({len(words)})")
+    if max(heads) > len(words):
+        i = next(i for i, h in enumerate(heads) if h > len(words))
+        lineno = next(k for k, line in enumerate(lines, start) if line.split("\t", 1)[0] == str(i + 1))
+        raise ConlluError(path, lineno, f"word {i + 1}: HEAD {heads[i]} out of range 0..{len(words)}")
     try:
         check_tree(heads)
     except TreeError as e:
@@ -97,7 +129,7 @@ def parse_sentence(block: Union[str, Sequence[str]], path, start: int) -> Senten
 def read_conllu(source: Union[str, Path, io.TextIOBase]) -> Iterator[Sentence]:
     """Yield :class:`Sentence` objects from a CoNLL-U file (or open text stream)."""
     if isinstance(source, (str, Path)):
-        with open(source, encoding="utf-8") as f:
+        with open(source, encoding="utf-8", errors="surrogateescape") as f:  # bad bytes: ConlluError with the line
             yield from read_conllu_lines(f, str(source))
     else:
         yield from read_conllu_lines(source, getattr(source, "name", "<stream>"))

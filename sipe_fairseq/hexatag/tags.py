@@ -10,10 +10,11 @@ the non-terminal spanning it (``L``/``R``: the node is a left/right child, the r
 left, followed by the head bit). SiPE's left shift puts ``n_i`` on word ``i`` and ``EOS`` on
 the last word, so every word carries one pair ``(t_i, n_i)``.
 """
+from bisect import bisect_left
 from typing import List, Sequence, Tuple
 
 from .errors import HexatagError, NonProjectiveError
-from .tree import _spans, check_tree
+from .tree import _checked, _lift, _spans
 
 TERMINALS: Tuple[str, ...] = ("l", "r")
 NONTERMINALS: Tuple[str, ...] = ("L0", "L1", "R0", "R1", "EOS")
@@ -28,39 +29,58 @@ def encode(heads: Sequence[int]) -> List[Tag]:
     Raises :class:`NonProjectiveError` for a non-projective tree (projectivize it first): the
     BHT of a non-projective tree would put tags on the wrong words.
     """
-    check_tree(heads)
-    n = len(heads)
-    lo, hi, size = _spans(heads)  # subtree spans place the gap nodes
-    if any(hi[w] - lo[w] + 1 != size[w] for w in range(1, n + 1)):
+    children, order = _checked(heads)
+    lo, hi, projective = _spans(heads, order)
+    if not projective:
         raise NonProjectiveError("tree is not projective; projectivize() it before encoding")
-    left = [[] for _ in range(n + 1)]
-    right = [[] for _ in range(n + 1)]
-    for d, h in enumerate(heads, 1):
-        (left if d < h else right)[h].append(d)
-    # side[w]: side of the BHT root of w's subtree in its parent ("L" for the sentence root)
-    side = [""] * (n + 1)
-    for d, h in enumerate(heads, 1):
-        side[d] = "L" if (h == 0 or d < h) else "R"
+    return _encode(heads, children, lo, hi)
+
+
+def encode_tree(heads: Sequence[int], strict: bool = False) -> Tuple[List[Tag], List[int], int]:
+    """Check, projectivize (unless ``strict``: :class:`NonProjectiveError`) and encode a tree:
+    returns ``(tags, heads_used, n_lifts)``, as ``projectivize`` then ``encode`` but checking once."""
+    children, order = _checked(heads)
+    lo, hi, projective = _spans(heads, order)
+    if projective:
+        return _encode(heads, children, lo, hi), list(heads), 0
+    heads, lifts = _lift(heads, children, strict)
+    children, order = _checked(heads)
+    lo, hi, _ = _spans(heads, order)
+    return _encode(heads, children, lo, hi), heads, lifts
+
+
+def _encode(heads: Sequence[int], children: List[List[int]], lo: List[int], hi: List[int]) -> List[Tag]:
+    """:func:`encode` of a checked projective tree, given its dependents and subtree spans; O(n).
+
+    The chain of internal nodes of head ``h``, bottom-up: its left dependents nearest first (head
+    bit 1; the node sits on the gap just after the dependent's span), then its right dependents
+    nearest first (head bit 0; the gap just before the span). A node is the right child of the next
+    node when that one takes a left dependent, else its left child; the top node takes the side of
+    ``h``'s own subtree in its parent ("L" for the sentence root).
+    """
+    n = len(heads)
     term = [""] * (n + 1)
     nonterm = [EOS] * (n + 1)
     for h in range(1, n + 1):
-        deps = sorted(left[h], reverse=True)  # nearest first
-        rdeps = sorted(right[h])
-        # chain of internal nodes, bottom-up: (gap position, head bit)
-        chain = [(hi[d], 1) for d in deps] + [(lo[d] - 1, 0) for d in rdeps]
-        if not chain:
-            term[h] = side[h].lower()
+        p = heads[h - 1]
+        side = "L" if p == 0 or h < p else "R"
+        deps = children[h]
+        if not deps:
+            term[h] = "l" if side == "L" else "r"
             continue
-        # the leaf is the right child of the first node if that node takes a left dependent
-        term[h] = "r" if deps else "l"
-        for k, (gap, bit) in enumerate(chain):
-            if k + 1 < len(chain):
-                # the next node takes a left dependent (bit 1) -> this node is its right child
-                node_side = "R" if chain[k + 1][1] == 1 else "L"
-            else:
-                node_side = side[h]
-            nonterm[gap] = f"{node_side}{bit}"
-    return [(term[i], nonterm[i]) for i in range(1, n + 1)]
+        k = bisect_left(deps, h)  # deps[:k] left of h, deps[k:] right of h
+        if k:
+            term[h] = "r"
+            for j in range(k - 1, 0, -1):  # the next node takes a left dependent too
+                nonterm[hi[deps[j]]] = "R1"
+            nonterm[hi[deps[0]]] = "L1" if k < len(deps) else side + "1"
+        else:
+            term[h] = "l"
+        if k < len(deps):
+            for j in range(k, len(deps) - 1):
+                nonterm[lo[deps[j]] - 1] = "L0"
+            nonterm[lo[deps[-1]] - 1] = side + "0"
+    return list(zip(term[1:], nonterm[1:]))
 
 
 class _Node:
