@@ -10,7 +10,7 @@ named as ``fairseq-preprocess`` names them)::
     dict.deprel.txt       {split}.deprel.bin/.idx        only with --deprel
     spm.model, spm.vocab                                 unless --no-split
     {split}.tok                                          subword text, only with --keep-text
-    manifest.json                                        counts per split and settings
+    manifest.json                                        counts per split, settings, bytes and sha256 per file
 
 *Byte identity.* ``dict.txt`` and the token ``.bin/.idx`` equal what ``fairseq-preprocess
 --only-source`` (mmap) writes for the ``{split}.tok`` text, so stock ``language_modeling`` trains a
@@ -575,8 +575,10 @@ def preprocess(opts: PreprocessOptions) -> dict:
             f", {st['empty_lines_skipped']} empty lines skipped" if text_input else "",
         )
 
+    files = {n: {"bytes": os.path.getsize(f), "sha256": _sha256(f)}  # checked at load (sipe_fairseq.data.validate)
+             for n in sorted(os.listdir(dest)) if n != "manifest.json" and os.path.isfile(f := os.path.join(dest, n))}
     manifest = {
-        "format": "sipe-preprocess/1",
+        "format": "sipe-preprocess/1", "files": files,
         "inputs": {name: {"path": path, "sha256": _sha256(path)} for name, path in splits},
         "settings": {
             "alignment": "first-subword", "dataset_impl": "mmap", "deprel": opts.deprel, "no_split": opts.no_split,
