@@ -282,15 +282,15 @@ def check_content(tokens: Stream, tags: Mapping[str, Stream], vocab: Vocabulary,
         for kind, stream in tags.items():
             g = stream.read(lo, hi)
             size = vocab.tag_sizes[kind]
-            ok = (g == NOTAG_ID) | ((g >= FIRST_TAG_ID) & (g < size))
+            tagged = (g >= FIRST_TAG_ID) & (g < size)
             if kind in vocab.tag_unk_ok:
-                ok |= g == vocab.unk
+                tagged |= g == vocab.unk  # a label unknown to the dictionary still marks a word
+            ok = tagged | (g == NOTAG_ID)
             if not ok.all():
                 s, j, n = where(~ok)
                 raise DataError(f"{stream.bin}: sentence {s}, position {j}: id {int(g[~ok][0])} is not a {_tag_name(kind)} "
                                 f"id (<notag> = {NOTAG_ID}, tags {FIRST_TAG_ID}..{size - 1}); {n} such ids in this part; "
                                 f"{_REBUILD}")
-            tagged = g >= FIRST_TAG_ID
             bad = tagged & is_eos
             if bad.any():
                 s, j, _ = where(bad)
