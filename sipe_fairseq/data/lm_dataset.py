@@ -154,6 +154,7 @@ class HexatagWindowDataset(FairseqDataset):
         batch = self.dataset.collater(samples)
         if samples:
             batch["start_indices"] = starts
+            batch["ntokens"] = int(batch["target"].ne(self.dataset.tgt_vocab.pad()).sum())  # scored, not context
         return batch
 
     def num_tokens(self, index):

@@ -89,7 +89,10 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
             rows = HexatagContextWindowDataset(rows, tps, context_window, self.source_dictionary.pad(), dataset.tag_pad)
         itr = super().eval_lm_dataloader(rows, max_tokens, batch_size, max_positions, num_shards, shard_id,
                                          num_workers, data_buffer_size, context_window=0)
-        return ScoredTokens(itr, split, total, self.target_dictionary, dataset.add_bos_token, limit, num_shards)
+        too_long = f"blocks longer than the model's {limit} positions"
+        if dataset.add_bos_token:
+            too_long += " (not windowed with --add-bos-token)"
+        return ScoredTokens(itr, split, total, self.target_dictionary, dataset.add_bos_token, too_long, num_shards)
 
 
 class ScoredTokens:
@@ -97,8 +100,8 @@ class ScoredTokens:
     how many of the split's tokens were scored and how many were left out (raising
     :class:`EvaluationError` when none was scored: a perplexity of 1.00 from nothing)."""
 
-    def __init__(self, itr, split, total, dictionary, bos: bool, limit, num_shards=1):
-        self.itr, self.split, self.total, self.limit, self.num_shards = itr, split, total, limit, num_shards
+    def __init__(self, itr, split, total, dictionary, bos: bool, reason: str, num_shards=1):
+        self.itr, self.split, self.total, self.reason, self.num_shards = itr, split, total, reason, num_shards
         self.pad, self.bos = dictionary.pad(), dictionary.bos() if bos else None
         self.scored = 0
 
@@ -123,8 +126,8 @@ class ScoredTokens:
     def finish(self):
         where = f"split {self.split!r}" + (f" (this shard of {self.num_shards})" if self.num_shards > 1 else "")
         if self.scored == 0:
-            raise EvaluationError(f"{where}: no token scored of {self.total} (is every block longer than the model's "
-                                  f"{self.limit} positions? set --tokens-per-sample / --sample-break-mode); no perplexity")
+            raise EvaluationError(f"{where}: no token scored of {self.total}, so no perplexity (left out: {self.reason}; "
+                                  "see --tokens-per-sample, --sample-break-mode)")
         left = self.total - self.scored
-        note = "none left out" if left == 0 or self.num_shards > 1 else f"{left} left out (longer than the model's positions)"
+        note = "none left out" if left == 0 or self.num_shards > 1 else f"{left} left out: {self.reason}"
         logger.info(f"{where}: scored {self.scored} of {self.total} tokens; {note}")
