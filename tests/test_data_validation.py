@@ -15,10 +15,13 @@ from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.data.validate import DataError, validate_split
 from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
 from sipe_fairseq.tasks.sipe_data import SiPEDataMixin
-from test_decoder_e2e import BIN, ENV, PLUGIN, data_dir  # noqa: F401  (the toy corpus fixture)
+import test_decoder_e2e
+from test_decoder_e2e import BIN, ENV, PLUGIN
 from test_preprocess import TRAIN, VALID
 
 KINDS = ("terminal", "nonterminal")
+
+data_dir = test_decoder_e2e.data_dir  # the toy corpus (module-scoped fixture)
 
 
 def _copy(data_dir, tmp_path, name="d"):

@@ -15,9 +15,12 @@ from sipe_fairseq.cli.eval_lm import load
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.tasks.hexatag_lm import ScoredTokens
 from sipe_fairseq.tasks.sipe_data import EvaluationError
-from test_decoder_e2e import BIN, ENV, PLUGIN, data_dir, trained  # noqa: F401  (toy corpus, tiny trained model)
+import test_decoder_e2e
+from test_decoder_e2e import BIN, ENV, PLUGIN, trained
 
 LIMIT = 16  # positions given to the evaluation (the model was trained with 64)
+
+data_dir = test_decoder_e2e.data_dir  # the toy corpus (module-scoped fixture)
 
 
 def _independent_nll(model, data_dir, d, limit):

@@ -14,7 +14,10 @@ import subprocess
 import pytest
 import torch
 
-from test_decoder_e2e import BIN, ENV, PLUGIN, data_dir  # noqa: F401  (the toy corpus fixture)
+import test_decoder_e2e
+from test_decoder_e2e import BIN, ENV, PLUGIN
+
+data_dir = test_decoder_e2e.data_dir  # the toy corpus (module-scoped fixture)
 
 
 def _cmd(data_dir, save_dir):

@@ -37,12 +37,12 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .mlm_dataset import word_start_mask
 from .tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 
 logger = logging.getLogger(__name__)
 
 VALIDATION_MODES = ("fast", "full", "none")
-SPACE_MARK = "\u2581"  # sentencepiece's word-start mark (sipe_fairseq.data.preprocess)
 FAST_FULL_TOKENS = 1 << 24     # fast mode reads every token of a split up to this size ...
 FAST_SAMPLE_SENTENCES = 20000  # ... and beyond it this many sentences, evenly spread
 CHUNK_TOKENS = 1 << 22         # content is checked this many tokens at a time
@@ -206,10 +206,10 @@ class Vocabulary:
 
 def vocabulary(dictionary, tag_dictionaries: Mapping[str, object], no_split: bool) -> Vocabulary:
     """A :class:`Vocabulary` from fairseq dictionaries (token, and kind -> tag dictionary)."""
-    n = len(dictionary)
-    starts = np.array([no_split or sym.startswith(SPACE_MARK) for sym in dictionary.symbols], dtype=bool)
-    starts[[dictionary.bos(), dictionary.pad(), dictionary.eos()]] = False
-    return Vocabulary(n, dictionary.eos(), dictionary.unk(), starts, {k: len(d) for k, d in tag_dictionaries.items()})
+    starts = word_start_mask(dictionary, no_split).numpy().astype(bool)  # the masked-LM whole-word rule
+    starts[[dictionary.bos(), dictionary.pad(), dictionary.eos(), dictionary.unk()]] = False  # </s>, <unk>: checked apart
+    return Vocabulary(len(dictionary), dictionary.eos(), dictionary.unk(), starts,
+                      {k: len(d) for k, d in tag_dictionaries.items()})
 
 
 @dataclass

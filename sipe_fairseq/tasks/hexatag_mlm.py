@@ -5,9 +5,7 @@ mask (see :mod:`sipe_fairseq.data.mlm_dataset`): ``net_input`` gets ``src_termin
 ``src_nonterminals`` (and ``src_deprels`` with ``--deprel-stream``) with m_p = 0 at masked
 positions; the sample gets ``terminal_target``/``nonterminal_target`` at masked first subwords.
 """
-import json
 import logging
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +20,7 @@ from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
 from ..data.lm_dataset import input_key
 from ..data.mlm_dataset import MaskedTagDataset, check_word_starts, word_start_mask
 from ..data.tag_dictionary import NOTAG_ID, TAG_KINDS
+from ..data.validate import expectations
 from .sipe_data import SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
@@ -87,12 +86,7 @@ class HexatagMaskedLMTask(SiPEDataMixin, MaskedLMTask):
     def whole_word_mask(self, data_path, split):
         """``--mask-whole-words``: word starts from the vocabulary (sentencepiece's U+2581; every token
         for ``--no-split`` data, read from manifest.json), checked against the split's tag streams."""
-        no_split = False
-        manifest = os.path.join(data_path, "manifest.json")
-        if os.path.isfile(manifest):
-            with open(manifest, encoding="utf-8") as f:
-                no_split = bool(json.load(f).get("settings", {}).get("no_split", False))
-        starts = word_start_mask(self.source_dictionary, no_split)
+        starts = word_start_mask(self.source_dictionary, expectations(data_path, split).no_split)
         check = check_word_starts(starts, data_path, split, self.source_dictionary)
         if check["differ"]:
             logger.warning(f"{split}: --mask-whole-words: at {check['differ']} of {check['positions']} positions the "
