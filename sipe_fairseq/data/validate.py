@@ -336,7 +336,9 @@ def check_content(tokens: Stream, tags: Mapping[str, Stream], vocab: Vocabulary,
 
 
 def split_files(split: str, kinds: Sequence[str]) -> List[str]:
-    return [f"{split}{suffix}.{ext}" for suffix in [""] + [f".{k}" for k in kinds] for ext in ("idx", "bin")]
+    """The files a split is read from: its streams and the dictionaries."""
+    streams = [f"{split}{suffix}.{ext}" for suffix in [""] + [f".{k}" for k in kinds] for ext in ("idx", "bin")]
+    return streams + ["dict.txt"] + [f"dict.{k}.txt" for k in kinds]
 
 
 def validate_split(data_dir: str, split: str, dictionary, tag_dictionaries: Mapping[str, object],

@@ -32,7 +32,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from ..data.tag_dictionary import load_tag_dictionary
 from ..data.tag_streams import load_tag_streams
-from ..data.validate import VALIDATION_MODES, DataError, expectations, validate_split
+from ..data.validate import VALIDATION_MODES, DataError, expectations, split_files, validate_split
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +102,9 @@ class SiPEDataMixin:
             else:
                 note = f"checked {report['checked']}: ids, tag positions"
                 if files is None:
-                    note += (f"; {exp.manifest or 'no manifest'} records no file sizes/hashes (older sipe-preprocess): "
-                             f"{2 + 2 * len(tag_dictionaries)} files not compared with it")
+                    older = " (written before sipe-preprocess recorded them)" if exp.split_stats is not None else ""
+                    note += (f"; {exp.manifest or 'no manifest'} records no file sizes/hashes{older}: "
+                             f"{len(split_files(split, list(tag_dictionaries)))} files not compared with it")
                 else:
                     note += f"; {files['checked']} files match the manifest ({'sha256' if mode == 'full' else 'sizes'})"
                     if files["unrecorded"]:
