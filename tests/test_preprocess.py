@@ -13,6 +13,7 @@ from sipe_fairseq.cli.preprocess import main
 from sipe_fairseq.data.preprocess import PreprocessOptions, preprocess
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG, NOTAG_ID, load_tag_dictionary, tag_names
 from sipe_fairseq.data.tag_streams import load_tag_streams
+from sipe_fairseq.data.validate import DataError
 from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS, encode_tree, read_conllu
 
 from fairseq.data import Dictionary, data_utils, indexed_dataset
@@ -128,7 +129,7 @@ def test_byte_identical_to_fairseq_preprocess(built, tmp_path):
                    check=True, capture_output=True)
     for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx"):
         assert (out / name).read_bytes() == (dest / name).read_bytes(), name
-    with pytest.raises(FileNotFoundError, match="no hexatag stream.*sipe-preprocess"):
+    with pytest.raises(DataError, match="no terminal stream.*sipe-preprocess"):
         _load(out, "train")
 
 
@@ -148,11 +149,11 @@ def test_alignment_check_names_split_and_sentence(built, tmp_path):
     tok, streams = _load(bad, "valid")
     items = [streams["nonterminal"][i].tolist() for i in range(len(tok))]
     _rewrite(str(bad / "valid.nonterminal"), [items[0], items[1] + [NOTAG_ID]], 10)
-    with pytest.raises(ValueError, match=r"'valid'.*'nonterminal'.*sentence 1 has (\d+) .* but (\d+) tokens") as e:
+    with pytest.raises(DataError, match=r"valid\.nonterminal\.idx: sentence 1 has (\d+) .* but (\d+) tokens") as e:
         _load(bad, "valid")
     assert f"sentence 1 has {len(tok[1]) + 1} nonterminal ids but {len(tok[1])} tokens" in str(e.value)
     _rewrite(str(bad / "valid.terminal"), items[:1], 7)
-    with pytest.raises(ValueError, match="'valid'.*'terminal' has 1 sentences, the token stream 2"):
+    with pytest.raises(DataError, match=r"valid\.terminal\.idx: 1 sentences, the token stream .*valid\.idx 2"):
         _load(bad, "valid", ("terminal",))
 
 

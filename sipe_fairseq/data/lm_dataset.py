@@ -16,7 +16,7 @@ Each anchor predicts at most one target and uses only its left context, so
 """
 import numpy as np
 import torch
-from fairseq.data import LMContextWindowDataset, MonolingualDataset, data_utils
+from fairseq.data import FairseqDataset, LMContextWindowDataset, MonolingualDataset, data_utils
 
 from .tag_dictionary import FIRST_TAG_ID
 
@@ -91,6 +91,87 @@ class HexatagLMDataset(MonolingualDataset):
         batch["word_start_target"] = data_utils.collate_tokens([s["word_start_target"] for s in samples], 0, left_pad=False,
                                                                pad_to_length=width, pad_to_bsz=self.pad_to_bsz)
         return batch
+
+
+class HexatagWindowDataset(FairseqDataset):
+    """Evaluation rows of at most ``max_len`` positions from :class:`HexatagLMDataset` blocks of any
+    length, so that no block is dropped for being longer than the model's positions.
+
+    A block that fits is one row, unchanged. A longer block is scored in windows: the first row
+    scores its first ``max_len`` tokens, each next row the following ``max_len - context`` tokens
+    with the ``context`` tokens before them (from the same block) as left context. Token, tag and
+    word-start targets over a row's context are pad (0 for word starts) and ``start_indices`` marks
+    where its scored part begins, as fairseq's context-window evaluation does, so every token and
+    every tag target is scored exactly once. ``context=0`` cuts long blocks into consecutive pieces
+    (for :class:`HexatagContextWindowDataset`, which adds context across rows)."""
+
+    def __init__(self, dataset: HexatagLMDataset, max_len: int, context: int):
+        if not 0 <= context < max_len:
+            raise ValueError(f"window context must be in [0, {max_len}), got {context}")
+        self.dataset, self.max_len, self.context = dataset, max_len, context
+        sizes = np.asarray(dataset.sizes, dtype=np.int64)
+        stride = max_len - context
+        count = np.where(sizes <= max_len, 1, 1 + -(-(sizes - max_len) // stride))
+        self.block = np.repeat(np.arange(len(sizes)), count)
+        j = np.arange(len(self.block)) - np.repeat(np.cumsum(count) - count, count)  # window number in its block
+        self.hi = np.minimum(sizes[self.block], max_len + j * stride)
+        self.start = np.where(j == 0, 0, max_len + (j - 1) * stride)  # first scored position
+        self.lo = np.maximum(self.hi - max_len, 0)
+        self.sizes = self.hi - self.lo
+        self.windowed_blocks = int((count > 1).sum())
+
+    @property
+    def tag_blocks(self):
+        return self.dataset.tag_blocks
+
+    @property
+    def tag_pad(self):
+        return self.dataset.tag_pad
+
+    def __len__(self):
+        return len(self.block)
+
+    def __getitem__(self, index):
+        item = self.dataset[int(self.block[index])]
+        lo, hi, skip = int(self.lo[index]), int(self.hi[index]), int(self.start[index] - self.lo[index])
+        if (lo, hi) == (0, len(item["source"])):
+            item["window_start"] = 0
+            return item
+        fills = {"target": self.dataset.tgt_vocab.pad(), "word_start_target": 0,
+                 **{f"{k}_target": self.tag_pad for k in self.tag_blocks}}
+        out = {"id": item["id"], "window_start": skip}
+        for key, value in item.items():
+            if key == "id" or value is None:
+                continue
+            value = value[lo:hi].clone()
+            if key in fills:
+                value[:skip] = fills[key]
+            out[key] = value
+        return out
+
+    def collater(self, samples):
+        starts = [s.pop("window_start") for s in samples]
+        batch = self.dataset.collater(samples)
+        if samples:
+            batch["start_indices"] = starts
+            batch["ntokens"] = int(batch["target"].ne(self.dataset.tgt_vocab.pad()).sum())  # scored, not context
+        return batch
+
+    def num_tokens(self, index):
+        return int(self.sizes[index])
+
+    def num_tokens_vec(self, indices):
+        return self.sizes[indices]
+
+    def size(self, index):
+        return int(self.sizes[index])
+
+    def ordered_indices(self):
+        return np.arange(len(self), dtype=np.int64)  # block order: rows of a block stay together
+
+    def set_epoch(self, epoch):
+        super().set_epoch(epoch)
+        self.dataset.set_epoch(epoch)
 
 
 class HexatagContextWindowDataset(LMContextWindowDataset):

@@ -10,7 +10,7 @@ named as ``fairseq-preprocess`` names them)::
     dict.deprel.txt       {split}.deprel.bin/.idx        only with --deprel
     spm.model, spm.vocab                                 unless --no-split
     {split}.tok                                          subword text, only with --keep-text
-    manifest.json                                        counts per split and settings
+    manifest.json                                        counts per split, settings, bytes and sha256 per file
 
 *Byte identity.* ``dict.txt`` and the token ``.bin/.idx`` equal what ``fairseq-preprocess
 --only-source`` (mmap) writes for the ``{split}.tok`` text, so stock ``language_modeling`` trains a
@@ -92,7 +92,7 @@ from .tag_dictionary import (
     FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_label_dictionary, build_tag_dictionary, load_tag_dictionary,
     tag_names,
 )
-from .writers import sha256_file, tool_versions, write_manifest, write_streams, write_text
+from .writers import file_digests, sha256_file, tool_versions, write_manifest, write_streams, write_text
 
 logger = logging.getLogger(__name__)
 
@@ -687,6 +687,7 @@ def preprocess(opts: PreprocessOptions) -> dict:
     vocab = build_vocabulary(opts, data, opts.destdir)
     stats = write_all_splits(opts, data, vocab, opts.destdir)
     manifest = build_manifest(opts, splits, vocab, stats)
+    manifest["files"] = file_digests(opts.destdir)
     write_manifest(os.path.join(opts.destdir, "manifest.json"), manifest)
     logger.info("wrote %s", opts.destdir)
     return manifest

@@ -2,10 +2,10 @@
 import os
 from typing import Dict, Optional, Sequence
 
-import numpy as np
 from fairseq.data import data_utils
 
 from .tag_dictionary import TAG_KINDS
+from .validate import check_alignment, missing_stream
 
 
 def load_tag_streams(
@@ -19,32 +19,16 @@ def load_tag_streams(
 
     Every stream must hold exactly one id per token of ``token_dataset`` (same number of
     sentences, same length per sentence, compared on the ``.sizes`` arrays): otherwise a
-    ``ValueError`` names the split, the stream and the first sentence that differs. A missing
-    stream raises ``FileNotFoundError`` explaining how to make one.
+    :class:`~sipe_fairseq.data.validate.DataError` names the stream's index and the first sentence
+    that differs; a missing stream raises one too, explaining how to make one. The full checks of a
+    split (file structure, ids, tag positions, manifest) are :func:`~sipe_fairseq.data.validate.validate_split`.
     """
-    token_sizes = np.asarray(token_dataset.sizes)
     out = {}
     for kind in kinds:
         prefix = os.path.join(data_path, f"{split}.{kind}")
         ds = data_utils.load_indexed_dataset(prefix, None, dataset_impl)
         if ds is None:
-            raise FileNotFoundError(
-                f"{data_path} has no hexatag stream {split}.{kind} (.bin/.idx): it is not a SiPE data "
-                f"directory; make one from CoNLL-U with `sipe-preprocess --train FILE ... --destdir DIR`"
-            )
-        sizes = np.asarray(ds.sizes)
-        if len(sizes) != len(token_sizes):
-            raise ValueError(
-                f"split {split!r}: stream {kind!r} has {len(sizes)} sentences, the token stream "
-                f"{len(token_sizes)}; rebuild {data_path} with sipe-preprocess"
-            )
-        bad = np.flatnonzero(sizes != token_sizes)
-        if bad.size:
-            i = int(bad[0])
-            raise ValueError(
-                f"split {split!r}: stream {kind!r} is not aligned with the tokens: sentence {i} has "
-                f"{int(sizes[i])} {kind} ids but {int(token_sizes[i])} tokens ({bad.size} sentences differ); "
-                f"rebuild {data_path} with sipe-preprocess"
-            )
+            raise missing_stream(prefix, kind, split, data_path)
+        check_alignment(ds.sizes, token_dataset.sizes, prefix + ".idx", os.path.join(data_path, split) + ".idx", kind, split)
         out[kind] = ds
     return out

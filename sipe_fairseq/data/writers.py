@@ -2,6 +2,7 @@
 token and tag streams (fairseq mmap ``.bin/.idx``), text files and the JSON manifest."""
 import hashlib
 import json
+import os
 from typing import Dict, Tuple
 
 import numpy as np
@@ -47,6 +48,17 @@ def sha256_file(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def file_digests(dest: str) -> Dict[str, dict]:
+    """Bytes and sha256 of every file of a data directory but the manifest (checked at load by
+    :mod:`sipe_fairseq.data.validate`)."""
+    out = {}
+    for name in sorted(os.listdir(dest)):
+        path = os.path.join(dest, name)
+        if name != "manifest.json" and os.path.isfile(path):
+            out[name] = {"bytes": os.path.getsize(path), "sha256": sha256_file(path)}
+    return out
 
 
 def tool_versions() -> Dict[str, str]:

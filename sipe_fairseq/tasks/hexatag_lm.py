@@ -1,47 +1,47 @@
 """Task ``hexatag_lm``: fairseq's ``language_modeling`` plus aligned hexatag streams."""
 import logging
-import os
 from dataclasses import dataclass, field
 
+import numpy as np
 from fairseq import utils
-from fairseq.data import TokenBlockDataset, data_utils
+from fairseq.data import TokenBlockDataset
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 
-from ..data.lm_dataset import TAG_KINDS, HexatagContextWindowDataset, HexatagLMDataset
-from ..data.tag_dictionary import NOTAG, load_tag_dictionary
-from ..data.tag_streams import load_tag_streams
+from ..data.lm_dataset import TAG_KINDS, HexatagContextWindowDataset, HexatagLMDataset, HexatagWindowDataset
+from ..data.tag_dictionary import NOTAG
+from .sipe_data import EvaluationError, SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class HexatagLMConfig(LanguageModelingConfig):
+class HexatagLMConfig(LanguageModelingConfig, SiPEDataConfig):
     tag_head_placement: ChoiceEnum(["first_subword", "last_subword"]) = field(
         default="first_subword", metadata={"help": "where the tag heads predict the next word's tags: at the previous "
                                                    "word's first subword (paper A.1) or just before the word (most context)"})
 
 
 @register_task("hexatag_lm", dataclass=HexatagLMConfig)
-class HexatagLanguageModelingTask(LanguageModelingTask):
+class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
     """Causal LM over a ``sipe-preprocess`` directory; puts ``src_terminals``/``src_nonterminals``
     into ``net_input`` and ``terminal_target``/``nonterminal_target`` into the sample."""
 
     def __init__(self, args, dictionary, output_dictionary=None, targets=None):
         super().__init__(args, dictionary, output_dictionary, targets)
         path = utils.split_paths(args.data)[0]
-        self.tag_dictionaries = {k: load_tag_dictionary(os.path.join(path, f"dict.{k}.txt")) for k in TAG_KINDS}
+        self.tag_dictionaries = self.load_tag_dictionaries(path, TAG_KINDS)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        super().load_dataset(split, epoch, combine, **kwargs)
         if self.args.shorten_method != "none":
             raise ValueError("--shorten-method is not supported by hexatag_lm (it would cut tokens and tags apart)")
-        tokens = self.datasets[split]
         paths = utils.split_paths(self.args.data)
         data_path = paths[(epoch - 1) % len(paths)]
-        raw = data_utils.load_indexed_dataset(os.path.join(data_path, split), self.dictionary, self.args.dataset_impl, combine=combine)
-        streams = load_tag_streams(data_path, split, raw, TAG_KINDS, self.args.dataset_impl)
+        _, streams = self.load_split_streams(data_path, split, self.dictionary, self.tag_dictionaries,
+                                             self.args.dataset_impl, combine)
+        super().load_dataset(split, epoch, combine, **kwargs)
+        tokens = self.datasets[split]
         tag_pad = self.tag_dictionaries["terminal"].pad()
         blocks = {
             # the value inserted before a block's first sentence is <notag>, as the stream stores
@@ -57,22 +57,77 @@ class HexatagLanguageModelingTask(LanguageModelingTask):
             fixed_pad_length=tokens.fixed_pad_length, pad_to_bsz=tokens.pad_to_bsz)
         logger.info(f"{split}: {len(tokens)} blocks with hexatag streams {list(streams)}")
 
-    def get_batch_iterator(self, dataset, *args, required_batch_size_multiple=1, **kwargs):
-        # fairseq's batch_by_size drops the last partial batch when the multiple is > 1 (fairseq
-        # issue #5036; default 8): every evaluated block must count, so only training keeps it.
-        if required_batch_size_multiple > 1 and dataset is not self.datasets.get("train"):
-            logger.info(f"evaluation batches: --required-batch-size-multiple {required_batch_size_multiple} -> 1 "
-                        "(fairseq would drop the last partial batch)")
-            required_batch_size_multiple = 1
-        return super().get_batch_iterator(dataset, *args, required_batch_size_multiple=required_batch_size_multiple, **kwargs)
-
     def build_dataset_for_inference(self, src_tokens, src_lengths, **kwargs):
         raise NotImplementedError("hexatag_lm scores tagged data: use sipe_fairseq.eval (tags come from a parser)")
 
     def eval_lm_dataloader(self, dataset, max_tokens=36000, batch_size=None, max_positions=None, num_shards=1,
                            shard_id=0, num_workers=1, data_buffer_size=10, context_window=0):
+        """fairseq's eval-lm batches, with every token scored: blocks longer than the model's
+        positions are scored in windows with left context (:class:`HexatagWindowDataset`; with
+        ``--context-window C``, in pieces of ``positions - C`` that the context-window dataset
+        extends by up to C tokens), and the iterator reports at its end how many of the split's
+        tokens were scored -- an :class:`EvaluationError` if none was."""
+        split = next((k for k, v in self.datasets.items() if v is dataset), "?")
+        total, rows = int(np.sum(dataset.sizes)), dataset
+        limit = max_positions if isinstance(max_positions, int) else None
+        longest = int(np.max(dataset.sizes)) if len(dataset) else 0
+        if limit is not None:
+            room = limit - context_window
+            if room <= 0:
+                raise EvaluationError(f"--context-window {context_window} leaves no room in the model's {limit} positions")
+            if context_window == 0 and longest > limit and not dataset.add_bos_token:
+                rows = HexatagWindowDataset(dataset, limit, limit // 2)
+                logger.info(f"{split}: {rows.windowed_blocks} blocks longer than the model's {limit} positions (longest "
+                            f"{longest}) are scored in windows of {limit} tokens, each new one with {limit // 2} tokens of "
+                            f"left context ({len(rows)} rows for {len(dataset)} blocks)")
+            elif context_window > 0 and longest > room and not dataset.add_bos_token:
+                rows = HexatagWindowDataset(dataset, room, 0)
+                logger.info(f"{split}: blocks cut into pieces of at most {room} tokens, so that with the "
+                            f"{context_window} tokens of --context-window each row fits the model's {limit} positions")
         if context_window > 0:
-            dataset = HexatagContextWindowDataset(dataset, self.args.tokens_per_sample, context_window,
-                                                  self.source_dictionary.pad(), dataset.tag_pad)
-        return super().eval_lm_dataloader(dataset, max_tokens, batch_size, max_positions, num_shards, shard_id,
-                                          num_workers, data_buffer_size, context_window=0)
+            tps = min(self.args.tokens_per_sample, room) if limit is not None else self.args.tokens_per_sample
+            rows = HexatagContextWindowDataset(rows, tps, context_window, self.source_dictionary.pad(), dataset.tag_pad)
+        itr = super().eval_lm_dataloader(rows, max_tokens, batch_size, max_positions, num_shards, shard_id,
+                                         num_workers, data_buffer_size, context_window=0)
+        too_long = f"blocks longer than the model's {limit} positions"
+        if dataset.add_bos_token:
+            too_long += " (not windowed with --add-bos-token)"
+        return ScoredTokens(itr, split, total, self.target_dictionary, dataset.add_bos_token, too_long, num_shards)
+
+
+class ScoredTokens:
+    """An eval-lm batch iterator that counts the targets it hands out and, once exhausted, logs
+    how many of the split's tokens were scored and how many were left out (raising
+    :class:`EvaluationError` when none was scored: a perplexity of 1.00 from nothing)."""
+
+    def __init__(self, itr, split, total, dictionary, bos: bool, reason: str, num_shards=1):
+        self.itr, self.split, self.total, self.reason, self.num_shards = itr, split, total, reason, num_shards
+        self.pad, self.bos = dictionary.pad(), dictionary.bos() if bos else None
+        self.scored = 0
+
+    def __len__(self):
+        return len(self.itr)
+
+    @property
+    def n(self):
+        return getattr(self.itr, "n", 0)
+
+    def __iter__(self):
+        for sample in self.itr:
+            target = sample.get("target") if isinstance(sample, dict) else None
+            if target is not None:
+                keep = target.ne(self.pad)
+                if self.bos is not None:
+                    keep &= target.ne(self.bos)
+                self.scored += int(keep.sum())
+            yield sample
+        self.finish()
+
+    def finish(self):
+        where = f"split {self.split!r}" + (f" (this shard of {self.num_shards})" if self.num_shards > 1 else "")
+        if self.scored == 0:
+            raise EvaluationError(f"{where}: no token scored of {self.total}, so no perplexity (left out: {self.reason}; "
+                                  "see --tokens-per-sample, --sample-break-mode)")
+        left = self.total - self.scored
+        note = "none left out" if left == 0 or self.num_shards > 1 else f"{left} left out: {self.reason}"
+        logger.info(f"{where}: scored {self.scored} of {self.total} tokens; {note}")

@@ -5,9 +5,7 @@ mask (see :mod:`sipe_fairseq.data.mlm_dataset`): ``net_input`` gets ``src_termin
 ``src_nonterminals`` (and ``src_deprels`` with ``--deprel-stream``) with m_p = 0 at masked
 positions; the sample gets ``terminal_target``/``nonterminal_target`` at masked first subwords.
 """
-import json
 import logging
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,28 +19,29 @@ from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
 
 from ..data.lm_dataset import input_key
 from ..data.mlm_dataset import MaskedTagDataset, check_word_starts, word_start_mask
-from ..data.tag_dictionary import NOTAG_ID, TAG_KINDS, load_tag_dictionary
-from ..data.tag_streams import load_tag_streams
+from ..data.tag_dictionary import NOTAG_ID, TAG_KINDS
+from ..data.validate import expectations
+from .sipe_data import SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class HexatagMLMConfig(MaskedLMConfig):
+class HexatagMLMConfig(MaskedLMConfig, SiPEDataConfig):
     deprel_stream: bool = field(
         default=False, metadata={"help": "also load the deprel stream (data from sipe-preprocess --deprel) as "
                                          "src_deprels, for the DEPREL input strategies (Table 12)"})
 
 
 @register_task("hexatag_mlm", dataclass=HexatagMLMConfig)
-class HexatagMaskedLMTask(MaskedLMTask):
+class HexatagMaskedLMTask(SiPEDataMixin, MaskedLMTask):
     """Masked LM over a ``sipe-preprocess`` directory with the tags masked alongside the tokens."""
 
     def __init__(self, cfg, dictionary=None):
         super().__init__(cfg, dictionary)
         path = utils.split_paths(cfg.data)[0]
         self.kinds = TAG_KINDS + (("deprel",) if cfg.deprel_stream else ())
-        self.tag_dictionaries = {k: load_tag_dictionary(os.path.join(path, f"dict.{k}.txt"), k) for k in self.kinds}
+        self.tag_dictionaries = self.load_tag_dictionaries(path, self.kinds)
         self.deprel_dictionary = self.tag_dictionaries.get("deprel")
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
@@ -50,10 +49,8 @@ class HexatagMaskedLMTask(MaskedLMTask):
             raise ValueError("--shorten-method is not supported by hexatag_mlm (it would cut tokens and tags apart)")
         paths = utils.split_paths(self.cfg.data)
         data_path = paths[(epoch - 1) % len(paths)]
-        raw = data_utils.load_indexed_dataset(os.path.join(data_path, split), self.source_dictionary, combine=combine)
-        if raw is None:
-            raise FileNotFoundError(f"Dataset not found: {split} ({os.path.join(data_path, split)})")
-        streams = load_tag_streams(data_path, split, raw, self.kinds)
+        raw, streams = self.load_split_streams(data_path, split, self.source_dictionary, self.tag_dictionaries,
+                                               combine=combine)
         tag_pad = self.tag_dictionaries["terminal"].pad()
 
         def blocks(ds, pad, eos, bos):
@@ -89,12 +86,7 @@ class HexatagMaskedLMTask(MaskedLMTask):
     def whole_word_mask(self, data_path, split):
         """``--mask-whole-words``: word starts from the vocabulary (sentencepiece's U+2581; every token
         for ``--no-split`` data, read from manifest.json), checked against the split's tag streams."""
-        no_split = False
-        manifest = os.path.join(data_path, "manifest.json")
-        if os.path.isfile(manifest):
-            with open(manifest, encoding="utf-8") as f:
-                no_split = bool(json.load(f).get("settings", {}).get("no_split", False))
-        starts = word_start_mask(self.source_dictionary, no_split)
+        starts = word_start_mask(self.source_dictionary, expectations(data_path, split).no_split)
         check = check_word_starts(starts, data_path, split, self.source_dictionary)
         if check["differ"]:
             logger.warning(f"{split}: --mask-whole-words: at {check['differ']} of {check['positions']} positions the "
@@ -104,10 +96,3 @@ class HexatagMaskedLMTask(MaskedLMTask):
             logger.info(f"{split}: --mask-whole-words over {check['words']} words; word starts agree with the tag "
                         f"streams at all {check['positions']} positions")
         return starts
-
-    def get_batch_iterator(self, dataset, *args, required_batch_size_multiple=1, **kwargs):
-        # as hexatag_lm: fairseq's batch_by_size drops the last partial batch when the multiple > 1
-        # (fairseq issue #5036); evaluation must see every block
-        if required_batch_size_multiple > 1 and dataset is not self.datasets.get("train"):
-            required_batch_size_multiple = 1
-        return super().get_batch_iterator(dataset, *args, required_batch_size_multiple=required_batch_size_multiple, **kwargs)

@@ -37,8 +37,9 @@ from omegaconf import II, OmegaConf, open_dict
 from ..checkpoints.compat import allow_fairseq_checkpoint_globals
 from ..data.glue import glue_task, read_glue_info
 from ..data.lm_dataset import input_key
-from ..data.tag_dictionary import NOTAG_ID, TAG_KINDS, load_tag_dictionary
-from ..data.tag_streams import load_tag_streams
+from ..data.tag_dictionary import NOTAG_ID, TAG_KINDS
+from ..data.validate import read_stream
+from .sipe_data import SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ REPORT_FLAGS = {"mcc": "report_mcc", "acc_and_f1": "report_acc_and_f1", "pearson
 
 
 @dataclass
-class HexatagSentencePredictionConfig(SentencePredictionConfig):
+class HexatagSentencePredictionConfig(SentencePredictionConfig, SiPEDataConfig):
     glue_task: Optional[str] = field(
         default=None, metadata={"help": "GLUE task name (cola, sst-2, mrpc, qqp, sts-b, mnli, qnli, rte, wnli): sets the "
                                         "metric the criterion reports; default: the task in DATA/glue.json"})
@@ -61,7 +62,7 @@ class HexatagSentencePredictionConfig(SentencePredictionConfig):
 
 
 @register_task("hexatag_sentence_prediction", dataclass=HexatagSentencePredictionConfig)
-class HexatagSentencePredictionTask(SentencePredictionTask):
+class HexatagSentencePredictionTask(SiPEDataMixin, SentencePredictionTask):
     """Sentence (pair) classification or regression with hexatag streams in ``net_input``."""
 
     def __init__(self, cfg, data_dictionary, label_dictionary, tag_dictionaries, glue_info=None, spec=None):
@@ -100,17 +101,15 @@ class HexatagSentencePredictionTask(SentencePredictionTask):
         if not cfg.regression_target:
             label_dict = Dictionary.load(os.path.join(data, "label", "dict.txt"))
             logger.info(f"[label] dictionary: {len(label_dict)} types")
-        tags = {k: load_tag_dictionary(os.path.join(data, "input0", f"dict.{k}.txt")) for k in TAG_KINDS}
+        tags = cls.load_tag_dictionaries(os.path.join(data, "input0"), TAG_KINDS)
         return cls(cfg, data_dict, label_dict, tags, info, spec)
 
     # ------------------------------------------------------------------ data
     def _streams(self, key: str, split: str, combine: bool):
         """Token dataset and ``{kind: tag dataset}`` of ``{key}/{split}``, or (None, None)."""
         folder = os.path.join(self.cfg.data, key)
-        tokens = data_utils.load_indexed_dataset(os.path.join(folder, split), self.source_dictionary, combine=combine)
-        if tokens is None:
-            return None, None
-        return tokens, load_tag_streams(folder, split, tokens, TAG_KINDS)
+        return self.load_split_streams(folder, split, self.source_dictionary, self.tag_dictionaries, combine=combine,
+                                       required=False)
 
     def _assemble(self, in0, in1, init, sep, split):
         """The parent task's token pipeline, for tokens or (with <notag> as init/sep) for tags."""
@@ -169,6 +168,8 @@ class HexatagSentencePredictionTask(SentencePredictionTask):
     def _labels(self, split, combine):
         prefix = os.path.join(self.cfg.data, "label", split)
         if not self.cfg.regression_target:
+            if os.path.exists(prefix + ".idx") or os.path.exists(prefix + ".bin"):
+                read_stream(prefix, f"labels of split {split!r}")  # structure: .idx header, .bin size
             labels = data_utils.load_indexed_dataset(prefix, self.label_dictionary, combine=combine)
             if labels is None:
                 return None
@@ -182,19 +183,13 @@ class HexatagSentencePredictionTask(SentencePredictionTask):
             for lineno, line in enumerate(f, 1):
                 parts = line.split()
                 if len(parts) != self.cfg.num_classes:
-                    raise ValueError(f"{path}:{lineno}: expected {self.cfg.num_classes} regression value(s), found {line.strip()!r}")
+                    raise ValueError(f"{path}:{lineno}: expected {self.cfg.num_classes} regression value(s), "
+                                     f"found {line.strip()!r}")
                 try:
                     values.append([float(x) for x in parts])
                 except ValueError:
                     raise ValueError(f"{path}:{lineno}: not a number: {line.strip()!r}") from None
         return RawLabelDataset(values)
-
-    def get_batch_iterator(self, dataset, *args, required_batch_size_multiple=1, **kwargs):
-        # fairseq's batch_by_size drops the last partial batch when the multiple is > 1 (fairseq
-        # issue #5036; default 8): every dev example must be scored, so only training keeps it.
-        if required_batch_size_multiple > 1 and dataset is not self.datasets.get("train"):
-            required_batch_size_multiple = 1
-        return super().get_batch_iterator(dataset, *args, required_batch_size_multiple=required_batch_size_multiple, **kwargs)
 
     # ------------------------------------------------------------------ criterion
     def build_criterion(self, cfg, from_checkpoint=False):

@@ -12,26 +12,24 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-import numpy as np
-from fairseq.data import Dictionary, IdDataset, NestedDictionaryDataset, NumelDataset, NumSamplesDataset, RightPadDataset, SortDataset, data_utils
-from fairseq.dataclass import FairseqDataclass
+from fairseq.data import Dictionary, IdDataset, NestedDictionaryDataset, NumelDataset, NumSamplesDataset, RightPadDataset
 from fairseq.tasks import FairseqTask, register_task
 
-from ..data.tag_dictionary import TAG_KINDS, load_tag_dictionary
-from ..data.tag_streams import load_tag_streams
+from ..data.tag_dictionary import TAG_KINDS
+from .sipe_data import EpochShuffledDataset, SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class HexatagTaggingConfig(FairseqDataclass):
+class HexatagTaggingConfig(SiPEDataConfig):
     data: str = field(default="", metadata={"help": "a sipe-preprocess data directory"})
     max_positions: int = field(default=512, metadata={"help": "longest sentence in subwords (longer ones are skipped)"})
     seed: int = field(default=1, metadata={"help": "shuffling seed"})
 
 
 @register_task("hexatag_tagging", dataclass=HexatagTaggingConfig)
-class HexatagTaggingTask(FairseqTask):
+class HexatagTaggingTask(SiPEDataMixin, FairseqTask):
     def __init__(self, cfg, dictionary, tag_dictionaries):
         super().__init__(cfg)
         self.dictionary = dictionary
@@ -40,15 +38,13 @@ class HexatagTaggingTask(FairseqTask):
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         dictionary = Dictionary.load(os.path.join(cfg.data, "dict.txt"))
-        tags = {k: load_tag_dictionary(os.path.join(cfg.data, f"dict.{k}.txt")) for k in TAG_KINDS}
+        tags = cls.load_tag_dictionaries(cfg.data, TAG_KINDS)
         logger.info(f"dictionary: {len(dictionary)} types")
         return cls(cfg, dictionary, tags)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        tokens = data_utils.load_indexed_dataset(os.path.join(self.cfg.data, split), self.dictionary, None, combine=combine)
-        if tokens is None:
-            raise FileNotFoundError(f"{self.cfg.data}: no split {split!r}")
-        streams = load_tag_streams(self.cfg.data, split, tokens, TAG_KINDS)
+        tokens, streams = self.load_split_streams(self.cfg.data, split, self.dictionary, self.tag_dictionaries,
+                                                  combine=combine)
         pad = self.dictionary.pad()
         tag_pad = self.tag_dictionaries["terminal"].pad()
         ds = NestedDictionaryDataset(
@@ -57,9 +53,8 @@ class HexatagTaggingTask(FairseqTask):
              **{f"{k}_target": RightPadDataset(streams[k], tag_pad) for k in TAG_KINDS},
              "nsentences": NumSamplesDataset(), "ntokens": NumelDataset(tokens, reduce=True)},
             sizes=[tokens.sizes])
-        with data_utils.numpy_seed(self.cfg.seed + epoch):
-            shuffle = np.random.permutation(len(tokens))
-        self.datasets[split] = SortDataset(ds, sort_order=[shuffle, tokens.sizes]) if split == "train" else ds
+        # training order: by size, ties shuffled per (seed, epoch) when the batches are made (resume-exact)
+        self.datasets[split] = EpochShuffledDataset(ds, tokens.sizes) if split == "train" else ds
         logger.info(f"{split}: {len(tokens)} sentences")
 
     def build_model(self, cfg, from_checkpoint=False):

@@ -1,0 +1,156 @@
+"""What every SiPE task shares: validated tag-stream loading, batch iterators, one-line user errors.
+
+* :class:`SiPEDataConfig` adds ``--validate-data fast|full|none`` to a task's config (checks of
+  :mod:`sipe_fairseq.data.validate`, run once per split before anything is loaded).
+* :class:`SiPEDataMixin` (first among a task's bases) loads a split's token stream and its tag
+  streams after validating them, and overrides ``get_batch_iterator``:
+
+  - evaluation sets are batched with ``--required-batch-size-multiple 1``: fairseq's
+    ``batch_by_size`` drops the last partial batch when the multiple is > 1 (fairseq issue #5036;
+    default 8), and every evaluated example must count;
+  - the training set's batches are a pure function of ``(seed, epoch)``: fairseq caches the
+    epoch-1 batches and reuses them in later epochs of an uninterrupted run, but rebuilds them
+    with ``seed + epoch`` when a run resumes from a checkpoint, so a resumed run saw other batches
+    (issue 14). Rebuilding them every epoch makes both runs see the same ones; with fairseq's
+    per-update dropout seed (``seed + num_updates``, ``Trainer._set_seed``) a run resumed from
+    ``checkpoint_last.pt`` logs the same loss at every update as the uninterrupted run.
+
+* User errors (:class:`~sipe_fairseq.data.validate.DataError`, :class:`EvaluationError`) end a
+  fairseq command with one line on stderr, ``sipe_fairseq: error: <file>: <what>``, and exit status
+  1, without a traceback: the plugin installs a ``sys.excepthook`` for these two types only (fairseq
+  runs ``load_dataset`` outside any handler of its own). In Python they are ordinary exceptions.
+"""
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+from fairseq.data import BaseWrapperDataset, data_utils
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+
+from ..data.tag_dictionary import load_tag_dictionary
+from ..data.tag_streams import load_tag_streams
+from ..data.validate import VALIDATION_MODES, DataError, expectations, split_files, validate_split
+
+logger = logging.getLogger(__name__)
+
+
+class EvaluationError(RuntimeError):
+    """An evaluation that cannot give a meaningful result (e.g. it scored no token)."""
+
+
+USER_ERRORS = (DataError, EvaluationError)
+
+
+def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):
+    if issubclass(exc_type, USER_ERRORS):
+        sys.stderr.flush()
+        print(f"sipe_fairseq: error: {exc}", file=sys.stderr, flush=True)
+        return
+    _previous(exc_type, exc, tb)
+
+
+if getattr(sys.excepthook, "__name__", "") != _excepthook.__name__:
+    sys.excepthook = _excepthook
+
+
+@dataclass
+class SiPEDataConfig(FairseqDataclass):
+    validate_data: ChoiceEnum(VALIDATION_MODES) = field(
+        default="fast", metadata={"help": "check every split before loading it (sipe_fairseq.data.validate): fast = file "
+                                          "structure, ids and tag positions (a sample on very large splits), manifest "
+                                          "sizes; full = all sentences and the manifest's sha256 of each file; none"})
+
+
+def _option(task, name, default=None):
+    cfg = task.cfg if getattr(task, "cfg", None) is not None else getattr(task, "args", None)
+    value = getattr(cfg, name, default)
+    return default if value is None else value
+
+
+class SiPEDataMixin:
+    """Shared by the ``hexatag_*`` tasks; see the module docstring."""
+
+    @staticmethod
+    def load_tag_dictionaries(folder: str, kinds: Sequence[str]) -> Dict[str, object]:
+        """``{kind: dict.{kind}.txt}`` of ``folder``, each checked for the SiPE layout."""
+        out = {}
+        for kind in kinds:
+            path = os.path.join(folder, f"dict.{kind}.txt")
+            if not os.path.isfile(path):
+                raise DataError(f"{path}: no such file: {folder} is not a SiPE data directory; make one from CoNLL-U "
+                                f"with `sipe-preprocess --train FILE ... --destdir DIR`")
+            try:
+                out[kind] = load_tag_dictionary(path, kind)
+            except ValueError as e:
+                raise DataError(str(e)) from None
+        return out
+
+    def validate_split(self, folder: str, split: str, dictionary, tag_dictionaries: Mapping[str, object]) -> Optional[dict]:
+        """:func:`~sipe_fairseq.data.validate.validate_split` once per (folder, split, mode)."""
+        mode = str(_option(self, "validate_data", "fast"))
+        done = self.__dict__.setdefault("_sipe_validated", {})
+        key = (os.path.abspath(folder), split, mode)
+        if key not in done:
+            exp = expectations(folder, split)
+            report = validate_split(folder, split, dictionary, tag_dictionaries, mode, exp)
+            files = report.get("files")
+            if mode == "none":
+                note = "content not checked (--validate-data none)"
+            else:
+                note = f"checked {report['checked']}: ids, tag positions"
+                if files is None:
+                    older = " (written before sipe-preprocess recorded them)" if exp.split_stats is not None else ""
+                    note += (f"; {exp.manifest or 'no manifest'} records no file sizes/hashes{older}: "
+                             f"{len(split_files(split, list(tag_dictionaries)))} files not compared with it")
+                else:
+                    note += f"; {files['checked']} files match the manifest ({'sha256' if mode == 'full' else 'sizes'})"
+                    if files["unrecorded"]:
+                        note += f", {files['unrecorded']} not recorded in it"
+            logger.info(f"{os.path.join(folder, split)}: {report['sentences']} sentences, {report['tokens']} tokens, "
+                        f"streams {report['streams']}; {note}")
+            done[key] = report
+        return done[key]
+
+    def load_split_streams(self, folder: str, split: str, dictionary, tag_dictionaries: Mapping[str, object],
+                           dataset_impl: Optional[str] = None, combine: bool = False, required: bool = True
+                           ) -> Tuple[Optional[object], Optional[Dict[str, object]]]:
+        """Validate, then load ``{folder}/{split}`` and its tag streams: ``(tokens, {kind: stream})``;
+        ``(None, None)`` for a missing split when not ``required``."""
+        prefix = os.path.join(folder, split)
+        if not required and not any(os.path.exists(prefix + ext) for ext in (".bin", ".idx")):
+            return None, None
+        self.validate_split(folder, split, dictionary, tag_dictionaries)
+        tokens = data_utils.load_indexed_dataset(prefix, dictionary, dataset_impl, combine=combine)
+        if tokens is None:
+            raise DataError(f"{prefix}.bin/.idx: no split {split!r} in {folder}")
+        return tokens, load_tag_streams(folder, split, tokens, list(tag_dictionaries), dataset_impl)
+
+    def get_batch_iterator(self, dataset, *args, required_batch_size_multiple=1, disable_iterator_cache=False, **kwargs):
+        if dataset is self.datasets.get("train"):
+            disable_iterator_cache = True  # batches from (seed, epoch) alone, also after a resume
+        elif required_batch_size_multiple > 1:
+            logger.info(f"evaluation batches: --required-batch-size-multiple {required_batch_size_multiple} -> 1 "
+                        "(fairseq would drop the last partial batch)")
+            required_batch_size_multiple = 1
+        return super().get_batch_iterator(dataset, *args, required_batch_size_multiple=required_batch_size_multiple,
+                                          disable_iterator_cache=disable_iterator_cache, **kwargs)
+
+
+class EpochShuffledDataset(BaseWrapperDataset):
+    """Examples ordered by size, ties in a random order drawn from numpy's current RNG, which
+    fairseq seeds with ``seed + epoch`` around ``ordered_indices`` (``FairseqTask.get_batch_iterator``):
+    a new order each epoch, the same one whenever that epoch is rebuilt (resume)."""
+
+    def __init__(self, dataset, sizes):
+        super().__init__(dataset)
+        self._order_sizes = np.asarray(sizes)
+
+    def ordered_indices(self):
+        return np.lexsort([np.random.permutation(len(self)), self._order_sizes])
+
+    @property
+    def can_reuse_epoch_itr_across_epochs(self):
+        return False
