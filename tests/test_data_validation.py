@@ -10,7 +10,8 @@ from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 
 from sipe_fairseq.data import validate
-from sipe_fairseq.data.preprocess import PreprocessOptions, preprocess, write_stream
+from sipe_fairseq.data.preprocess import PreprocessOptions, preprocess
+from sipe_fairseq.data.writers import write_stream
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.data.validate import DataError, validate_split
 from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
