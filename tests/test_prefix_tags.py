@@ -42,10 +42,10 @@ def dictionary():
     return d
 
 
-def make_model(dictionary, injection="position", seed=0):
+def make_model(dictionary, injection="position", seed=0, positions=64):
     cfg = SiPEDecoderConfig(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=4,
                             dropout=0.0, sipe_injection=injection, sipe_proj_init_std=0.5, sipe_tag_heads="on",
-                            tokens_per_sample=64, max_target_positions=64)
+                            tokens_per_sample=positions, max_target_positions=positions)
     torch.manual_seed(seed)
     model = SiPETransformerXLModel(SiPEDecoder(cfg, dictionary)).double().eval()
     with torch.no_grad():  # sharper tag heads than the init gives, so that choices differ by context
@@ -353,3 +353,42 @@ def test_summarize_counts(model, dictionary):
     assert math.isclose(out["ppl"], math.exp(nll / tokens)) and math.isclose(out["ppl_per_word"], math.exp(nll / (words + len(encoded))))
     agree = sum(c[0] == g[0] for s, gs in zip(scores, given) for c, g in zip(s.tags, gs))
     assert math.isclose(out["terminal_acc"], 100.0 * agree / words)
+
+
+def test_split_given_matches_eval_lm_blocks(tmp_path):
+    """On a sipe-preprocess directory: every sentence scored alone with its given tags gives the
+    perplexity and the joint bound that fairseq's eval-lm data path (``lm_scores.score_split``,
+    --sample-break-mode eos: one sentence per block) gives, with the same token and word counts;
+    ``self`` and ``beam:2`` run over the split and count every sentence."""
+    from omegaconf import OmegaConf
+
+    from sipe_fairseq.cli.preprocess import main as preprocess_main
+    from sipe_fairseq.data import toy_grammar
+    from sipe_fairseq.eval.lm_scores import score_split
+    from sipe_fairseq.eval.prefix_tags import score_split_tag_sources
+    from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
+
+    toy_grammar.make_corpus(tmp_path / "toy", n_train=40, n_valid=12, n_test=2, seed=3)
+    out = tmp_path / "data"
+    assert preprocess_main(["--train", str(tmp_path / "toy/train.conllu"), "--valid", str(tmp_path / "toy/valid.conllu"),
+                            "--destdir", str(out), "--spm-vocab-size", "60"]) == 0
+    cfg = OmegaConf.merge(OmegaConf.structured(HexatagLMConfig),
+                          {"data": str(out), "sample_break_mode": "eos", "tokens_per_sample": 512, "tag_head_placement": "last_subword",
+                           "dataset_impl": None, "seed": 1, "batch_size": None, "batch_size_valid": None,
+                           "data_buffer_size": 10, "tpu": False, "use_plasma_view": False, "plasma_path": "/tmp/plasma"})
+    task = HexatagLanguageModelingTask.setup_task(cfg)
+    model = make_model(task.source_dictionary, positions=512)
+    blocks = score_split(model, task, "valid")
+    ours = score_split_tag_sources(model, task, "valid", ["given", "self", "beam:2"])
+    given, joint = ours["given"], ours["given-joint"]
+    assert given["sentences"] == given["split_sentences"] == 12 and given["placement"] == "last_subword"
+    assert given["longer_than_max_positions"] == 0
+    assert given["tokens"] == blocks["lm"]["count"] and given["words"] == blocks["lm.per_word"]["count"]
+    for kind in ("eos", "word_initial", "continuation"):
+        assert given[f"tokens.{kind}"] == blocks[f"lm.{kind}"]["count"]
+        assert abs(given[f"bits.{kind}"] - blocks[f"lm.{kind}"]["bits"]) < 1e-4
+    assert abs(math.log(given["ppl"]) - blocks["lm"]["nll"]) < 1e-5
+    assert abs(math.log(joint["ppl"]) - blocks["joint"]["nll"]) < 1e-5
+    assert abs(math.log(joint["ppl_per_word"]) - blocks["joint.per_word"]["nll"]) < 1e-5
+    assert ours["self"]["tokens"] == ours["beam:2"]["tokens"] == given["tokens"]
+    assert ours["self"]["complete"] <= 12 and ours["given"]["complete"] == 12

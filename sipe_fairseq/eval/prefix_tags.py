@@ -386,3 +386,91 @@ def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence
         out["eos_last_word"] = sum(bool(s.tags) and s.tags[-1][1] == "EOS" for s in scores)
         out["eos_inside"] = sum(sum(t[1] == "EOS" for t in s.tags[:-1]) for s in scores)
     return out
+
+
+# ------------------------------------------------------------------------------ a data split
+def load_split_sentences(task, split: str) -> List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """``(tokens, terminals, nonterminals)`` per sentence of a ``sipe-preprocess`` split, in file
+    order (each sentence ends in ``</s>``, scored alone: no context from earlier sentences)."""
+    import os
+
+    from fairseq import utils
+    from fairseq.data import data_utils
+
+    from ..data.tag_dictionary import TAG_KINDS
+    from ..data.tag_streams import load_tag_streams
+
+    path = utils.split_paths(task.args.data)[0]
+    raw = data_utils.load_indexed_dataset(os.path.join(path, split), task.source_dictionary, task.args.dataset_impl)
+    if raw is None:
+        raise FileNotFoundError(f"{path}: no split {split!r} ({split}.bin/.idx)")
+    streams = load_tag_streams(path, split, raw, TAG_KINDS, task.args.dataset_impl)
+    return [(raw[i].long(), streams["terminal"][i].long(), streams["nonterminal"][i].long()) for i in range(len(raw))]
+
+
+def given_tags(encoded) -> List[List[Tuple[str, str]]]:
+    """The given tag pairs per word of each ``(tokens, terminals, nonterminals)`` sentence."""
+    out = []
+    for _, a, b in encoded:
+        idx = (a >= FIRST_TAG_ID).nonzero().squeeze(-1).tolist()
+        out.append([(TERMINALS[int(a[i]) - FIRST_TAG_ID], NONTERMINALS[int(b[i]) - FIRST_TAG_ID]) for i in idx])
+    return out
+
+
+def score_split_tag_sources(model, task, split: str, sources: Sequence[str], constrained: bool = True,
+                            max_sentences: Optional[int] = None, use_cache: Optional[bool] = None,
+                            log_every: int = 0) -> Dict[str, Dict[str, float]]:
+    """Every sentence of ``split`` scored alone under each tag source (``given``, ``self``,
+    ``beam:K``); returns ``{source: summarize(...)}``; ``given`` also gets ``given-joint`` (the
+    joint bound ``log p(x, tags)``). ``max_sentences`` scores the first N only (the count is in
+    the result). The tag-head placement is the task's (the checkpoint's own setting)."""
+    import logging
+    import time
+
+    log = logging.getLogger(__name__)
+    encoded = load_split_sentences(task, split)
+    total = len(encoded)
+    if max_sentences is not None:
+        encoded = encoded[:max_sentences]
+    gold = given_tags(encoded)
+    placement = str(getattr(task.args, "tag_head_placement", "first_subword"))
+    limit = model.max_positions()
+    limit = min(x for x in limit if x is not None) if isinstance(limit, (tuple, list)) else limit
+    longer = sum(1 for t, _, _ in encoded if limit is not None and len(t) > limit)
+    eos = task.source_dictionary.eos()
+    results = {}
+    for source in sources:
+        scorer = PrefixTagScorer(model, source, placement, constrained, use_cache, eos)
+        start, scores = time.time(), []
+        for i, (t, a, b) in enumerate(encoded):
+            scores.append(scorer.score(t, a, b, task.source_dictionary))
+            if log_every and (i + 1) % log_every == 0:
+                log.info(f"{source}: {i + 1}/{len(encoded)} sentences, {time.time() - start:.0f} s")
+        row = summarize(scores, gold)
+        row.update({"split_sentences": total, "longer_than_max_positions": longer, "seconds": time.time() - start,
+                    "placement": placement, "constrained": constrained})
+        results[source] = row
+        if source == "given":
+            joint = dict(row)
+            nll = -sum(s.joint for s in scores)
+            joint.update({"nll": nll, "ppl": math.exp(nll / row["tokens"]), "ppl_per_word": math.exp(nll / row["words"])})
+            results["given-joint"] = joint
+    return results
+
+
+def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
+    """One row per checkpoint x tag source: perplexity per token and per word, bits per token by
+    position type, tag accuracy, trees."""
+    lines = ["| model | tags | ppl/token | ppl/word | bits </s> | bits word-initial | bits continuation | "
+             "acc T / NT | valid trees | sentences |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, rows in results.items():
+        for source, r in rows.items():
+            label = {"given": "given: p(x|tags)", "given-joint": "given: joint bound"}.get(source, source)
+            acc = f"{r['terminal_acc']:.1f} / {r['nonterminal_acc']:.1f}" if "terminal_acc" in r and source != "given" else "-"
+            lines.append(f"| {name} | {label} | {r['ppl']:.2f} | {r['ppl_per_word']:.2f} | {r['bits.eos']:.3f} | "
+                         f"{r['bits.word_initial']:.3f} | {r['bits.continuation']:.3f} | {acc} | {r['complete']} | "
+                         f"{r['sentences']}/{r['split_sentences']} |")
+    lines.append("\nEvery sentence scored alone. given: the data's tags (whole-sentence parse); self: exact "
+                 "perplexity with tags chosen by the model from the prefix; beam:K: bound log p(x) >= logsumexp_beam "
+                 "log p(x, T). For beam the position-type bits are the running bound's increments.")
+    return "\n".join(lines)
