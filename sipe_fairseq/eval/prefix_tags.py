@@ -148,6 +148,9 @@ class _Forward:
         out = self.model(src, **kwargs)
         self.cached = src.size(1)
         k = src.size(1) - start
+        if out[0].size(1) < k:
+            raise RuntimeError(f"the decoder returned {out[0].size(1)} positions for {k} new ones: its cache computes "
+                               "one position per call; score with use_cache=False")
         return _log_probs(self.model, out, k)
 
 
@@ -218,7 +221,7 @@ class PrefixTagScorer:
     @staticmethod
     def _next_state(state: int, pair: int) -> int:
         """The prefix state after ``pair``; START when the pair leaves every valid sequence (only
-        for forced or unconstrained tags, whose states are not used)."""
+        for unconstrained tags, whose states are not used)."""
         nxt = advance(state, PAIRS[pair])
         return START if nxt is None else nxt
 
@@ -268,8 +271,21 @@ class PrefixTagScorer:
                 raise ValueError("tag source 'given' needs the sentence's tags")
             given = [_PAIR_INDEX[(TERMINALS[int(terminals[s]) - FIRST_TAG_ID], NONTERMINALS[int(nonterminals[s]) - FIRST_TAG_ID])]
                      for s in starts]
-            return self._search(tokens, starts, types, forced=given)
+            return self._score_given(tokens, starts, types, given)
         return self._search(tokens, starts, types)
+
+    def _score_given(self, tokens, starts, types, pairs: List[int]) -> SentenceScore:
+        """Fixed tags: one forward over the whole sentence; each word's tag log-prob is read at
+        its anchor (``q_{w-1} + 1`` or ``q_w``, see the module docstring)."""
+        n = len(tokens)
+        src, terms, nts = self._rows(tokens, starts, [pairs], n)
+        lprobs, term, nont = _log_probs(self.model, self.model(src, src_terminals=terms, src_nonterminals=nts), n)
+        lm = lprobs[0].gather(-1, tokens[:, None]).squeeze(-1).tolist()
+        bounds = [-1] + list(starts)
+        anchors = [bounds[w] + 1 if self.placement == "first_subword" else bounds[w + 1] for w in range(len(starts))]
+        tag_lp = [_pair_logprobs(term[0, a], nont[0, a])[p] for a, p in zip(anchors, pairs)]
+        tags = [PAIRS[p] for p in pairs]
+        return SentenceScore(self.source, sum(lm), lm, types, tags, tag_lp, is_valid(tags), sum(lm) + sum(tag_lp))
 
     def _score_plain(self, tokens, types) -> SentenceScore:
         src = torch.cat([tokens.new([self.eos]), tokens[:-1]])[None]
@@ -277,12 +293,12 @@ class PrefixTagScorer:
         total = float(lp.sum())
         return SentenceScore(self.source, total, lp.tolist(), types, [], [], False, total)
 
-    def _search(self, tokens, starts, types, forced: Optional[List[int]] = None) -> SentenceScore:
-        """One pass over the words: ``forced`` tags (given), argmax (self) or a beam of K."""
+    def _search(self, tokens, starts, types) -> SentenceScore:
+        """One pass over the words: argmax (self) or a beam of K."""
         n, n_words = len(tokens), len(starts)
         bounds = [-1] + list(starts) + [n - 1]  # q_0 .. q_{N+1}
         fwd = _Forward(self.model, self.use_cache)
-        beam = self.kind == "beam" and forced is None
+        beam = self.kind == "beam"
         width = self.k if beam else 1
 
         # step 0: position 0 (input </s>) predicts x_1 and word 1's tags
@@ -298,9 +314,7 @@ class PrefixTagScorer:
             parents, cands = [], []
             for h_idx, h in enumerate(hyps):
                 allowed, state, restarted = self._allowed(h.state)
-                if forced is not None:
-                    choice = [forced[w - 1]]
-                elif beam:
+                if beam:
                     choice = allowed
                 else:  # self: argmax over the allowed pairs (ties: first in PAIRS order)
                     choice = [max(allowed, key=lambda p: (h.next_pairs[p], -p))]
