@@ -350,7 +350,8 @@ def test_summarize_counts(model, dictionary):
     assert out["tokens.eos"] == len(encoded) and out["tokens.word_initial"] == words
     assert out["tokens.continuation"] == tokens - words - len(encoded)
     nll = -sum(s.logprob for s in scores)
-    assert math.isclose(out["ppl"], math.exp(nll / tokens)) and math.isclose(out["ppl_per_word"], math.exp(nll / (words + len(encoded))))
+    assert math.isclose(out["ppl"], math.exp(nll / tokens))
+    assert math.isclose(out["ppl_per_word"], math.exp(nll / (words + len(encoded))))
     agree = sum(c[0] == g[0] for s, gs in zip(scores, given) for c, g in zip(s.tags, gs))
     assert math.isclose(out["terminal_acc"], 100.0 * agree / words)
 
@@ -373,7 +374,8 @@ def test_split_given_matches_eval_lm_blocks(tmp_path):
     assert preprocess_main(["--train", str(tmp_path / "toy/train.conllu"), "--valid", str(tmp_path / "toy/valid.conllu"),
                             "--destdir", str(out), "--spm-vocab-size", "60"]) == 0
     cfg = OmegaConf.merge(OmegaConf.structured(HexatagLMConfig),
-                          {"data": str(out), "sample_break_mode": "eos", "tokens_per_sample": 512, "tag_head_placement": "last_subword",
+                          {"data": str(out), "sample_break_mode": "eos", "tokens_per_sample": 512,
+                           "tag_head_placement": "last_subword",
                            "dataset_impl": None, "seed": 1, "batch_size": None, "batch_size_valid": None,
                            "data_buffer_size": 10, "tpu": False, "use_plasma_view": False, "plasma_path": "/tmp/plasma"})
     task = HexatagLanguageModelingTask.setup_task(cfg)

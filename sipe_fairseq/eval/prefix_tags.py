@@ -124,49 +124,72 @@ class SentenceScore:
 
 
 # ------------------------------------------------------------------------------ model calls
-class _Forward:
-    """Runs the decoder for one hypothesis set, with or without a KV cache."""
-
-    def __init__(self, model, use_cache: Optional[bool] = None):
-        self.model = model
-        self.cache = supports_kv_cache(model) if use_cache is None else bool(use_cache)
-        self.state = {} if self.cache else None
-        self.cached = 0  # positions held by the cache
-
-    def reorder(self, order: Sequence[int]) -> None:
-        if self.cache:
-            self.model.decoder.reorder_incremental_state_scripting(self.state, torch.tensor(list(order), dtype=torch.long))
-
-    def __call__(self, src, terms, nts, start: int):
-        """Log-probs over the vocabulary, terminal and non-terminal log-probs at positions
-        ``start .. src.size(1) - 1`` (each ``rows x k x .``)."""
-        kwargs = {"src_terminals": terms, "src_nonterminals": nts}
-        if self.cache:
-            if start != self.cached:
-                raise RuntimeError(f"cache holds {self.cached} positions, asked for positions from {start}")
-            kwargs["incremental_state"] = self.state
-        out = self.model(src, **kwargs)
-        self.cached = src.size(1)
-        k = src.size(1) - start
-        if out[0].size(1) < k:
-            raise RuntimeError(f"the decoder returned {out[0].size(1)} positions for {k} new ones: its cache computes "
-                               "one position per call; score with use_cache=False")
-        return _log_probs(self.model, out, k)
-
-
-def _log_probs(model, out, k: int):
-    """LM, terminal and non-terminal log-probs at the last ``k`` positions of a decoder output, in
-    float64 (fairseq's ``get_normalized_probs`` works in float32; the beam sums many terms)."""
-    logits, extra = out[0][:, -k:], out[1]
+def _normalize(model, logits: torch.Tensor, extra: dict):
+    """LM, terminal and non-terminal log-probs in float64 (fairseq's ``get_normalized_probs``
+    works in float32; the beam sums many terms). ``logits``/``extra`` already cut to the positions
+    wanted."""
     if getattr(getattr(model, "decoder", model), "adaptive_softmax", None) is None:
         lprobs = F.log_softmax(logits.double(), -1)
     else:  # e.g. an adaptive softmax: the model's own normalization
-        lprobs = model.get_normalized_probs(out, log_probs=True)[:, -k:].double()
-    term = nont = None
-    if extra.get("terminal_logits") is not None:
-        term = F.log_softmax(extra["terminal_logits"][:, -k:].double(), -1)
-        nont = F.log_softmax(extra["nonterminal_logits"][:, -k:].double(), -1)
+        lprobs = model.get_normalized_probs((logits, extra), log_probs=True).double()
+    term = F.log_softmax(extra["terminal_logits"].double(), -1)
+    nont = F.log_softmax(extra["nonterminal_logits"].double(), -1)
     return lprobs, term, nont
+
+
+class _CachedForward:
+    """One hypothesis set through a decoder with a KV cache (``incremental_state``)."""
+
+    def __init__(self, model):
+        self.model, self.state, self.cached = model, {}, 0  # cached: positions the cache holds
+
+    def reorder(self, order: Sequence[int]) -> None:
+        self.model.decoder.reorder_incremental_state_scripting(self.state, torch.tensor(list(order), dtype=torch.long))
+
+    def __call__(self, src, terms, nts, start: int):
+        """Log-probs at positions ``start .. src.size(1) - 1`` (each ``rows x k x .``)."""
+        if start != self.cached:
+            raise RuntimeError(f"cache holds {self.cached} positions, asked for positions from {start}")
+        logits, extra = self.model(src, src_terminals=terms, src_nonterminals=nts, incremental_state=self.state)
+        k = src.size(1) - start
+        self.cached = src.size(1)
+        if logits.size(1) < k:
+            raise RuntimeError(f"the decoder returned {logits.size(1)} positions for {k} new ones: its cache computes "
+                               "one position per call; score with use_cache=False")
+        extra = {key: extra[key][:, -k:] for key in ("terminal_logits", "nonterminal_logits")}
+        return _normalize(self.model, logits[:, -k:], extra)
+
+
+def _batched_forward(model, rows, pad: int, max_tokens: int):
+    """Full forward (no cache) of ragged rows ``(src, terms, nts, start)`` (1-D, each its own
+    length), right-padded (the decoders are causal) in chunks of at most ``max_tokens`` padded
+    positions; returns per row the log-probs at positions ``start ..`` its end."""
+    decoder = getattr(model, "decoder", model)
+    features = hasattr(decoder, "output_layer") and getattr(decoder, "adaptive_softmax", None) is None
+    out, i = [], 0
+    while i < len(rows):
+        width = len(rows[i][0])
+        j = i + 1
+        while j < len(rows) and (j + 1 - i) * max(width, len(rows[j][0])) <= max_tokens:
+            width = max(width, len(rows[j][0]))
+            j += 1
+        chunk = rows[i:j]
+        src = torch.full((len(chunk), width), pad, dtype=torch.long)
+        terms, nts = torch.full_like(src, NOTAG_ID), torch.full_like(src, NOTAG_ID)
+        for r, (s, a, b, _) in enumerate(chunk):
+            src[r, :len(s)], terms[r, :len(s)], nts[r, :len(s)] = s, a, b
+        if features:  # the output projection only where needed
+            x, extra = model(src, src_terminals=terms, src_nonterminals=nts, features_only=True)
+        else:
+            x, extra = model(src, src_terminals=terms, src_nonterminals=nts)
+        for r, (s, _, _, start) in enumerate(chunk):
+            part = slice(start, len(s))
+            logits = decoder.output_layer(x[r:r + 1, part]) if features else x[r:r + 1, part]
+            heads = {key: extra[key][r:r + 1, part] for key in ("terminal_logits", "nonterminal_logits")}
+            lp, t, n = _normalize(model, logits, heads)
+            out.append((lp[0], t[0], n[0]))
+        i = j
+    return out
 
 
 def _pair_logprobs(term: torch.Tensor, nont: torch.Tensor) -> List[float]:
@@ -182,26 +205,108 @@ class _Hyp:
     score: float  # log p(x_<=last scored position, T)
     lm: List[float]  # LM log-prob per scored target
     tag_lp: List[float]  # per word
-    next_pairs: List[float] = None  # pair log-probs for the next word, from its anchor
+    next_pairs: Optional[List[float]] = None  # pair log-probs for the next word, from its anchor
     restarts: int = 0
 
 
+class _Search:
+    """One sentence's word-synchronous search: step ``w`` (0 .. N) scores positions
+    ``q_w + 1 .. q_{w+1}`` under every candidate (hypothesis, pair for word ``w``)."""
+
+    def __init__(self, scorer: "PrefixTagScorer", tokens, starts, types):
+        self.sc, self.tokens, self.starts, self.types = scorer, tokens, list(starts), types
+        self.n_words = len(starts)
+        self.bounds = [-1] + self.starts + [len(tokens) - 1]  # q_0 .. q_{N+1}
+        self.w = 0
+        self.hyps = [_Hyp([], START, 0.0, [], [])]
+        self.cands = []
+        self.running, self.trace = [], []  # beam: running bound increments; kept (pairs, score) per step
+
+    @property
+    def done(self) -> bool:
+        return self.w > self.n_words
+
+    def expand(self):
+        """``(parents, inputs (src, terms, nts) for every candidate, lo, hi)`` of the next step."""
+        sc = self.sc
+        lo, hi = self.bounds[self.w] + 1, self.bounds[self.w + 1]
+        if self.w == 0:
+            self.cands = [(0, None, START, False)]
+        else:
+            self.cands = []
+            for h_idx, h in enumerate(self.hyps):
+                allowed, state, restarted = sc._allowed(h.state)
+                if sc.kind != "beam":  # self: argmax over the allowed pairs (ties: first in PAIRS order)
+                    allowed = [max(allowed, key=lambda p: (h.next_pairs[p], -p))]
+                self.cands += [(h_idx, p, state, restarted) for p in allowed]
+        pairs = [self.hyps[h].pairs + ([] if p is None else [p]) for h, p, _, _ in self.cands]
+        return [h for h, _, _, _ in self.cands], sc._rows(self.tokens, self.starts, pairs, hi + 1), lo, hi
+
+    def absorb(self, lprobs, term, nont) -> Optional[List[int]]:
+        """Scores of the step's positions (per candidate: ``k x V``, ``k x 2``, ``k x 5``) -> the
+        new hypotheses; returns the kept candidates' indices (beam) for a cache to follow."""
+        sc = self.sc
+        lo, hi = self.bounds[self.w] + 1, self.bounds[self.w + 1]
+        targets = self.tokens[lo:hi + 1]
+        anchor = 0 if sc.placement == "first_subword" else hi - lo
+        children = []
+        for (h_idx, p, state, restarted), lp, t, n in zip(self.cands, lprobs, term, nont):
+            h = self.hyps[h_idx]
+            lm = lp.gather(-1, targets[:, None]).squeeze(-1).tolist()
+            tag = 0.0 if p is None else h.next_pairs[p]
+            pairs, tag_lp = (h.pairs, h.tag_lp) if p is None else (h.pairs + [p], h.tag_lp + [tag])
+            nxt = START if p is None else sc._next_state(state, p)
+            children.append(_Hyp(pairs, nxt, h.score + tag + sum(lm), h.lm + lm, tag_lp,
+                                 _pair_logprobs(t[anchor], n[anchor]), h.restarts + int(restarted)))
+        keep = None
+        if sc.kind == "beam":
+            base = torch.tensor([self.hyps[h].score + (0.0 if p is None else self.hyps[h].next_pairs[p])
+                                 for h, p, _, _ in self.cands], dtype=torch.float64)
+            step_lm = torch.tensor([c.lm[len(c.lm) - (hi - lo + 1):] for c in children], dtype=torch.float64)
+            cum = base[:, None] + step_lm.cumsum(-1)
+            z = torch.logsumexp(cum, 0).tolist()
+            keep = sc._prune(children, last=self.w == self.n_words)
+            z[-1] = float(torch.logsumexp(torch.tensor([children[i].score for i in keep], dtype=torch.float64), 0))
+            zprev = float(torch.logsumexp(torch.tensor([h.score for h in self.hyps], dtype=torch.float64), 0))
+            self.running.extend(z[j] - (z[j - 1] if j else zprev) for j in range(len(z)))
+            children = [children[i] for i in keep]
+            self.trace.append([(list(c.pairs), c.score) for c in children])
+        self.hyps = children
+        self.w += 1
+        return keep
+
+    def result(self) -> SentenceScore:
+        sc, best = self.sc, self.hyps[0]
+        tags = [PAIRS[p] for p in best.pairs]
+        joint = sum(best.lm) + sum(best.tag_lp)
+        if sc.kind == "beam":
+            bound = float(torch.logsumexp(torch.tensor([h.score for h in self.hyps], dtype=torch.float64), 0))
+            extra = {"beam": [([PAIRS[p] for p in h.pairs], h.score) for h in self.hyps], "best_lm": best.lm,
+                     "trace": self.trace[1:]}  # trace[w - 1]: the beam after word w
+            return SentenceScore(sc.source, bound, self.running, self.types, tags, best.tag_lp, is_valid(tags), joint, 0, extra)
+        return SentenceScore(sc.source, sum(best.lm), best.lm, self.types, tags, best.tag_lp, is_valid(tags), joint,
+                             best.restarts)
+
+
 class PrefixTagScorer:
-    """Scores single sentences (``tokens`` = ``x_1 .. x_n </s>``) with one tag source.
+    """Scores sentences (``tokens`` = ``x_1 .. x_n </s>``) with one tag source.
 
     ``placement``: the ``hexatag_lm`` task's ``--tag-head-placement`` of the checkpoint;
     ``constrained``: restrict choices to the incremental prefix check (off: any of the 10 pairs,
     as the unconstrained hand reference of issue 12); ``use_cache``: None = use a KV cache when the
-    decoder has one (:func:`supports_kv_cache`)."""
+    decoder has one (:func:`supports_kv_cache`). Without a cache, :meth:`score_batch` runs the
+    sentences' hypothesis sets together (``max_tokens`` padded positions per forward pass); with
+    one, sentence by sentence (one cache per hypothesis set)."""
 
     def __init__(self, model, source: str = "self", placement: str = "first_subword", constrained: bool = True,
-                 use_cache: Optional[bool] = None, eos: int = 2):
+                 use_cache: Optional[bool] = None, eos: int = 2, pad: int = 1, max_tokens: int = 16384):
         if placement not in PLACEMENTS:
             raise ValueError(f"unknown tag head placement {placement!r} (expected one of {PLACEMENTS})")
         self.model = model
         self.kind, self.k = parse_tag_source(source)
         self.source = source
-        self.placement, self.constrained, self.use_cache, self.eos = placement, constrained, use_cache, eos
+        self.placement, self.constrained, self.eos, self.pad, self.max_tokens = placement, constrained, eos, pad, max_tokens
+        self.cache = supports_kv_cache(model) if use_cache is None else bool(use_cache)
         self.sees_tags = accepts_tags(model) and bool(getattr(getattr(model, "decoder", model), "needs_tags", True))
         decoder = getattr(model, "decoder", model)
         self.has_heads = getattr(decoder, "terminal_head", None) is not None
@@ -241,10 +346,6 @@ class PrefixTagScorer:
                     terms[r, pos], nts[r, pos] = FIRST_TAG_ID + a, FIRST_TAG_ID + b
         return src, terms, nts
 
-    def _anchor_offset(self, step_start: int, step_end: int) -> int:
-        """Index inside a step's positions of the anchor for the next word's tags."""
-        return 0 if self.placement == "first_subword" else step_end - step_start
-
     @staticmethod
     def _position_types(n: int, starts: Sequence[int]) -> List[str]:
         types = ["continuation"] * n
@@ -252,110 +353,6 @@ class PrefixTagScorer:
             types[s] = "word_initial"
         types[n - 1] = "eos"
         return types
-
-    # -------------------------------------------------------------------- scoring
-    @torch.no_grad()
-    def score(self, tokens: torch.Tensor, terminals: Optional[torch.Tensor] = None,
-              nonterminals: Optional[torch.Tensor] = None, dictionary=None) -> SentenceScore:
-        self.model.eval()
-        tokens = tokens.long()
-        n = len(tokens)
-        if n < 2 or int(tokens[-1]) != self.eos:
-            raise ValueError(f"expected tokens x_1 .. x_n </s> with n >= 1, got {tokens.tolist()}")
-        starts = word_starts(tokens, terminals, dictionary)
-        types = self._position_types(n, starts)
-        if not self.sees_tags:
-            return self._score_plain(tokens, types)
-        if self.kind == "given":
-            if terminals is None or nonterminals is None:
-                raise ValueError("tag source 'given' needs the sentence's tags")
-            given = [_PAIR_INDEX[(TERMINALS[int(terminals[s]) - FIRST_TAG_ID], NONTERMINALS[int(nonterminals[s]) - FIRST_TAG_ID])]
-                     for s in starts]
-            return self._score_given(tokens, starts, types, given)
-        return self._search(tokens, starts, types)
-
-    def _score_given(self, tokens, starts, types, pairs: List[int]) -> SentenceScore:
-        """Fixed tags: one forward over the whole sentence; each word's tag log-prob is read at
-        its anchor (``q_{w-1} + 1`` or ``q_w``, see the module docstring)."""
-        n = len(tokens)
-        src, terms, nts = self._rows(tokens, starts, [pairs], n)
-        lprobs, term, nont = _log_probs(self.model, self.model(src, src_terminals=terms, src_nonterminals=nts), n)
-        lm = lprobs[0].gather(-1, tokens[:, None]).squeeze(-1).tolist()
-        bounds = [-1] + list(starts)
-        anchors = [bounds[w] + 1 if self.placement == "first_subword" else bounds[w + 1] for w in range(len(starts))]
-        tag_lp = [_pair_logprobs(term[0, a], nont[0, a])[p] for a, p in zip(anchors, pairs)]
-        tags = [PAIRS[p] for p in pairs]
-        return SentenceScore(self.source, sum(lm), lm, types, tags, tag_lp, is_valid(tags), sum(lm) + sum(tag_lp))
-
-    def _score_plain(self, tokens, types) -> SentenceScore:
-        src = torch.cat([tokens.new([self.eos]), tokens[:-1]])[None]
-        lp = _log_probs(self.model, self.model(src), len(tokens))[0][0].gather(-1, tokens[:, None]).squeeze(-1)
-        total = float(lp.sum())
-        return SentenceScore(self.source, total, lp.tolist(), types, [], [], False, total)
-
-    def _search(self, tokens, starts, types) -> SentenceScore:
-        """One pass over the words: argmax (self) or a beam of K."""
-        n, n_words = len(tokens), len(starts)
-        bounds = [-1] + list(starts) + [n - 1]  # q_0 .. q_{N+1}
-        fwd = _Forward(self.model, self.use_cache)
-        beam = self.kind == "beam"
-        width = self.k if beam else 1
-
-        # step 0: position 0 (input </s>) predicts x_1 and word 1's tags
-        src, terms, nts = self._rows(tokens, starts, [[]], 1)
-        lprobs, term, nont = fwd(src, terms, nts, 0)
-        lp0 = float(lprobs[0, 0, tokens[0]])
-        hyps = [_Hyp([], START, lp0, [lp0], [], _pair_logprobs(term[0, 0], nont[0, 0]))]
-        running = [lp0]  # beam: running bound log Z_p per position
-        trace = []  # beam: the kept hypotheses (pairs, score) after each word
-
-        for w in range(1, n_words + 1):
-            lo, hi = bounds[w] + 1, bounds[w + 1]  # positions that see word w's tags
-            parents, cands = [], []
-            for h_idx, h in enumerate(hyps):
-                allowed, state, restarted = self._allowed(h.state)
-                if beam:
-                    choice = allowed
-                else:  # self: argmax over the allowed pairs (ties: first in PAIRS order)
-                    choice = [max(allowed, key=lambda p: (h.next_pairs[p], -p))]
-                for p in choice:
-                    parents.append(h_idx)
-                    cands.append((h, p, state, restarted))
-            fwd.reorder(parents)
-            src, terms, nts = self._rows(tokens, starts, [h.pairs + [p] for h, p, _, _ in cands], hi + 1)
-            lprobs, term, nont = fwd(src, terms, nts, lo)
-            targets = tokens[lo:hi + 1]
-            tok_lp = lprobs.gather(-1, targets[None, :, None].expand(len(cands), -1, 1)).squeeze(-1)
-            a = self._anchor_offset(lo, hi)
-            children = []
-            for r, (h, p, state, restarted) in enumerate(cands):
-                lm = tok_lp[r].tolist()
-                tag = h.next_pairs[p]
-                children.append(_Hyp(h.pairs + [p], self._next_state(state, p), h.score + tag + sum(lm), h.lm + lm,
-                                     h.tag_lp + [tag], _pair_logprobs(term[r, a], nont[r, a]), h.restarts + int(restarted)))
-            if beam:
-                prev = torch.tensor([h.score for h in hyps], dtype=torch.float64)
-                base = torch.tensor([h.score + h.next_pairs[p] for h, p, _, _ in cands], dtype=torch.float64)
-                cum = base[:, None] + tok_lp.cumsum(-1)
-                z = torch.logsumexp(cum, 0).tolist()
-                keep = self._prune(children, last=w == n_words)
-                z[-1] = float(torch.logsumexp(torch.tensor([children[i].score for i in keep], dtype=torch.float64), 0))
-                zprev = float(torch.logsumexp(prev, 0))
-                running.extend(z[j] - (z[j - 1] if j else zprev) for j in range(len(z)))
-                hyps = [children[i] for i in keep]
-                fwd.reorder(keep)
-                trace.append([(list(h.pairs), h.score) for h in hyps])
-            else:
-                hyps = children
-        best = hyps[0]
-        tags = [PAIRS[p] for p in best.pairs]
-        complete = is_valid(tags)
-        joint = sum(best.lm) + sum(best.tag_lp)
-        if beam:
-            bound = float(torch.logsumexp(torch.tensor([h.score for h in hyps], dtype=torch.float64), 0))
-            extra = {"beam": [([PAIRS[p] for p in h.pairs], h.score) for h in hyps], "best_lm": best.lm, "trace": trace}
-            return SentenceScore(self.source, bound, running, types, tags, best.tag_lp, complete, joint, 0, extra)
-        return SentenceScore(self.source, sum(best.lm), best.lm, types, tags, best.tag_lp, complete, joint, best.restarts)
 
     def _prune(self, children: List[_Hyp], last: bool) -> List[int]:
         """Indices of the top K children by score (ties: earlier first); before another word, a
@@ -365,14 +362,115 @@ class PrefixTagScorer:
             order = [i for i in order if children[i].state != CLOSED]
         return order[: self.k]
 
+    # -------------------------------------------------------------------- scoring
+    def score(self, tokens: torch.Tensor, terminals: Optional[torch.Tensor] = None,
+              nonterminals: Optional[torch.Tensor] = None, dictionary=None) -> SentenceScore:
+        return self.score_batch([(tokens, terminals, nonterminals)], dictionary)[0]
+
+    @torch.no_grad()
+    def score_batch(self, encoded, dictionary=None) -> List[SentenceScore]:
+        """:class:`SentenceScore` per ``(tokens, terminals, nonterminals)`` (tags may be None when
+        ``dictionary`` marks word starts with U+2581 and the source is not ``given``)."""
+        self.model.eval()
+        results: List[Optional[SentenceScore]] = [None] * len(encoded)
+        searches = []
+        for i, (tokens, terminals, nonterminals) in enumerate(encoded):
+            tokens = tokens.long()
+            n = len(tokens)
+            if n < 2 or int(tokens[-1]) != self.eos:
+                raise ValueError(f"sentence {i}: expected tokens x_1 .. x_n </s> with n >= 1, got {tokens.tolist()}")
+            starts = word_starts(tokens, terminals, dictionary)
+            types = self._position_types(n, starts)
+            if not self.sees_tags:
+                results[i] = self._score_plain(tokens, types)
+            elif self.kind == "given":
+                if terminals is None or nonterminals is None:
+                    raise ValueError("tag source 'given' needs the sentence's tags")
+                given = [_PAIR_INDEX[(TERMINALS[int(terminals[q]) - FIRST_TAG_ID],
+                                      NONTERMINALS[int(nonterminals[q]) - FIRST_TAG_ID])] for q in starts]
+                results[i] = self._score_given(tokens, starts, types, given)
+            else:
+                searches.append((i, _Search(self, tokens, starts, types)))
+        if self.cache:
+            for _, s in searches:
+                self._run_cached(s)
+        elif searches:
+            self._run_batched([s for _, s in searches])
+        for i, s in searches:
+            results[i] = s.result()
+        return results
+
+    def _run_batched(self, searches: List[_Search]) -> None:
+        while True:
+            active = [s for s in searches if not s.done]
+            if not active:
+                return
+            rows, spans = [], []
+            for s in active:
+                _, (src, terms, nts), lo, _ = s.expand()
+                spans.append(len(src))
+                rows += [(src[r], terms[r], nts[r], lo) for r in range(len(src))]
+            out = _batched_forward(self.model, rows, self.pad, self.max_tokens)
+            k = 0
+            for s, m in zip(active, spans):
+                part = out[k:k + m]
+                k += m
+                s.absorb([o[0] for o in part], [o[1] for o in part], [o[2] for o in part])
+
+    def _run_cached(self, s: _Search) -> None:
+        fwd = _CachedForward(self.model)
+        while not s.done:
+            parents, (src, terms, nts), lo, _ = s.expand()
+            if s.w > 0:
+                fwd.reorder(parents)
+            lprobs, term, nont = fwd(src, terms, nts, lo)
+            keep = s.absorb(lprobs, term, nont)
+            if keep is not None:
+                fwd.reorder(keep)
+
+    def _score_given(self, tokens, starts, types, pairs: List[int]) -> SentenceScore:
+        """Fixed tags: one forward over the whole sentence; each word's tag log-prob is read at
+        its anchor (``q_{w-1} + 1`` or ``q_w``, see the module docstring)."""
+        n = len(tokens)
+        src, terms, nts = self._rows(tokens, starts, [pairs], n)
+        logits, extra = self.model(src, src_terminals=terms, src_nonterminals=nts)
+        lprobs, term, nont = _normalize(self.model, logits, extra)
+        lm = lprobs[0].gather(-1, tokens[:, None]).squeeze(-1).tolist()
+        bounds = [-1] + list(starts)
+        anchors = [bounds[w] + 1 if self.placement == "first_subword" else bounds[w + 1] for w in range(len(starts))]
+        tag_lp = [_pair_logprobs(term[0, a], nont[0, a])[p] for a, p in zip(anchors, pairs)]
+        tags = [PAIRS[p] for p in pairs]
+        return SentenceScore(self.source, sum(lm), lm, types, tags, tag_lp, is_valid(tags), sum(lm) + sum(tag_lp))
+
+    def _score_plain(self, tokens, types) -> SentenceScore:
+        src = torch.cat([tokens.new([self.eos]), tokens[:-1]])[None]
+        logits = self.model(src)[0]
+        lm = F.log_softmax(logits[0].double(), -1).gather(-1, tokens[:, None]).squeeze(-1).tolist()
+        return SentenceScore(self.source, sum(lm), lm, types, [], [], False, sum(lm))
+
 
 # ------------------------------------------------------------------------------ corpus level
 def score_sentences(model, encoded: Sequence[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]], source: str = "self",
                     placement: str = "first_subword", constrained: bool = True, use_cache: Optional[bool] = None,
-                    dictionary=None, eos: int = 2) -> List[SentenceScore]:
-    """:class:`PrefixTagScorer` over ``(tokens, terminals, nonterminals)`` per sentence."""
-    scorer = PrefixTagScorer(model, source, placement, constrained, use_cache, eos)
-    return [scorer.score(t, a, b, dictionary) for t, a, b in encoded]
+                    dictionary=None, eos: int = 2, pad: int = 1, batch_sentences: int = 64, log_every: int = 0
+                    ) -> List[SentenceScore]:
+    """:class:`PrefixTagScorer` over ``(tokens, terminals, nonterminals)`` per sentence, in input
+    order; sentences are run ``batch_sentences`` at a time, grouped by length."""
+    import logging
+    import time
+
+    scorer = PrefixTagScorer(model, source, placement, constrained, use_cache, eos, pad)
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
+    out: List[Optional[SentenceScore]] = [None] * len(encoded)
+    start, done = time.time(), 0
+    for b in range(0, len(order), batch_sentences):
+        idx = order[b:b + batch_sentences]
+        for i, score in zip(idx, scorer.score_batch([encoded[i] for i in idx], dictionary)):
+            out[i] = score
+        done += len(idx)
+        if log_every and (done // log_every) != ((done - len(idx)) // log_every):
+            logging.getLogger(__name__).info(f"{source}: {done}/{len(encoded)} sentences, {time.time() - start:.0f} s")
+    return out
 
 
 def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence[Tuple[str, str]]]] = None
@@ -433,15 +531,13 @@ def given_tags(encoded) -> List[List[Tuple[str, str]]]:
 
 def score_split_tag_sources(model, task, split: str, sources: Sequence[str], constrained: bool = True,
                             max_sentences: Optional[int] = None, use_cache: Optional[bool] = None,
-                            log_every: int = 0) -> Dict[str, Dict[str, float]]:
+                            batch_sentences: int = 64, log_every: int = 0) -> Dict[str, Dict[str, float]]:
     """Every sentence of ``split`` scored alone under each tag source (``given``, ``self``,
     ``beam:K``); returns ``{source: summarize(...)}``; ``given`` also gets ``given-joint`` (the
     joint bound ``log p(x, tags)``). ``max_sentences`` scores the first N only (the count is in
     the result). The tag-head placement is the task's (the checkpoint's own setting)."""
-    import logging
     import time
 
-    log = logging.getLogger(__name__)
     encoded = load_split_sentences(task, split)
     total = len(encoded)
     if max_sentences is not None:
@@ -451,15 +547,12 @@ def score_split_tag_sources(model, task, split: str, sources: Sequence[str], con
     limit = model.max_positions()
     limit = min(x for x in limit if x is not None) if isinstance(limit, (tuple, list)) else limit
     longer = sum(1 for t, _, _ in encoded if limit is not None and len(t) > limit)
-    eos = task.source_dictionary.eos()
+    d = task.source_dictionary
     results = {}
     for source in sources:
-        scorer = PrefixTagScorer(model, source, placement, constrained, use_cache, eos)
-        start, scores = time.time(), []
-        for i, (t, a, b) in enumerate(encoded):
-            scores.append(scorer.score(t, a, b, task.source_dictionary))
-            if log_every and (i + 1) % log_every == 0:
-                log.info(f"{source}: {i + 1}/{len(encoded)} sentences, {time.time() - start:.0f} s")
+        start = time.time()
+        scores = score_sentences(model, encoded, source, placement, constrained, use_cache, d, d.eos(), d.pad(),
+                                 batch_sentences, log_every)
         row = summarize(scores, gold)
         row.update({"split_sentences": total, "longer_than_max_positions": longer, "seconds": time.time() - start,
                     "placement": placement, "constrained": constrained})
