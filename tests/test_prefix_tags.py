@@ -394,3 +394,18 @@ def test_split_given_matches_eval_lm_blocks(tmp_path):
     assert abs(math.log(joint["ppl_per_word"]) - blocks["joint.per_word"]["nll"]) < 1e-5
     assert ours["self"]["tokens"] == ours["beam:2"]["tokens"] == given["tokens"]
     assert ours["self"]["complete"] <= 12 and ours["given"]["complete"] == 12
+
+
+@pytest.mark.parametrize("source", ["self", "beam:3"])
+def test_batched_sentences_match_one_at_a_time(model, dictionary, source):
+    """Sentences of different lengths run together (ragged rows, right-padded, in chunks) give
+    each sentence what it gets alone, in input order."""
+    encoded = [s for pair in sentence_pairs(dictionary, 4, seed=11) for s in pair]
+    together = score_sentences(model, encoded, source, batch_sentences=len(encoded), eos=dictionary.eos(), pad=dictionary.pad())
+    scorer = PrefixTagScorer(model, source, max_tokens=40)  # forces several chunks per step
+    chunked = scorer.score_batch(encoded)
+    for sent, x, y in zip(encoded, together, chunked):
+        alone = PrefixTagScorer(model, source).score(*sent)
+        for other in (x, y):
+            assert other.tags == alone.tags and other.n_tokens == len(sent[0])
+            assert max(abs(u - v) for u, v in zip(other.token_logprobs, alone.token_logprobs)) < TOL

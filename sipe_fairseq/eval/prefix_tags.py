@@ -573,7 +573,7 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
     for name, rows in results.items():
         for source, r in rows.items():
             label = {"given": "given: p(x|tags)", "given-joint": "given: joint bound"}.get(source, source)
-            acc = f"{r['terminal_acc']:.1f} / {r['nonterminal_acc']:.1f}" if "terminal_acc" in r and source != "given" else "-"
+            acc = f"{r['terminal_acc']:.1f} / {r['nonterminal_acc']:.1f}" if "terminal_acc" in r and "given" not in source else "-"
             lines.append(f"| {name} | {label} | {r['ppl']:.2f} | {r['ppl_per_word']:.2f} | {r['bits.eos']:.3f} | "
                          f"{r['bits.word_initial']:.3f} | {r['bits.continuation']:.3f} | {acc} | {r['complete']} | "
                          f"{r['sentences']}/{r['split_sentences']} |")
