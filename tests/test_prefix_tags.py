@@ -409,3 +409,15 @@ def test_batched_sentences_match_one_at_a_time(model, dictionary, source):
         for other in (x, y):
             assert other.tags == alone.tags and other.n_tokens == len(sent[0])
             assert max(abs(u - v) for u, v in zip(other.token_logprobs, alone.token_logprobs)) < TOL
+
+
+def test_word_start_mismatch_is_counted(model, dictionary):
+    """A tag on a piece without U+2581 (or the reverse) is counted, not silently used."""
+    pieces = word_pieces(dictionary, [(2, 1), (3, 1)])
+    good = encode_sentence(dictionary, pieces, parser_tags(2))
+    t, a, b = (x.clone() for x in good)
+    a[1], b[1] = a[2], b[2]  # move word 2's tags onto word 1's continuation piece
+    a[2] = b[2] = NOTAG_ID
+    out = score_sentences(model, [good, (t, a, b)], "self", dictionary=dictionary, eos=dictionary.eos())
+    assert [s.extra["word_start_mismatch"] for s in out] == [False, True]
+    assert summarize(out)["word_start_mismatch"] == 1
