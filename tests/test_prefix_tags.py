@@ -42,10 +42,10 @@ def dictionary():
     return d
 
 
-def make_model(dictionary, injection="position", seed=0, positions=64):
+def make_model(dictionary, injection="position", seed=0, positions=64, position_encoding="relative"):
     cfg = SiPEDecoderConfig(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=4,
                             dropout=0.0, sipe_injection=injection, sipe_proj_init_std=0.5, sipe_tag_heads="on",
-                            tokens_per_sample=positions, max_target_positions=positions)
+                            tokens_per_sample=positions, max_target_positions=positions, position_encoding=position_encoding)
     torch.manual_seed(seed)
     model = SiPETransformerXLModel(SiPEDecoder(cfg, dictionary)).double().eval()
     with torch.no_grad():  # sharper tag heads than the init gives, so that choices differ by context
@@ -188,12 +188,14 @@ def valid_prefix_sequences(n):
     return out
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS)
-@pytest.mark.parametrize("constrained", [True, False])
-def test_beam_equals_enumerated_marginal(model, dictionary, placement, constrained):
+@pytest.mark.parametrize("placement,constrained,arch", [(p, c, "txl") for p in PLACEMENTS for c in (True, False)]
+                         + [("first_subword", True, "rope-input")])
+def test_beam_equals_enumerated_marginal(model, dictionary, placement, constrained, arch):
     """beam:K with K >= the number of tag sequences = log sum_T p(x, T) by enumeration (each term
     from one full forward with fixed tags); smaller K gives less; beam:1 = p(x, its tags); self is
     exactly the LM with its own tags."""
+    if arch == "rope-input":
+        model = make_model(dictionary, injection="input", position_encoding="rotary", seed=2)
     pieces = word_pieces(dictionary, [(1, 1), (7, 0), (4, 2)])
     toks, _, _ = encode_sentence(dictionary, pieces, parser_tags(3))
     seqs = valid_prefix_sequences(3) if constrained else [list(s) for s in itertools.product(PAIRS, repeat=3)]
