@@ -123,3 +123,46 @@ def test_no_heavy_imports():
     code = ("import sys, sipe_fairseq.hexatag.constrained as c; "
             "assert not {'torch', 'fairseq', 'numpy'} & set(sys.modules), sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------- incremental prefix check
+def test_prefix_check_matches_brute_force():
+    """Against every decodable sequence of up to MAX words (``decode`` only): for every prefix P
+    and pair p, ``allowed_pairs`` with a bound on the words that may follow allows p iff some
+    decodable sequence of at most MAX words starts with P + p; unbounded, for prefixes short
+    enough that MAX words suffice to close them; ``words_left=0`` allows exactly the pairs that
+    end a decodable sequence; ``prefix_state`` is CLOSED iff ``decode`` accepts the sequence."""
+    from sipe_fairseq.hexatag.constrained import CLOSED, PAIRS, START, allowed_pairs, prefix_state
+
+    max_words = 5
+    valid = [tuple(tags) for n in range(1, max_words + 1) for tags in all_sequences(n) if decodes(tags)]
+    prefixes = {}  # prefix -> set of next pairs seen in some valid sequence
+    for seq in valid:
+        for k in range(len(seq)):
+            prefixes.setdefault(seq[:k], set()).add(seq[k])
+    assert len(PAIRS) == 10 and prefix_state([]) == START
+    checked = 0
+    for k in range(max_words):
+        for prefix in itertools.product(PAIRS, repeat=k):
+            state = prefix_state(prefix)
+            if prefix not in prefixes:
+                # not the start of any valid sequence of <= max_words (unbounded: no sequence at all
+                # for k <= 1; longer prefixes may be valid but too deep to close in time)
+                if k <= 1 or state is None or state == CLOSED:
+                    assert state is None or state == CLOSED, prefix
+                else:
+                    assert state > max_words - k, prefix
+                continue
+            assert state is not None and state != CLOSED, prefix
+            bounded = set(allowed_pairs(state, words_left=max_words - k - 1))
+            assert bounded == prefixes[prefix], prefix
+            last = {p for p in PAIRS if decodes(list(prefix) + [p])}
+            assert set(allowed_pairs(state, words_left=0)) == last, prefix
+            if k <= 1:  # any open prefix of <= 2 words closes within max_words
+                assert set(allowed_pairs(state)) == bounded, prefix
+            checked += 1
+    assert checked == len(prefixes)
+    for n in range(1, max_words + 1):
+        for tags in all_sequences(n):
+            assert (prefix_state(tags) == CLOSED) == decodes(tags), tags
+    assert allowed_pairs(CLOSED) == ()

@@ -42,20 +42,42 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--json", help="also write the scores as JSON here")
     p.add_argument("--threads", type=int, default=None, help="torch threads")
+    p.add_argument("--tags", default=None, metavar="SOURCES",
+                   help="also score every sentence alone under these tag sources, comma-separated: given, self, beam:K "
+                        "(eval/prefix_tags.py), e.g. given,self,beam:4")
+    p.add_argument("--tags-unconstrained", action="store_true", help="self/beam: any tag pair, not only valid prefixes")
+    p.add_argument("--tags-max-sentences", type=int, default=None, help="score the first N sentences only with --tags")
     args = p.parse_args(argv)
+    if args.tags:
+        from sipe_fairseq.eval.prefix_tags import parse_tag_source
+
+        for source in args.tags.split(","):
+            try:
+                parse_tag_source(source)
+            except ValueError as e:
+                p.error(f"--tags: {e}")  # exit status 2
     if args.threads:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
     try:
         results = {name: evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size)
                    for name, path in checkpoint_specs(args.path).items()}
+        print(perplexity_markdown(results))
+        if args.tags:  # issue 12: tags from the prefix only
+            from sipe_fairseq.eval.prefix_tags import markdown_tag_sources, score_split_tag_sources
+
+            sources = [x for x in args.tags.split(",") if x]
+            by_tags = {name: score_split_tag_sources(*load_lm(path, args.data), args.gen_subset, sources,
+                                                     not args.tags_unconstrained, args.tags_max_sentences)
+                       for name, path in checkpoint_specs(args.path).items()}
+            print(markdown_tag_sources(by_tags))
+            results = {name: dict(results[name], tag_sources=by_tags[name]) for name in results}
     except CheckpointError as e:
         logger.error("%s", e)
         return CHECKPOINT_EXIT_STATUS
     except ValueError as e:  # a name given twice, --context-window with an encoder
         logger.error("%s", e)
         return 2
-    print(perplexity_markdown(results))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2, sort_keys=True)

@@ -14,6 +14,11 @@ non-terminal. The whole state is therefore the stack depth ``d``:
 :func:`constrained_decode` maximizes the summed scores over exactly this set by a Viterbi pass over
 depths, ``O(N^2)``. ``tests/test_constrained.py`` checks that the set equals what ``decode``
 accepts for every sequence with ``N <= 5``.
+
+The same automaton read one word at a time (:func:`advance`, :func:`allowed_pairs`,
+:func:`prefix_state`) is the incremental prefix check used when a model chooses each word's tags
+from the prefix alone (``sipe_fairseq/eval/prefix_tags.py``): which next pairs can still complete
+to a sequence that ``decode`` accepts, and which of them end one (``EOS``).
 """
 from typing import List, Sequence, Tuple
 
@@ -126,3 +131,68 @@ def _offer(table, d, score, pointer) -> None:
 def constrained_decode(terminal_logprobs, nonterminal_logprobs) -> List[Tuple[str, str]]:
     """The highest-scoring tag sequence that :func:`~.tags.decode` accepts (see module docstring)."""
     return constrained_decode_with_score(terminal_logprobs, nonterminal_logprobs)[0]
+
+
+# ------------------------------------------------------------------ incremental prefix check
+# The automaton above, read one word at a time. A prefix state is the stack depth after the last
+# word's non-terminal (START = 0 before the first word), or CLOSED after a word tagged EOS (a
+# finished tree: no further word can follow). Every open state (depth >= 1, or START) can still be
+# completed: ``d`` words tagged (r, R*) ... (r, EOS) close it, so without a length bound a pair is
+# allowed iff the automaton can take it.
+START = 0
+CLOSED = -1
+PAIRS: Tuple[Tuple[str, str], ...] = tuple((t, n) for t in TERMINALS for n in NONTERMINALS)
+
+
+def advance(state: int, pair: Tuple[str, str]):
+    """The prefix state after one more word tagged ``pair``, or ``None`` if no valid sequence
+    continues that way (the automaton of the module docstring, one word at a time)."""
+    if state == CLOSED or len(pair) != 2:
+        return None
+    t, nt = pair
+    if t == "l":
+        d = state + 1
+    elif t == "r" and state >= 1:  # the top is open after every non-terminal
+        d = state
+    else:
+        return None
+    if nt == EOS:
+        return CLOSED if d == 1 else None
+    if nt in ("L0", "L1"):
+        return d
+    if nt in ("R0", "R1") and d >= 2:
+        return d - 1
+    return None
+
+
+def allowed_pairs(state: int, words_left=None) -> Tuple[Tuple[str, str], ...]:
+    """The pairs (in :data:`PAIRS` order) that the next word can carry after prefix state ``state``
+    such that the sequence can still end as one valid tree. ``words_left``: how many words may
+    follow that next word at most (``None``: unbounded); with a bound, a pair is allowed only if
+    the depth it leaves can be closed in time (depth ``d`` needs ``d`` more words), and
+    ``words_left=0`` allows exactly the pairs that end a valid sequence (``EOS`` at depth 1)."""
+    out = []
+    for pair in PAIRS:
+        nxt = advance(state, pair)
+        if nxt is None:
+            continue
+        if words_left is not None and nxt != CLOSED and nxt > words_left:
+            continue
+        out.append(pair)
+    return tuple(out)
+
+
+def prefix_state(tags: Sequence[Tuple[str, str]]):
+    """The prefix state after ``tags`` (:data:`START` for none), or ``None`` when ``tags`` is
+    not the prefix of any valid sequence. ``prefix_state(tags) == CLOSED`` iff ``is_valid(tags)``."""
+    state = START
+    for pair in tags:
+        state = advance(state, pair)
+        if state is None:
+            return None
+    return state
+
+
+def is_complete(state) -> bool:
+    """Whether a prefix in ``state`` is a whole valid sequence (its last word carries ``EOS``)."""
+    return state == CLOSED
