@@ -319,13 +319,17 @@ class FakeCache(torch.nn.Module):
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_cache_path_matches_full_forward(model, dictionary, placement):
+    """The scorer's cache bookkeeping (a fake cache that checks every prefix) and the decoder's real
+    KV cache both give the full-forward scores."""
     fake = FakeCache(model)
-    assert supports_kv_cache(fake) and not supports_kv_cache(model)
+    assert supports_kv_cache(fake) and supports_kv_cache(model)
     for (ta, aa, ba), _ in sentence_pairs(dictionary, 3):
         for source in ("self", "beam:4"):
-            x = PrefixTagScorer(model, source, placement).score(ta, aa, ba)
+            x = PrefixTagScorer(model, source, placement, use_cache=False).score(ta, aa, ba)
             y = PrefixTagScorer(fake, source, placement).score(ta, aa, ba)
-            assert x.tags == y.tags and abs(x.logprob - y.logprob) < 1e-10
+            z = PrefixTagScorer(model, source, placement, use_cache=True).score(ta, aa, ba)
+            assert x.tags == y.tags == z.tags and abs(x.logprob - y.logprob) < 1e-10
+            assert abs(x.logprob - z.logprob) < TOL
     assert fake.calls > 0 and fake.reorders > 0
 
 
