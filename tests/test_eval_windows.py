@@ -11,7 +11,7 @@ import torch
 from fairseq.data import data_utils
 from fairseq.sequence_scorer import SequenceScorer
 
-from sipe_fairseq.cli.eval_lm import load
+from sipe_fairseq.checkpoints import load_lm as load
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.tasks.hexatag_lm import ScoredTokens
 from sipe_fairseq.tasks.sipe_data import EvaluationError

@@ -104,7 +104,7 @@ class SiPEAttention(nn.Module):
             for inj in hooks:
                 phase = inj.rotary_phase(tags)
                 if phase is not None:
-                    angles = angles + phase  # Eq. 15-16
+                    angles = angles + phase  # Eq. 15 (query), Eq. 16 (key)
             q, k = Rotary.rotate(q, angles), Rotary.rotate(k, angles)
 
         q_content = q + self.u_bias[None, :, None, :] if self.relative is not None else q
@@ -184,7 +184,7 @@ class SiPEAttention(nn.Module):
             for inj in hooks:
                 phase = inj.rotary_phase(new_tags)
                 if phase is not None:
-                    angles = angles + phase  # Eq. 15-16
+                    angles = angles + phase  # Eq. 15 (query), Eq. 16 (key)
             q, k_new = Rotary.rotate(q, angles), Rotary.rotate(k_new, angles)
         offsets = [o for o in (inj.value_offset(new_tags) for inj in hooks) if o is not None]
         if offsets:  # Eq. 9, by linearity on the values (as the full forward)
