@@ -77,9 +77,9 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
                 raise EvaluationError(f"--context-window {context_window} leaves no room in the model's {limit} positions")
             if context_window == 0 and longest > limit and not dataset.add_bos_token:
                 rows = HexatagWindowDataset(dataset, limit, limit // 2)
-                logger.info(f"{split}: {rows.windowed_blocks} blocks longer than the model's {limit} positions (longest "
-                            f"{longest}) are scored in windows of {limit} tokens, each new one with {limit // 2} tokens of "
-                            f"left context ({len(rows)} rows for {len(dataset)} blocks)")
+                logger.info(f"{split}: {rows.windowed_blocks} of {len(dataset)} blocks are longer than the model's {limit} "
+                            f"positions (longest {longest}): scored in windows of {limit} tokens, each new one after "
+                            f"{limit // 2} tokens of left context ({len(rows)} rows)")
             elif context_window > 0 and longest > room and not dataset.add_bos_token:
                 rows = HexatagWindowDataset(dataset, room, 0)
                 logger.info(f"{split}: blocks cut into pieces of at most {room} tokens, so that with the "
