@@ -44,8 +44,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (  # noqa: E402  (the shared machinery; re-exported for bench_encoders.py and older callers)
-    BASE, ROOT, Child, add_common_arguments, child_main, cpu_snapshot, drive, fmt_range, host_groups, host_note, host_ratios,
-    log, malloc_trim, median, paired_ratio, paired_ratios, process_effect, ratio, replicas_of, reset_hwm, status_kb,
+    BASE, Child, add_common_arguments, child_main, cpu_snapshot, drive, fmt_range, host_note, host_ratios,
+    malloc_trim, median, paired_ratio, paired_ratios, process_effect, ratio, replicas_of, reset_hwm, status_kb,
 )
 try:
     from sipe_fairseq.modules.assembly import INJECTION_CHOICES as INJECTIONS  # noqa: E402  (the one list)

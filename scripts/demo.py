@@ -46,7 +46,6 @@ def main(argv=None):
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
 
-    import torch
     import fairseq  # noqa: F401
     import sipe_fairseq
     from sipe_fairseq.data import toy_grammar

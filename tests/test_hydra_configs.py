@@ -7,7 +7,6 @@ the MLM pre-training of ``table4_deberta_position`` (DeBERTa, in-place Eq. 13), 
 (tests/test_mixed_precision.py) ``table2_position`` of the decoder in float32 and bfloat16.
 """
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch

@@ -235,7 +235,7 @@ def checkpoints(toy):
     procs = {name: subprocess.Popen([BIN / "fairseq-train", data, *args, *common, "--save-dir", root / f"ck-{name}"],
                                     env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for name, args in runs.items()}
-    for name, proc in procs.items():
+    for proc in procs.values():
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, out[-3000:]
     pairs = tg.minimal_pairs(N_PAIRS, seed=7)

@@ -1,6 +1,5 @@
 """sipe-preprocess: CoNLL-U -> fairseq data directory with aligned hexatag streams."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

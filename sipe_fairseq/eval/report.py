@@ -324,7 +324,7 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
     todo = {name: {m for m, asked in (("ppl", not args.no_ppl), ("blimp", want_blimp and bool(getattr(args, "blimp", None))),
                                       ("syntaxgym", bool(args.suites))) if asked and not collected.has(name, m)}
             for name in checkpoints}
-    for name, path in checkpoints.items():
+    for name in checkpoints:
         for m in {"ppl", "blimp", "syntaxgym"} - todo[name]:
             if collected.has(name, m):
                 logger.info("%s of %s: taken from %s, not re-scored", m, name, collected.sources[name][m])

@@ -2,7 +2,6 @@
 sentences (one per item and condition) with their trees and encodings."""
 import json
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union

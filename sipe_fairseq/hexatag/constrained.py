@@ -110,7 +110,7 @@ def constrained_decode_with_score(terminal_logprobs, nonterminal_logprobs) -> Tu
         keep = max(_NT_KEEP, key=lambda k: (row[k], -k))
         pop = max(_NT_POP, key=lambda k: (row[k], -k))
         top = min(i + 1, n - 1 - i)
-        nb, bp = {}, {}
+        nb = {}
         for d, (v, (t, d0)) in a.items():
             if d <= top:
                 _offer(nb, d, v + row[keep], (t, keep, d0))
