@@ -272,7 +272,8 @@ def run(args):
     script = os.path.abspath(__file__)
     results, elapsed = drive(labels, lambda name, mine, logdir: Child(name, mine, args, logdir, script, SIZE_KEYS), args,
                              ("train", "eval"))
-    settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "replicas", "warmup", "steps", "quiet_load", "baseline", "omp_spin")}
+    run_keys = ("repeats", "replicas", "warmup", "steps", "quiet_load", "baseline", "omp_spin")
+    settings = {k: getattr(args, k) for k in SIZE_KEYS + run_keys}
     return summarize(settings, labels, results, elapsed, torch.__version__)
 
 
@@ -379,7 +380,8 @@ def render(summary):
         f"(medians), eval {none['eval_tokens_per_s']:,.0f} tokens/s, peak training-step memory {none['peak_mb']:,.0f} MB "
         f"(tensors), RSS peak increase {none['rss_peak_increase_mb']:,.0f} MB, {none['params']:,} parameters.",
         "",
-        "| run | train ms (wall) | train ms (CPU) | eval tok/s (wall) | eval ms (CPU) | peak MB (tensors) | RSS peak increase MB | "
+        "| run | train ms (wall) | train ms (CPU) | eval tok/s (wall) | eval ms (CPU) | peak MB (tensors) | "
+        "RSS peak increase MB | "
         "other processes' load, cores (median train / eval) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -405,7 +407,8 @@ def render(summary):
         "processes than wall time (workers run with OMP_WAIT_POLICY=PASSIVE unless --omp-spin, so waiting threads do "
         f"not burn CPU). The time verdict uses the wall ratio when the median other load was <= {s['quiet_load']} "
         "cores for both the configuration and its `none`, else the CPU ratio (shown in `meets`).",
-        "- Peak memory (ratio column): torch's CPU allocator events of the configuration's first training step (a fresh process), recorded "
+        "- Peak memory (ratio column): torch's CPU allocator events of the configuration's first training step "
+        "(a fresh process), recorded "
         "with `torch.profiler.profile(profile_memory=True)`: max of the running sum of allocations minus frees, plus the "
         "tensors alive at the start (parameters, Adam state, batch). Exact and independent of load and malloc caching. "
         "Adam's state is created beforehand by a zero-gradient step (no change to the weights), so this is a "
@@ -426,8 +429,10 @@ def main():
     add_common_arguments(p, "dictionary size (incl. fairseq's 4 specials)")
     p.add_argument("--dropout", type=float, default=0.1, help="residual/embedding dropout (SiPE default)")
     p.add_argument("--steps", type=int, default=1, help="train and eval steps per configuration per round")
-    p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {','.join(CONFIGS)} (none is always run)")
-    p.add_argument("--quick", action="store_true", help="tiny smoke run (checks the plumbing; at this size per-op overhead dominates, so its ratios mean "
+    p.add_argument("--configs", default=",".join(CONFIGS),
+                   help=f"comma-separated subset of {','.join(CONFIGS)} (none is always run)")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny smoke run (checks the plumbing; at this size per-op overhead dominates, so its ratios mean "
                    "nothing): " + " ".join(f"{k}={v}" for k, v in QUICK.items()))
     p.add_argument("--json", metavar="FILE", help="also write all numbers (per-round samples included) as JSON")
     p.add_argument("--profile", default="", help="comma-separated configs to profile with torch.profiler after the timing")
@@ -457,7 +462,8 @@ def main():
     args.configs = ["none"] + [c for c in configs if c != "none"]
     args.profile = [c.strip() for c in args.profile.split(",") if c.strip()]
     args.baseline_configs = [c.strip() for c in args.baseline_configs.split(",") if c.strip()]
-    bad = [c for c in args.configs + args.baseline_configs if c not in CONFIGS] + [c for c in args.profile if c.split("@")[0] not in CONFIGS]
+    bad = [c for c in args.configs + args.baseline_configs if c not in CONFIGS]
+    bad += [c for c in args.profile if c.split("@")[0] not in CONFIGS]
     if bad:
         p.error(f"unknown config(s) {bad}; choose from {CONFIGS}")
     if args.baseline and not os.path.isdir(os.path.join(args.baseline, "sipe_fairseq")):

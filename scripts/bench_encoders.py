@@ -158,9 +158,12 @@ def run(args):
         labels += [c + benchlib.BASE for c in labels]
     script = os.path.abspath(__file__)
     load_before = os.getloadavg()
-    results, elapsed = benchlib.drive(labels, lambda name, mine, logdir: benchlib.Child(name, mine, args, logdir, script, SIZE_KEYS), args,
-                                   ("train",), reference=labels[0])
-    settings = {k: getattr(args, k) for k in SIZE_KEYS + ("repeats", "replicas", "warmup", "steps", "quiet_load", "baseline", "omp_spin")}
+    def child(name, mine, logdir):
+        return benchlib.Child(name, mine, args, logdir, script, SIZE_KEYS)
+
+    results, elapsed = benchlib.drive(labels, child, args, ("train",), reference=labels[0])
+    run_keys = ("repeats", "replicas", "warmup", "steps", "quiet_load", "baseline", "omp_spin")
+    settings = {k: getattr(args, k) for k in SIZE_KEYS + run_keys}
     settings["loadavg_before"], settings["loadavg_after"] = load_before, os.getloadavg()
     settings["quick"] = args.quick
     return summarize(settings, labels, results, elapsed, torch.__version__)

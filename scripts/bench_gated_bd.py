@@ -7,8 +7,8 @@ whose Eq. 7-8 term is ``class_bias_add`` for ``fused`` and the previous out-of-p
 
     OMP_NUM_THREADS=1 python scripts/bench_gated_bd.py [--batch 8 --heads 8 --tokens 512 --head-dim 64]
 
-Time: median over rounds (wall and this process's CPU time), variants interleaved within a round. Memory: peak of the running sum of
-the CPU allocator events of one training step (torch.profiler, profile_memory), above what was
+Time: median over rounds (wall and this process's CPU time), variants interleaved within a round.
+Memory: peak of the running sum of the CPU allocator events of one training step (torch.profiler, profile_memory), above what was
 alive before it (as scripts/bench_decoders.py).
 """
 import argparse

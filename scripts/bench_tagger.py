@@ -85,7 +85,8 @@ def main(argv=None):
           "| of which constrained decoder | UAS vs UD gold | load + warm-up s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for spec, best, med, dec, uas, load_s in rows:
-        name = spec if len(spec) < 60 else spec.split(":")[0] + ":" + os.path.basename(os.path.dirname(spec)) + "/" + os.path.basename(spec)
+        short = os.path.basename(os.path.dirname(spec)) + "/" + os.path.basename(spec)
+        name = spec if len(spec) < 60 else spec.split(":")[0] + ":" + short
         dec_s = f"{dec:.2f} s ({100 * dec / best:.0f}%)" if spec.startswith("hexatagger") else "-"
         print(f"| `{name}` | {len(sents) / best:.0f} | {len(sents) / med:.0f} | {n_words / best:.0f} | {best:.2f} "
               f"| {dec_s} | {uas:.2f} | {load_s:.1f} |")

@@ -167,7 +167,8 @@ def drive(labels, make_child, args, kinds, reference="none"):
     parallel) and run ``args.warmup + args.repeats`` rounds of turns (a turn = ``args.steps`` steps
     of each of ``kinds`` of one label in one host, then ``args.pause`` s) in an order rotated every
     round; then the profile tables of ``args.profile`` and the idle RSS. A label's samples pool its
-    hosts; ``slots`` holds each sample's [round, host]. Returns ``(results per label, seconds)``; ``reference``'s step time is logged."""
+    hosts; ``slots`` holds each sample's [round, host]. Returns ``(results per label, seconds)``;
+    ``reference``'s step time is logged."""
     start = time.perf_counter()
     stamp = lambda: f"[{time.perf_counter() - start:.0f}s]"  # noqa: E731
     results = {lab: {f"{k}_{m}": [] for k in kinds for m in ("wall", "cpu", "load")} for lab in labels}

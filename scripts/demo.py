@@ -37,7 +37,8 @@ def main(argv=None):
     p.add_argument("--workdir", default=str(ROOT / "runs" / "demo"))
     p.add_argument("--train-sentences", type=int, default=30000)
     p.add_argument("--max-update", type=int, default=300, help="updates per model")
-    p.add_argument("--arch-args", default="--decoder-embed-dim 128 --decoder-ffn-embed-dim 512 --decoder-layers 3 --decoder-attention-heads 4",
+    p.add_argument("--arch-args",
+                   default="--decoder-embed-dim 128 --decoder-ffn-embed-dim 512 --decoder-layers 3 --decoder-attention-heads 4",
                    help="model size on top of sipe_txl_tiny")
     p.add_argument("--injections", default="none,position")
     p.add_argument("--seed", type=int, default=1)
@@ -74,7 +75,8 @@ def main(argv=None):
                             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50", "--clip-norm", "1.0",
                             "--max-tokens", "4096", "--max-update", args.max_update, "--seed", args.seed,
                             "--save-dir", save, "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple",
-                            "--log-interval", "50", "--validate-interval-updates", str(args.max_update)], work / f"train-{inj}.log")
+                            "--log-interval", "50", "--validate-interval-updates", str(args.max_update)],
+                           work / f"train-{inj}.log")
         ckpt = save / "checkpoint_last.pt"
         out, _ = sh([BIN / "fairseq-eval-lm", data, *common, "--path", ckpt, "--gen-subset", "test", "--max-tokens", "4096"])
         m = re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", out)
@@ -98,14 +100,16 @@ def main(argv=None):
           f"{stats['train']['sentences']:,} train sentences / {manifest['splits']['train']['subwords']:,} tokens; "
           f"test {manifest['splits']['test']['subwords']:,} tokens\n")
     print("| | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))
-    print("| fairseq-eval-lm perplexity, p(x | tags) | " + " | ".join(f"{results[n]['fairseq_eval_lm_ppl']:.3f}" for n in names) + " |")
+    cells = " | ".join(f"{results[n]['fairseq_eval_lm_ppl']:.3f}" for n in names)
+    print("| fairseq-eval-lm perplexity, p(x | tags) | " + cells + " |")
     print("| training time (s) | " + " | ".join(f"{times[n]:.0f}" for n in names) + " |")
     uids = sorted(k for k in acc[names[0]] if k != "overall") + ["overall"]
     for uid in uids:
         print(f"| minimal pairs {uid} (% good > bad) | " + " | ".join(f"{acc[n][uid]['accuracy']:.1f}" for n in names) + " |")
     print("\nsipe-eval-lm on test (joint = the bound on -log p(x) that is comparable across models):\n")
     print(markdown(scores))
-    (work / "demo.json").write_text(json.dumps({"eval_lm": results, "scores": scores, "pairs": acc, "train_seconds": times}, indent=2, sort_keys=True))
+    summary = {"eval_lm": results, "scores": scores, "pairs": acc, "train_seconds": times}
+    (work / "demo.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
     print(f"\nwrote {work / 'demo.json'}; total {time.time() - t0:.0f} s")
 
 

@@ -60,7 +60,8 @@ def items(ds):
     out = []
     for i in range(len(ds)):
         b = ds.collater([ds[i]])
-        out.append({k: ({kk: vv[0] for kk, vv in v.items()} if isinstance(v, dict) else (v[0] if torch.is_tensor(v) and v.dim() else v))
+        out.append({k: ({kk: vv[0] for kk, vv in v.items()} if isinstance(v, dict)
+                        else (v[0] if torch.is_tensor(v) and v.dim() else v))
                     for k, v in b.items()})
     return out
 
@@ -178,7 +179,8 @@ def test_word_start_check_counts_disagreements(data_dir):
     starts = word_start_mask(d)
     assert check_word_starts(starts, str(data_dir), "valid", d) == {
         "positions": int(sum(int((t != d.eos()).sum()) for t in data_utils.load_indexed_dataset(str(data_dir / "valid"), None))),
-        "words": sum(int((t >= FIRST_TAG_ID).sum()) for t in data_utils.load_indexed_dataset(str(data_dir / "valid.terminal"), None)),
+        "words": sum(int((t >= FIRST_TAG_ID).sum())
+                     for t in data_utils.load_indexed_dataset(str(data_dir / "valid.terminal"), None)),
         "differ": 0}
     tok = data_utils.load_indexed_dataset(str(data_dir / "valid"), None)
     tags = data_utils.load_indexed_dataset(str(data_dir / "valid.terminal"), None)

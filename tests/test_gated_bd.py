@@ -143,7 +143,8 @@ def test_ungated_is_plain_bd(monkeypatch, causal, block, batch_rows):
     rel = RelativePosition(8, 2).double()
     upstream = visible(torch.randn(x["scores"].shape, dtype=torch.float64, generator=torch.Generator().manual_seed(11)), causal)
     results = []
-    for f in (lambda s, q, r: s + rel.score(q, x["scale"], r), lambda s, q, r: gated_bd_add(s.clone(), q, r, None, None, x["scale"], causal)):
+    for f in (lambda s, q, r: s + rel.score(q, x["scale"], r),
+              lambda s, q, r: gated_bd_add(s.clone(), q, r, None, None, x["scale"], causal)):
         a = leaves(x, names)
         y = f(a["scores"], a["q_pos"], a["r"])
         y.backward(upstream)
@@ -176,7 +177,8 @@ def test_class_bias_add_gradcheck_and_reference(monkeypatch, causal):
         torch.testing.assert_close(visible(class_bias_add(x["scores"].clone(), bias, onehot, causal), causal), results[0][0])
 
 
-@pytest.mark.parametrize("injection,position", [([], "relative"), (["position"], "relative"), (["position", "attention-bias"], "relative"),
+@pytest.mark.parametrize("injection,position", [([], "relative"), (["position"], "relative"),
+                                                (["position", "attention-bias"], "relative"),
                                                 (["attention-bias"], "relative"), (["attention-bias"], "rotary"),
                                                 (["disentangled"], "none")])
 def test_attention_layer_equals_reference(monkeypatch, injection, position):
@@ -191,7 +193,8 @@ def test_attention_layer_equals_reference(monkeypatch, injection, position):
     attn.double()
     g = torch.Generator().manual_seed(7)
     x = torch.randn(b, t, c, generator=g, dtype=torch.float64)
-    tags = TagContext(torch.randint(0, N_CLASSES, (b, t), generator=g), torch.randn(N_CLASSES, 8, generator=g, dtype=torch.float64))
+    tags = TagContext(torch.randint(0, N_CLASSES, (b, t), generator=g),
+                      torch.randn(N_CLASSES, 8, generator=g, dtype=torch.float64))
 
     def run():
         attn.zero_grad()
@@ -204,8 +207,10 @@ def test_attention_layer_equals_reference(monkeypatch, injection, position):
     with torch.no_grad():
         fused_eval = attn(x, tags)[0]
     monkeypatch.setattr(attention_module, "gated_bd_add", lambda scores, q_pos, r, gate, onehot, scale, causal: scores + (
-        _gated_bd(q_pos, r, gate, onehot, scale) if gate is not None else rel_shift(torch.matmul(q_pos * scale, r.transpose(-1, -2)))))
-    monkeypatch.setattr(attention_module, "class_bias_add", lambda scores, bias, onehot, causal: scores + torch.matmul(bias, onehot))
+        _gated_bd(q_pos, r, gate, onehot, scale) if gate is not None
+        else rel_shift(torch.matmul(q_pos * scale, r.transpose(-1, -2)))))
+    monkeypatch.setattr(attention_module, "class_bias_add",
+                        lambda scores, bias, onehot, causal: scores + torch.matmul(bias, onehot))
     ref_run = run()
     for a, r in zip(fused_run[:3], ref_run[:3]):
         torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-12)

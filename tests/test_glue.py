@@ -135,7 +135,8 @@ def test_read_cola_and_rte_inline(tmp_path, caplog):
 def test_read_shared_sample():
     root = shared_path("data", "glue-sample")
     counts = {}
-    for folder, name, split in (("CoLA", "cola", "train"), ("CoLA", "cola", "dev"), ("RTE", "rte", "train"), ("RTE", "rte", "dev")):
+    for folder, name, split in (("CoLA", "cola", "train"), ("CoLA", "cola", "dev"),
+                                ("RTE", "rte", "train"), ("RTE", "rte", "dev")):
         d = read_glue_tsv(str(root / folder / f"{split}.tsv"), name)
         assert not d.refused, (folder, split, d.refused)
         labels = [e.label for e in d.examples]
@@ -154,7 +155,8 @@ def test_read_shared_sample():
      "0\tg\tf\ty\t1\ts\ts\tA .\tB .\t3.800", ("A .", "B ."), "3.800"),
     ("mnli", "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\t"
              "sentence2_parse\tsentence1\tsentence2\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label",
-     "0\t1\t2\tg\t(a)\t(b)\t(A)\t(B)\tP .\tH .\tneutral\tneutral\tentailment\tneutral\tneutral\tneutral", ("P .", "H ."), "neutral"),
+     "0\t1\t2\tg\t(a)\t(b)\t(A)\t(B)\tP .\tH .\tneutral\tneutral\tentailment\tneutral\tneutral\tneutral",
+     ("P .", "H ."), "neutral"),
     ("qnli", "index\tquestion\tsentence\tlabel", "0\tWho?\tHe .\tnot_entailment", ("Who?", "He ."), "not_entailment"),
     ("wnli", "index\tsentence1\tsentence2\tlabel", "0\tA .\tB .\t1", ("A .", "B ."), "1"),
 ])

@@ -152,7 +152,8 @@ def test_mlm_checkpoint_loads_with_only_the_head_new(pretrained, name):
     mlm = {k: v.clone() for k, v in state["model"].items()}
     model.load_state_dict(state["model"], strict=True, model_cfg=mcfg)
     own = model.state_dict()
-    assert {k for k in own if k not in mlm} == {HEAD + p for p in ("dense.weight", "dense.bias", "out_proj.weight", "out_proj.bias")}
+    head_params = ("dense.weight", "dense.bias", "out_proj.weight", "out_proj.bias")
+    assert {k for k in own if k not in mlm} == {HEAD + p for p in head_params}
     assert all(torch.equal(own[k], v) for k, v in mlm.items())
     assert any(k.startswith("encoder.lm_head.") for k in own)  # kept, as fairseq's RoBERTa
     if name != "roberta":
@@ -167,9 +168,11 @@ def test_mlm_checkpoint_loads_with_only_the_head_new(pretrained, name):
         assert logits.shape == (8, 2) and torch.isfinite(logits).all()
         feats, _ = model.encoder(**b["net_input"], features_only=True)  # the head reads <s> (position 0)
         head = model.classification_heads["sentence_classification_head"]
-        assert torch.allclose(head(feats) if name == "roberta" else head(feats[:, 0]), logits, atol=1e-6)  # roberta's pools itself
+        pooled = head(feats) if name == "roberta" else head(feats[:, 0])  # roberta's pools itself
+        assert torch.allclose(pooled, logits, atol=1e-6)
         for r in range(8):
-            alone, _ = model(**ds.collater([ds[int(b["id"][r])]])["net_input"], classification_head_name="sentence_classification_head")
+            alone, _ = model(**ds.collater([ds[int(b["id"][r])]])["net_input"],
+                             classification_head_name="sentence_classification_head")
             assert torch.allclose(alone[0], logits[r], atol=1e-5), r
 
 

@@ -153,7 +153,8 @@ def main(argv=None):
     print("|---|---:|---:|---:|---:|---:|")
     errs = tot["words"] - tot["orig"]
     for r, d in list(res["per_deprel"].items())[:15]:
-        print(f"| {r} | {d['words']} | {d['uas']:.1f} | {d['errors']} | {100 * d['errors'] / errs:.1f}% | {d['uas_converted']:.1f} |")
+        share = 100 * d["errors"] / errs
+        print(f"| {r} | {d['words']} | {d['uas']:.1f} | {d['errors']} | {share:.1f}% | {d['uas_converted']:.1f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

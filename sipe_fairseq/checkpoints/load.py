@@ -55,7 +55,8 @@ def read_checkpoint(path: str, arg_overrides: Optional[dict] = None) -> dict:
                               f"{_unpickler_reason(str(e))})") from None
     except Exception as e:  # noqa: BLE001  a truncated file, a zip error, a non-checkpoint pickle
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise CheckpointError(f"checkpoint {path}: cannot be read as a fairseq checkpoint ({type(e).__name__}: {first})") from None
+        raise CheckpointError(
+            f"checkpoint {path}: cannot be read as a fairseq checkpoint ({type(e).__name__}: {first})") from None
     if not isinstance(state, dict) or "model" not in state or (state.get("cfg") is None and state.get("args") is None):
         raise CheckpointError(f"checkpoint {path}: not a fairseq checkpoint (no model weights and config)")
     return state

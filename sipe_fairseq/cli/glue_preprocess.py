@@ -63,7 +63,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (GluePreprocessError, ValueError, KeyError, RuntimeError, OSError) as e:
         logger.error("%s", e)
         return 1
-    summary = {s: {k: v[k] for k in ("examples", "rows_refused", "parse_failed", "tokens")} for s, v in manifest["splits"].items()}
+    keys = ("examples", "rows_refused", "parse_failed", "tokens")
+    summary = {s: {k: v[k] for k in keys} for s, v in manifest["splits"].items()}
     print(json.dumps({"task": manifest["task"], "destdir": args.destdir, "splits": summary}, sort_keys=True))
     return 0
 

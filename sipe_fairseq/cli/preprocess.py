@@ -30,7 +30,8 @@ def get_parser() -> argparse.ArgumentParser:
     from sipe_fairseq.parsing.line_tagger import add_backend_arguments
 
     p = argparse.ArgumentParser(prog="sipe-preprocess", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
-                                epilog=__doc__.split("\n\n")[2].replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter)
+                                epilog=__doc__.split("\n\n")[2].replace("``", ""),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     io = p.add_argument_group("input/output")
     io.add_argument("--train", required=True, metavar="FILE", help="training data (dictionaries come from it)")
     io.add_argument("--valid", metavar="FILE[,FILE2]", help="validation data; more files -> valid1, valid2..")

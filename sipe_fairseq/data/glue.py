@@ -219,7 +219,8 @@ def glue_split_files(folder: str, task: Union[str, GlueTask], splits: Optional[S
     for want in splits:
         match = [(s, p) for s, p in found if want in (s, os.path.splitext(os.path.basename(p))[0])]
         if not match:
-            raise GluePreprocessError(f"{folder}: no {want} split of {task.folder} (expected one of {[f for _, f in task.files]})")
+            expected = [f for _, f in task.files]
+            raise GluePreprocessError(f"{folder}: no {want} split of {task.folder} (expected one of {expected})")
         out += match
     return out
 

@@ -39,8 +39,8 @@ def evaluate(model, task, split: str, batch_size: int = 64) -> dict:
         firsts = [(it["terminal_target"] >= FIRST_TAG_ID).nonzero().squeeze(-1).tolist() for it in items]
         predicted = tag_batch(model, toks, firsts, pad)
         for it, pos, tags in zip(items, firsts, predicted):
-            gold_tags = [(terms[int(it["terminal_target"][p]) - FIRST_TAG_ID], nts[int(it["nonterminal_target"][p]) - FIRST_TAG_ID])
-                         for p in pos]
+            gold_tags = [(terms[int(it["terminal_target"][p]) - FIRST_TAG_ID],
+                          nts[int(it["nonterminal_target"][p]) - FIRST_TAG_ID]) for p in pos]
             gold, pred = decode(gold_tags), decode(tags)
             same = sum(a == b for a, b in zip(gold, pred))
             n_words += len(gold)

@@ -135,7 +135,8 @@ def decode(tags: Sequence[Tag]) -> List[int]:
             stack[-1][1].right = node
             stack[-1][1] = node
     if len(stack) != 1 or stack[0][1] is not None:
-        raise HexatagError(f"tags end with {len(stack)} subtrees (open node: {stack[-1][1] is not None}); expected one finished tree")
+        raise HexatagError(f"tags end with {len(stack)} subtrees (open node: {stack[-1][1] is not None}); "
+                           "expected one finished tree")
     heads = [0] * n
     _attach(stack[0][0], heads)
     return heads

@@ -8,7 +8,8 @@ from .injections import AttentionBias, DisentangledBias, PositionCoupling, Rotar
 from .tag_embedding import HexatagEmbedding
 
 PARTS = ("input", "position", "disentangled", "attention-bias")
-INJECTION_CHOICES = ("none", "input", "position", "disentangled", "attention-bias", "input+attention-bias", "position+attention-bias")
+INJECTION_CHOICES = ("none", "input", "position", "disentangled", "attention-bias", "input+attention-bias",
+                     "position+attention-bias")
 
 # --sipe-tag-tables: one E^T, E^N pair read by every pathway of a combined injection (the default,
 # as trained so far), or one pair per pathway (appendix B: "7d parameters per pathway").
@@ -61,7 +62,9 @@ def attach_injections(attentions: Sequence[nn.Module], parts: Sequence[str], tag
                 if attn.relative is not None or attn.position == "disentangled":  # Eq. 5-6 / Eq. 12-13
                     attn.injections.append(PositionCoupling(projection("position", attn, target, init_std)))
                 elif attn.rotary is not None:  # RoPE: the tag becomes a phase offset, W_delta = 0
-                    attn.injections.append(RotaryPhase(projection("position.rotary", attn, "d_head" if target == "auto" else target, 0.0, attn.head_dim // 2)))
+                    rotary_target = "d_head" if target == "auto" else target
+                    phase = projection("position.rotary", attn, rotary_target, 0.0, attn.head_dim // 2)
+                    attn.injections.append(RotaryPhase(phase))
                 else:
                     raise ValueError("position injection needs relative or rotary attention; use 'input' with absolute positions")
             elif part == "disentangled":

@@ -17,7 +17,8 @@ class CachedParser:
 
     Keyed by parser spec and input (normalized text, or the word list), so one file can hold
     several parsers' parses. Only misses reach the wrapped parser; they are appended to the file
-    at once (a sentence the parser refuses is not cached: its :class:`ParseError` propagates). :attr:`stats` counts ``hits``, ``misses``, and (from the cache too) the sentences whose
+    at once (a sentence the parser refuses is not cached: its :class:`ParseError` propagates). :attr:`stats`
+    counts ``hits``, ``misses``, and (from the cache too) the sentences whose
     parse needed root fixing (``root_fixed_sentences``, ``extra_roots``)."""
 
     def __init__(self, parser: Parser, cache_path: Union[str, os.PathLike]):
@@ -42,7 +43,8 @@ class CachedParser:
                         if len(entry["words"]) != len(entry["heads"]):
                             raise ValueError("words and heads differ in length")
                     except (ValueError, KeyError, TypeError) as err:
-                        raise ValueError(f"{self.path}:{lineno}: bad parse-cache entry ({err}); delete the file to re-parse") from err
+                        raise ValueError(
+                            f"{self.path}:{lineno}: bad parse-cache entry ({err}); delete the file to re-parse") from err
                     self._entries[key] = entry
             logger.info("parse cache %s: %d entries for %s", self.path, len(self._entries), self.spec)
 

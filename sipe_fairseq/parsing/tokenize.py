@@ -20,7 +20,8 @@ _WHOLE = re.compile(r"^(?:\.\.\.|--+|``|''|[^\w\s]|n['\u2019]t|['\u2019](?:s|re|
 def split_words(text: str) -> List[str]:
     """Split raw text into UD/PTB-style words: whitespace, then leading ``" ' ` ( [ {`` and
     trailing ``. , ; : ! ? ) ] } " '`` and ``...`` become words of their own (a trailing period stays
-    on abbreviations like ``U.S.``, ``Mr.`` or an initial ``J.``, not after a lowercase letter: ``b.``), then the clitics ``n't 's 're 've 'll 'd 'm`` are split
+    on abbreviations like ``U.S.``, ``Mr.`` or an initial ``J.``, not after a lowercase letter: ``b.``),
+    then the clitics ``n't 's 're 've 'll 'd 'm`` are split
     off (``can't`` -> ``ca n't``). Hyphenated words and numbers like ``3.5`` or ``1,000`` stay whole.
 
     >>> split_words('"The dog\\'s owner," she said, "isn\\'t here."')
