@@ -318,3 +318,66 @@ def test_fairseq_interactive_end_to_end(trained):
     assert len(rows["TREE"]) == 2 and len(rows["H"]) == 2
     for tree in rows["TREE"].values():
         check_tree([int(x.split("->")[1]) for x in tree.split()])
+
+
+def conllu_blocks(text):
+    blocks = []
+    for block in text.strip().split("\n\n"):
+        meta = {k: v for k, _, v in (line[2:].partition(" = ") for line in block.splitlines() if line.startswith("# "))}
+        rows = [line.split("\t") for line in block.splitlines() if not line.startswith("#")]
+        blocks.append((meta, rows))
+    return blocks
+
+
+def test_sipe_generate_prompts_to_conllu(trained, tmp_path):
+    """``sipe-generate``: one CoNLL-U block per prompt x nbest; the prompt's words start the text,
+    the heads are hexatag.decode of the tags listed, every block is one tree."""
+    from sipe_fairseq.hexatag import decode
+
+    data, ck = trained
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the dog\n\nsome owls near the\n")
+    out = run([sys.executable, "-m", "sipe_fairseq.cli.generate", "--path", ck, "--data", data, prompts, "--sampling",
+               "--beam", "3", "--nbest", "2", "--max-len", "25", "--seed", "2"], tmp_path)
+    blocks = conllu_blocks(out)
+    assert len(blocks) == 6
+    for meta, rows in blocks:
+        words = [r[1] for r in rows]
+        given = meta["prompt"].split()  # the last prompt word may go on with continuation subwords
+        assert meta["text"].split() == words and words[:max(len(given) - 1, 0)] == given[:-1]
+        assert not given or words[len(given) - 1].startswith(given[-1])
+        tags = [tuple(t.rstrip("*").split("/")) for t in meta["tags"].split()]
+        heads = [int(r[6]) for r in rows]
+        assert decode(tags) == heads and [r[9] for r in rows] == [f"Hexatag={t},{n}" for t, n in tags]
+        check_tree(heads)
+
+
+def test_sipe_generate_keeps_parser_tags_of_the_prompt(trained, tmp_path):
+    """``--prompt-tags spacy``: the prompt's words carry the parse's tags (starred), except the last
+    word, whose pair closes the parse's tree and is chosen by the model."""
+    from sipe_fairseq.parsing import DEFAULT_SPACY_MODEL, get_parser, spacy_available
+
+    reason = spacy_available(DEFAULT_SPACY_MODEL)
+    if reason:
+        pytest.skip(reason)
+    data, ck = trained
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the old dogs near the nurses\n")
+    words, heads = get_parser("spacy").parse_text(["the old dogs near the nurses"])[0]
+    given = encode(heads)
+    out = run([sys.executable, "-m", "sipe_fairseq.cli.generate", "--path", ck, "--data", data, prompts, "--beam", "2",
+               "--max-len", "25", "--prompt-tags", "spacy"], tmp_path)
+    (meta, rows), = conllu_blocks(out)
+    tags = meta["tags"].split()
+    n = len(words)
+    assert [r[1] for r in rows][:n - 1] == words[:-1] and rows[n - 1][1].startswith(words[-1])
+    assert tags[:n - 1] == [f"{t}/{nt}*" for t, nt in given[:n - 1]]  # kept, marked as the prompt's
+    assert not tags[n - 1].endswith("*")  # the parse closes its tree there: the model chose that pair
+
+
+def test_sipe_generate_bad_checkpoint_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "sipe_fairseq.cli.generate", "--path", str(tmp_path / "missing.pt"),
+                           "--data", str(tmp_path), "-"], env=ENV, capture_output=True, text=True, input="the dog\n",
+                          timeout=300)
+    assert proc.returncode == 3
+    assert "Traceback" not in proc.stderr and "missing.pt" in proc.stderr

@@ -341,7 +341,7 @@ def prompt_tags_from_sample(sample, prefix_tokens: Optional[torch.Tensor], bos: 
     return terms, nts
 
 
-def format_tags(hypo: dict, dictionary) -> List[str]:
+def format_hypothesis(hypo: dict, dictionary) -> List[str]:
     """``word/terminal,non-terminal`` per word (``*`` marks prompt tags) and the tree's heads."""
     words = hypothesis_words(hypo, dictionary)
     tags = " ".join(f"{w}/{t},{n}{'*' if o == 'prompt' else ''}"

@@ -80,7 +80,7 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         """``language_modeling``'s step; a tagged model's prompt keeps the sample's tags (data
         directories carry them), and each hypothesis's tags and tree are printed
         (``TAGS-<id>``/``TREE-<id>`` lines; ``generator.print_tags = False`` silences them)."""
-        from ..models.tag_generation import TaggedSequenceGenerator, format_tags, prompt_tags_from_sample
+        from ..models.tag_generation import TaggedSequenceGenerator, format_hypothesis, prompt_tags_from_sample
 
         if not isinstance(generator, TaggedSequenceGenerator):
             return super().inference_step(generator, models, sample, prefix_tokens, constraints)
@@ -97,7 +97,7 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
                 sid = int(sample["id"][i]) if "id" in sample else i
                 for j, hypo in enumerate(beam):
                     tag = f"{sid}" if len(beam) == 1 else f"{sid}.{j}"
-                    tags, tree = format_tags(hypo, self.target_dictionary)
+                    tags, tree = format_hypothesis(hypo, self.target_dictionary)
                     print(f"TAGS-{tag}\t{tags}\nTREE-{tag}\t{tree}")
         return hypos
 
