@@ -23,7 +23,7 @@ import sipe_fairseq
 from fairseq import search
 from fairseq.data import Dictionary
 from sipe_fairseq.data.lm_dataset import tag_targets
-from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
+from sipe_fairseq.data.tag_dictionary import NOTAG_ID
 from sipe_fairseq.hexatag import encode
 from sipe_fairseq.hexatag.constrained import CLOSED, PAIRS, START, advance, allowed_pairs, is_valid
 from sipe_fairseq.hexatag.tree import check_tree

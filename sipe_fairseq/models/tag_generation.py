@@ -202,7 +202,8 @@ class TagChoosingDecoder(FairseqIncrementalDecoder):
             st = self._init_state(rows, tokens.device)
         else:
             if st["terms"].size(1) != pos or st["terms"].size(0) != rows:
-                raise ValueError(f"TagChoosingDecoder: state holds {tuple(st['terms'].shape)} positions, got {tuple(tokens.shape)}")
+                raise ValueError(f"TagChoosingDecoder: state holds {tuple(st['terms'].shape)} positions, "
+                                 f"got {tuple(tokens.shape)}")
             new = torch.full((rows, 1), NOTAG_ID, dtype=torch.long, device=tokens.device)
             for key in ("terms", "nts", "origin"):
                 st[key] = torch.cat([st[key], torch.zeros_like(new) if key == "origin" else new], 1)
