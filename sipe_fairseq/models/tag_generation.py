@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel
 from fairseq.sequence_generator import SequenceGenerator
 
+from ..data.preprocess import SPACE_MARK as WORD_MARK  # sentencepiece's word-start mark
 from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from ..hexatag import decode
 from ..hexatag.constrained import CLOSED, PAIRS, START, advance, allowed_pairs, is_valid
@@ -52,7 +53,6 @@ from ..hexatag.tags import NONTERMINALS, TERMINALS
 
 logger = logging.getLogger(__name__)
 
-WORD_MARK = "\u2581"  # sentencepiece's word-start mark, as data/preprocess.py
 _PAIR_INDEX = {p: i for i, p in enumerate(PAIRS)}
 _TERM_IDX = torch.tensor([TERMINALS.index(t) for t, _ in PAIRS])
 _NT_IDX = torch.tensor([NONTERMINALS.index(n) for _, n in PAIRS])

@@ -67,6 +67,8 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         (tags chosen per word as the words are generated); plain ones as ``language_modeling``."""
         from ..models.tag_generation import TaggedSequenceGenerator, wrap_for_generation
 
+        if getattr(args, "score_reference", False):  # scoring the data's sentences: with their own tags
+            return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
         models, tagged = wrap_for_generation(models, self.target_dictionary, str(self.args.tag_head_placement),
                                              bool(getattr(args, "sampling", False)))
         if tagged and len(models) > 1:
