@@ -132,6 +132,8 @@ class TagChoosingDecoder(FairseqIncrementalDecoder):
         width = 0
         if self.prompt is not None:
             prefix, terms, nts = self.prompt
+            if rows % prefix.size(0):
+                raise ValueError(f"TagChoosingDecoder: {rows} hypothesis rows for a prompt batch of {prefix.size(0)}")
             beam = rows // prefix.size(0)
             st["prompt_len"] = prefix.ne(self.dictionary.pad()).sum(1).repeat_interleave(beam).to(device)
             width = prefix.size(1)
@@ -292,7 +294,11 @@ class TaggedSequenceGenerator(SequenceGenerator):
         max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
         for w in self._wrappers():
             w.max_len = max_len
-        return super()._generate(sample, prefix_tokens, constraints, bos_token)
+        try:
+            return super()._generate(sample, prefix_tokens, constraints, bos_token)
+        finally:
+            for w in self._wrappers():  # a prompt is for one batch
+                w.prompt = None
 
     def finalize_hypos(self, step, bbsz_idx, eos_scores, tokens, scores, finalized, finished, beam_size, attn,
                        src_lengths, max_len):
