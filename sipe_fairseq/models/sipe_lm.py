@@ -59,7 +59,28 @@ class SiPEDecoderConfig(FairseqDataclass):
 
 
 class SiPEDecoder(FairseqIncrementalDecoder):
-    """Token embedding (+ tag embedding for ``input``), N SiPE layers, tied output, tag heads."""
+    """Token embedding (+ tag embedding for ``input``), N SiPE layers, tied output, tag heads.
+
+    Incremental decoding (fairseq's :class:`FairseqIncrementalDecoder` API, KV cache). The caller
+    keeps one dict ``incremental_state = {}`` per batch of hypotheses and passes, at every step, the
+    *full* prefix: ``prev_output_tokens`` (B, S+k) and, for a tagged model, ``src_terminals`` /
+    ``src_nonterminals`` (B, S+k), whose first S positions are the ones already cached (their tags
+    must be unchanged: checked against the cached class ids). Only the k >= 1 new positions are
+    computed: the output (LM logits, ``terminal_logits``/``nonterminal_logits``, ``attn`` (B, H, k,
+    S+k) with ``need_attn``) covers positions S .. S+k-1. k > 1 scores several tokens at once
+    (e.g. a word's subwords). Batches are padded on the right (causal: no real position sees a
+    pad); a finished row may keep receiving pads, its outputs there are meaningless.
+
+    What is cached, under this decoder's keys of ``incremental_state``: per layer ``layer{i}``,
+    the attention's keys and values of every cached position (see
+    :meth:`SiPEAttention._cached_forward`: rotary keys already rotated with their tag phase, values
+    with their Eq. 9 offset; plus W_R r per distance for relative attention), ``tags`` -> the
+    class ids (B, S) of the cached positions, which the new queries' class terms (Eq. 5-8) look up,
+    and ``tables`` -> the class table and its per-layer projections (weights only: a state is only
+    valid for the weights it was built with, as are its keys and values).
+    :meth:`reorder_incremental_state` (or fairseq's ``reorder_incremental_state_scripting``)
+    selects batch rows by ``new_order``, which may repeat rows (one cache per beam hypothesis).
+    """
 
     def __init__(self, cfg, dictionary):
         super().__init__(dictionary)
@@ -90,15 +111,20 @@ class SiPEDecoder(FairseqIncrementalDecoder):
         return self.tags is not None
 
     def forward(self, prev_output_tokens, src_lengths=None, src_terminals=None, src_nonterminals=None,
-                features_only: bool = False, return_all_hiddens: bool = False, need_attn: bool = False, **unused):
-        x, extra = self.extract_features(prev_output_tokens, src_terminals, src_nonterminals, return_all_hiddens, need_attn)
+                features_only: bool = False, return_all_hiddens: bool = False, need_attn: bool = False,
+                incremental_state=None, **unused):
+        x, extra = self.extract_features(prev_output_tokens, src_terminals, src_nonterminals, return_all_hiddens, need_attn,
+                                         incremental_state=incremental_state)
         if not features_only:
             x = self.output_layer(x)
         return x, extra
 
-    def extract_features(self, tokens, terminals=None, nonterminals=None, return_all_hiddens=False, need_attn=False, **unused):
+    def extract_features(self, tokens, terminals=None, nonterminals=None, return_all_hiddens=False, need_attn=False,
+                         incremental_state=None, **unused):
         tag_ctx = None
-        x = self.embed_tokens(tokens)
+        caches = None if incremental_state is None else self._layer_caches(incremental_state)
+        start = 0 if caches is None else self._cached_length(caches, tokens)
+        x = self.embed_tokens(tokens[:, start:])
         if self.tags is not None:
             if terminals is None or nonterminals is None:
                 raise ValueError(f"this model (--sipe-injection {self.cfg.sipe_injection}) needs hexatags: pass "
@@ -106,13 +132,15 @@ class SiPEDecoder(FairseqIncrementalDecoder):
             if terminals.shape != tokens.shape or nonterminals.shape != tokens.shape:
                 raise ValueError(f"tag shapes {tuple(terminals.shape)}/{tuple(nonterminals.shape)} differ from tokens {tuple(tokens.shape)}")
             cls = tag_classes(terminals, nonterminals)
-            tag_ctx = TagContext(cls=cls, table=self.tags.class_table())
+            if incremental_state is not None:
+                self._check_cached_tags(incremental_state, cls, start)
+            tag_ctx = self._tag_context(cls, incremental_state)
             if "input" in self.parts:
-                x = x + F.embedding(cls, tag_ctx.table)  # Eq. 4 (m_p = 0 rows are zero)
+                x = x + F.embedding(cls[:, start:], tag_ctx.table)  # Eq. 4 (m_p = 0 rows are zero)
         x = F.dropout(x * self.embed_scale, self.cfg.dropout, self.training)
         inner, attn = [x], None
-        for layer in self.layers:
-            x, attn = layer(x, tag_ctx, causal=True, need_weights=need_attn)
+        for i, layer in enumerate(self.layers):
+            x, attn = layer(x, tag_ctx, causal=True, need_weights=need_attn, cache=None if caches is None else caches[i])
             if return_all_hiddens:
                 inner.append(x)
         if self.final_norm is not None:
@@ -122,6 +150,56 @@ class SiPEDecoder(FairseqIncrementalDecoder):
             extra["terminal_logits"] = self.terminal_head(x)
             extra["nonterminal_logits"] = self.nonterminal_head(x)
         return x, extra
+
+    # -- incremental decoding (see the class docstring)
+
+    def _layer_caches(self, incremental_state):
+        caches = []
+        for i in range(len(self.layers)):
+            cache = self.get_incremental_state(incremental_state, f"layer{i}")
+            if cache is None:
+                cache = {}
+                self.set_incremental_state(incremental_state, f"layer{i}", cache)
+            caches.append(cache)  # the attention appends to it in place
+        return caches
+
+    @staticmethod
+    def _cached_length(caches, tokens):
+        cached = caches[0]["k"] if "k" in caches[0] else None
+        start = 0 if cached is None else cached.size(2)
+        if cached is not None and cached.size(0) != tokens.size(0):
+            raise ValueError(f"incremental decoding: {tokens.size(0)} rows given, {cached.size(0)} cached "
+                             "(after a beam step call reorder_incremental_state)")
+        if tokens.size(1) <= start:
+            raise ValueError(f"incremental decoding: prev_output_tokens has {tokens.size(1)} positions, {start} are "
+                             "already cached; pass the full prefix plus at least one new token")
+        return start
+
+    def _check_cached_tags(self, incremental_state, cls, start):
+        state = self.get_incremental_state(incremental_state, "tags")
+        if start and (state is None or not torch.equal(state["cls"], cls[:, :start])):
+            raise ValueError("incremental decoding: the tags of the cached prefix changed; start a new "
+                             "incremental_state to rescore a prefix with other tags")
+        self.set_incremental_state(incremental_state, "tags", {"cls": cls})
+
+    def _tag_context(self, cls, incremental_state):
+        if incremental_state is None:
+            return TagContext(cls=cls, table=self.tags.class_table())
+        memo = self.get_incremental_state(incremental_state, "tables")  # weight-only tables, kept across steps
+        if memo is None:
+            memo = {"class_table": self.tags.class_table()}
+            self.set_incremental_state(incremental_state, "tables", memo)
+        return TagContext(cls=cls, table=memo["class_table"], memo=memo)
+
+    def reorder_incremental_state(self, incremental_state, new_order):
+        """Keep batch rows ``new_order`` of every cache (repeats duplicate a hypothesis)."""
+        for i, layer in enumerate(self.layers):
+            cache = self.get_incremental_state(incremental_state, f"layer{i}")
+            if cache is not None:
+                self.set_incremental_state(incremental_state, f"layer{i}", layer.attn.reorder_cache(cache, new_order))
+        state = self.get_incremental_state(incremental_state, "tags")
+        if state is not None:
+            self.set_incremental_state(incremental_state, "tags", {"cls": state["cls"].index_select(0, new_order)})
 
     def output_layer(self, features, **kwargs):
         return F.linear(features, self.embed_tokens.weight)  # tied (section 3.3)

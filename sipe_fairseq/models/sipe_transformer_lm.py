@@ -10,6 +10,7 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerDecoder
 from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig, base_lm_architecture
 from fairseq.dataclass import ChoiceEnum
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -40,6 +41,16 @@ class _TaggedEmbedding(nn.Module):
 
 
 class SiPETransformerDecoder(TransformerDecoder):
+    """fairseq's ``TransformerDecoder`` with the tag embedding added to the token embedding.
+
+    Incremental decoding: as :class:`~sipe_fairseq.models.sipe_lm.SiPEDecoder` -- the caller passes
+    the full prefix (tokens and tag streams, right-padded) and ``incremental_state``; only the
+    positions after the cached ones are computed (k >= 1 of them; fairseq's decoder takes one
+    token per call, so k new tokens are k calls). Cached: fairseq's per-layer keys/values, and
+    ``tags`` -> the class ids of the cached positions (which also give the cached length).
+    :meth:`reorder_incremental_state` reorders both (and equals ``reorder_incremental_state_scripting``).
+    """
+
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True):
         super().__init__(args, dictionary, _TaggedEmbedding(embed_tokens), no_encoder_attn=no_encoder_attn)
         heads = getattr(args, "sipe_tag_heads", "on") != "off"
@@ -47,18 +58,59 @@ class SiPETransformerDecoder(TransformerDecoder):
         self.terminal_head = nn.Linear(d, 2) if heads else None
         self.nonterminal_head = nn.Linear(d, 5) if heads else None
 
-    def forward(self, prev_output_tokens, src_terminals=None, src_nonterminals=None, features_only=False, **kwargs):
-        self.embed_tokens.pending = None if src_terminals is None else tag_classes(src_terminals, src_nonterminals)
-        try:
-            x, extra = super().forward(prev_output_tokens, features_only=True, **kwargs)
-        finally:
-            self.embed_tokens.pending = None
+    def forward(self, prev_output_tokens, src_terminals=None, src_nonterminals=None, features_only=False,
+                incremental_state=None, **kwargs):
+        cls = None if src_terminals is None else tag_classes(src_terminals, src_nonterminals)
+        if incremental_state is None:
+            x, extra = self._features(prev_output_tokens, cls, **kwargs)
+        else:
+            x, extra = self._incremental_features(prev_output_tokens, cls, incremental_state, **kwargs)
         if self.terminal_head is not None:
             extra["terminal_logits"] = self.terminal_head(x)
             extra["nonterminal_logits"] = self.nonterminal_head(x)
         if not features_only:
             x = self.output_layer(x)
         return x, extra
+
+
+    def _features(self, tokens, cls, **kwargs):
+        self.embed_tokens.pending = cls
+        try:
+            return super().forward(tokens, features_only=True, **kwargs)
+        finally:
+            self.embed_tokens.pending = None
+
+    def _incremental_features(self, tokens, cls, incremental_state, **kwargs):
+        if cls is None:
+            raise ValueError("sipe_transformer_lm needs hexatags: pass src_terminals/src_nonterminals (--task hexatag_lm)")
+        if cls.shape != tokens.shape:
+            raise ValueError(f"tag shape {tuple(cls.shape)} differs from tokens {tuple(tokens.shape)}")
+        state = self.get_incremental_state(incremental_state, "tags")
+        start = 0 if state is None else state["cls"].size(1)
+        if start and (state["cls"].size(0) != cls.size(0) or not torch.equal(state["cls"], cls[:, :start])):
+            raise ValueError("incremental decoding: the rows or tags of the cached prefix changed (after a beam step "
+                             "call reorder_incremental_state; to rescore a prefix with other tags start a new state)")
+        if tokens.size(1) <= start:
+            raise ValueError(f"incremental decoding: prev_output_tokens has {tokens.size(1)} positions, {start} are "
+                             "already cached; pass the full prefix plus at least one new token")
+        steps = [self._features(tokens[:, :t], cls[:, :t], incremental_state=incremental_state, **kwargs)
+                 for t in range(start + 1, tokens.size(1) + 1)]
+        self.set_incremental_state(incremental_state, "tags", {"cls": cls})
+        extra = steps[-1][1]
+        extra["inner_states"] = [torch.cat(h, dim=0) for h in zip(*(e["inner_states"] for _, e in steps))]  # (k, B, C)
+        return torch.cat([x for x, _ in steps], dim=1), extra
+
+    def reorder_incremental_state(self, incremental_state, new_order):
+        """Keep batch rows ``new_order`` (may repeat rows) of every layer's keys/values and of the tags."""
+        for module in self.modules():
+            if module is not self and hasattr(module, "reorder_incremental_state"):
+                module.reorder_incremental_state(incremental_state, new_order)
+        state = self.get_incremental_state(incremental_state, "tags")
+        if state is not None:
+            self.set_incremental_state(incremental_state, "tags", {"cls": state["cls"].index_select(0, new_order)})
+
+    def reorder_incremental_state_scripting(self, incremental_state, new_order):
+        self.reorder_incremental_state(incremental_state, new_order)  # once (fairseq's walks every submodule)
 
 
 @dataclass

@@ -9,8 +9,11 @@ The positional mechanism is chosen by ``position``:
 SiPE injections (``injections.py``) are appended to ``self.injections`` and hook into the score.
 Attention is causal (decoder) unless ``causal=False`` is passed with a key padding mask; ``window``
 > 0 restricts it to keys within window/2 positions (ModernBERT's local layers).
+
+Incremental decoding (``cache``, a dict the caller keeps per layer): the input holds only the new
+positions, the keys/values of the earlier ones come from the cache, see :meth:`SiPEAttention.forward`.
 """
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 import torch.nn as nn
@@ -42,6 +45,19 @@ def _gated_spos(q, k, pos_q, pos_k, gate, onehot, scale):
     return torch.addcmul(spos, spos, torch.matmul(gate, onehot))
 
 
+def _softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the keys in at least float32 (half precision is upcast; float64 stays float64)."""
+    return F.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(scores.dtype)
+
+
+def _total(terms):
+    """Sum of a non-empty list of tensors (no ``0 +`` op for one term)."""
+    out = terms[0]
+    for t in terms[1:]:
+        out = out + t
+    return out
+
+
 class SiPEAttention(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, position: str = "relative", bias: bool = False,
                  window: int = 0, rotary_base: float = 10000.0):
@@ -68,9 +84,16 @@ class SiPEAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, tags: Optional[TagContext] = None, causal: bool = True,
                 key_padding_mask: Optional[torch.Tensor] = None, need_weights: bool = False,
-                rel: Optional[torch.Tensor] = None):
+                rel: Optional[torch.Tensor] = None, cache: Optional[Dict[str, torch.Tensor]] = None):
         """x: (B, T, C) -> (B, T, C) [, attention probabilities (B, H, T, T)]; ``rel``: the
-        relative table rows (2T-1, C) for ``position="disentangled"``."""
+        relative table rows (2T-1, C) for ``position="disentangled"``.
+
+        ``cache`` (causal decoders only, relative/rotary/none positions): incremental decoding. ``x``
+        holds the k >= 1 new positions S .. S+k-1 after the S cached ones, ``tags.cls`` the classes
+        of all S+k positions; returns (B, k, C) [, probabilities (B, H, k, S+k)] and appends this
+        step's keys and values to ``cache`` (see :meth:`_cached_forward`)."""
+        if cache is not None:
+            return self._cached_forward(x, tags, cache, need_weights)
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         hooks = list(self.injections) if tags is not None else []
@@ -122,7 +145,7 @@ class SiPEAttention(nn.Module):
             scores = scores.masked_fill(far, float("-inf"))
         if key_padding_mask is not None:
             scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
-        probs = F.softmax(scores.float(), dim=-1).to(q.dtype)
+        probs = _softmax(scores)
         probs_drop = F.dropout(probs, p=self.dropout, training=self.training)
 
         offsets = [o for o in (inj.value_offset(tags) for inj in hooks) if o is not None]
@@ -131,3 +154,76 @@ class SiPEAttention(nn.Module):
         out = torch.matmul(probs_drop, v)
         out = self.out_proj(out.transpose(1, 2).reshape(b, t, c))
         return (out, probs) if need_weights else (out, None)
+
+    # ------------------------------------------------------------------ incremental decoding
+
+    def _cached_forward(self, x: torch.Tensor, tags: Optional[TagContext], cache: Dict[str, torch.Tensor], need_weights: bool):
+        """The new rows i = S .. S+k-1 against every key j < S+k, computed directly (few query rows,
+        no (T, T) training buffers, so no in-place Functions). ``cache`` holds, batch first:
+        ``k`` (B, H, S, d) keys (rotary: already rotated at their absolute positions, with their
+        tag phase, Eq. 14-16), ``v`` (B, H, S, d) values with the value offset of their class
+        already added (Eq. 9); and ``r`` (H, n, d), W_R r for distances 0 .. n-1 (relative only,
+        extended on demand; not per hypothesis). Every class term of a new query against a cached
+        key (Eq. 5-8) is looked up from ``tags.cls``, the classes of all S+k positions."""
+        if self.position not in ("relative", "rotary", "none") or self.window > 0:
+            raise ValueError(f"incremental decoding needs causal relative/rotary/none attention, not {self.position!r}"
+                             + (f" with window {self.window}" if self.window > 0 else ""))
+        b, k, c = x.shape
+        q, k_new, v = self.qkv(x).view(b, k, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        past = cache.get("k")
+        s = 0 if past is None else past.size(2)
+        n = s + k
+        hooks = list(self.injections) if tags is not None else []
+        if hooks and tags.cls.size(1) != n:
+            raise ValueError(f"incremental attention: tags for {tags.cls.size(1)} positions, expected {s} cached + {k} new")
+        new_tags = TagContext(cls=tags.cls[:, s:], table=tags.table, memo=tags.memo) if hooks else None
+        key_cls = tags.cls[:, None, None, :].expand(b, self.num_heads, k, n) if hooks else None  # c_ij = table[i, cls_j]
+
+        if self.rotary is not None:  # absolute positions S .. S+k-1
+            angles = self.rotary.angles(k, x.device, offset=s)[None, None]
+            for inj in hooks:
+                phase = inj.rotary_phase(new_tags)
+                if phase is not None:
+                    angles = angles + phase  # Eq. 15-16
+            q, k_new = Rotary.rotate(q, angles), Rotary.rotate(k_new, angles)
+        offsets = [o for o in (inj.value_offset(new_tags) for inj in hooks) if o is not None]
+        if offsets:  # Eq. 9, by linearity on the values (as the full forward)
+            v = v + _total(offsets).to(v.dtype)
+        keys = k_new if past is None else torch.cat([past, k_new], dim=2)
+        values = v if past is None else torch.cat([cache["v"], v], dim=2)
+        cache["k"], cache["v"] = keys, values
+
+        q_content = q + self.u_bias[None, :, None, :] if self.relative is not None else q
+        scores = torch.matmul(q_content * self.score_scale, keys.transpose(-1, -2))  # AC, (B, H, k, S+k)
+        q_pos = q
+        if self.relative is not None:
+            q_pos = self.relative.effective_query(q)  # q + v
+            r = cache.get("r")
+            if r is None or r.size(1) < n:  # W_R r for distances 0 .. n-1 (ascending), grown geometrically
+                r = self.relative.keys(max(n, 2 * (0 if r is None else r.size(1)), 64), q.dtype, x.device).flip(1)
+                cache["r"] = r
+            by_distance = torch.matmul(q_pos * self.scale, r[:, :n].transpose(-1, -2))  # column m: distance m
+            if k == 1:  # the one query is the last position: distance n-1-j for key j
+                bd = by_distance.flip(-1)  # BD (Eq. 3)
+            else:
+                dist = (torch.arange(s, n, device=x.device)[:, None] - torch.arange(n, device=x.device)[None, :]).clamp_(min=0)
+                bd = by_distance.gather(-1, dist.expand(b, self.num_heads, k, n))  # BD (Eq. 3); j > i masked below
+            gates = [g for g in (inj.position_scale(q, q_pos, new_tags, self.scale) for inj in hooks) if g is not None]
+            if gates:  # (1 + c) BD, c_ij = gate[i, cls_j] (Eq. 5-6)
+                bd = torch.addcmul(bd, bd, _total(gates).gather(-1, key_cls))
+            scores = scores + bd
+        biases = [e for e in (inj.score_bias(q, q_pos, new_tags, self.scale) for inj in hooks) if e is not None]
+        if biases:  # Eq. 7, 8: bias[i, cls_j]
+            scores = scores + _total(biases).gather(-1, key_cls)
+        if k > 1:  # the new rows among themselves: query S+a sees keys j <= S+a
+            future = torch.ones(k, n, dtype=torch.bool, device=x.device).triu_(s + 1)
+            scores = scores.masked_fill(future, float("-inf"))
+        probs = _softmax(scores)
+        out = torch.matmul(F.dropout(probs, p=self.dropout, training=self.training), values)
+        out = self.out_proj(out.transpose(1, 2).reshape(b, k, c))
+        return (out, probs) if need_weights else (out, None)
+
+    @staticmethod
+    def reorder_cache(cache: Dict[str, torch.Tensor], new_order: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """The cache for batch rows ``new_order`` (beam search: may repeat or drop rows)."""
+        return {name: t if name == "r" else t.index_select(0, new_order) for name, t in cache.items()}

@@ -16,7 +16,7 @@ softmax(A~) V_tag (Eq. 9) at O(T * d_head) instead of a second O(T^2 * d_head) m
 A new injection only needs a subclass that returns tensors from the hooks it uses.
 """
 from dataclasses import dataclass
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 import torch.nn as nn
@@ -25,10 +25,34 @@ import torch.nn.functional as F
 
 @dataclass
 class TagContext:
-    """What the hooks see: class ids per position (B, T) and the (11, d) class table."""
+    """What the hooks see: class ids per position (B, T) and the (11, d) class table.
+
+    ``memo`` (incremental decoding): a dict kept across decoding steps, in which :meth:`project`
+    keeps each projection's (11, H, d) table -- it depends on the weights only, and for one new
+    token it costs more than the token's own projections."""
 
     cls: torch.Tensor
     table: torch.Tensor
+    memo: Optional[Dict[str, torch.Tensor]] = None
+
+    def project(self, projection: nn.Module) -> torch.Tensor:
+        """``projection(table)``, memoized when ``memo`` is set."""
+        if self.memo is None:
+            return projection(self.table)
+        key = f"proj{id(projection)}"
+        if key not in self.memo:
+            self.memo[key] = projection(self.table)
+        return self.memo[key]
+
+    def per_class(self, query: torch.Tensor, projection: nn.Module, scale: float) -> torch.Tensor:
+        """``per_class_scores(query, projection(table), scale)``; with ``memo``, one matmul against
+        the memoized, pre-scaled (H, d, 11) layout (few query rows, no autograd-layout concerns)."""
+        if self.memo is None:
+            return per_class_scores(query, projection(self.table), scale)
+        key = f"per_class{id(projection)}:{scale}"
+        if key not in self.memo:
+            self.memo[key] = (self.project(projection) * scale).permute(1, 2, 0).to(query.dtype)
+        return torch.matmul(query, self.memo[key])
 
 
 class TagProjection(nn.Module):
@@ -117,7 +141,7 @@ class PositionCoupling(Injection):
         self.projection = projection
 
     def position_scale(self, q, q_pos, tags, scale):
-        return per_class_scores(q_pos, self.projection(tags.table), scale)
+        return tags.per_class(q_pos, self.projection, scale)
 
 
 class DisentangledBias(Injection):
@@ -128,7 +152,7 @@ class DisentangledBias(Injection):
         self.projection = projection
 
     def score_bias(self, q, q_pos, tags, scale):
-        return per_class_scores(q_pos, self.projection(tags.table), scale)
+        return tags.per_class(q_pos, self.projection, scale)
 
 
 class AttentionBias(Injection):
@@ -140,10 +164,10 @@ class AttentionBias(Injection):
         self.key_projection, self.value_projection = key_projection, value_projection
 
     def score_bias(self, q, q_pos, tags, scale):
-        return per_class_scores(q, self.key_projection(tags.table), scale)
+        return tags.per_class(q, self.key_projection, scale)
 
     def value_offset(self, tags):
-        return per_position(self.value_projection(tags.table), tags.cls)  # (B, H, T, d_head)
+        return per_position(tags.project(self.value_projection), tags.cls)  # (B, H, T, d_head)
 
 
 class RotaryPhase(Injection):
@@ -155,7 +179,7 @@ class RotaryPhase(Injection):
         self.projection = projection
 
     def rotary_phase(self, tags):
-        proj = self.projection(tags.table)
+        proj = tags.project(self.projection)
         if self.projection.target == "d_head":  # one phase shared by all heads: broadcast, do not copy per head
             proj = proj[:, :1]
         return per_position(proj, tags.cls)  # (B, H or 1, T, d_head/2)

@@ -40,13 +40,15 @@ class SiPETransformerLayer(nn.Module):
             h = self.activation(h)
         return self.fc2(F.dropout(h, self.activation_dropout, self.training))
 
-    def forward(self, x, tags=None, causal=True, key_padding_mask=None, need_weights=False, rel=None, skip_extra=None):
+    def forward(self, x, tags=None, causal=True, key_padding_mask=None, need_weights=False, rel=None, skip_extra=None,
+                cache=None):
         """``skip_extra`` (B, T, C) is added on the attention sublayer's skip branch only (Table 12's
-        residual strategy: h = LN(x + extra + Attn(x)))."""
+        residual strategy: h = LN(x + extra + Attn(x))); ``cache``: the attention's incremental
+        decoding state (``x`` then holds the new positions only, see :class:`SiPEAttention`)."""
         attn = {}
 
         def sublayer(h):
-            out, attn["probs"] = self.attn(h, tags, causal, key_padding_mask, need_weights, rel)
+            out, attn["probs"] = self.attn(h, tags, causal, key_padding_mask, need_weights, rel, cache)
             return out
 
         x = self._residual(x, sublayer, self.attn_norm, skip_extra)

@@ -1,0 +1,202 @@
+"""KV-cache (incremental) decoding equals the full forward for every decoder and injection.
+
+Float64, dropout off, tiny models (d 32, 2 layers) with large tag projections (init std 0.3) so
+that every class term matters. Batches are right-padded sentences of different lengths: the
+decoders are causal, so a real position never sees a pad on its right and the full forward's
+outputs there do not depend on the padding, while the cache path feeds every row the same
+number of new positions per step (left padding would shift absolute positions -- rotary,
+fairseq's learned positions -- and let real tokens attend to pads). Comparisons are made at the
+real positions only.
+"""
+from argparse import Namespace
+from dataclasses import fields
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fairseq  # noqa: F401
+import sipe_fairseq  # noqa: F401  (registers the models)
+from fairseq.data import Dictionary
+from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig
+from sipe_fairseq.models.sipe_transformer_lm import SiPETransformerLanguageModel, SiPETransformerLMConfig
+from sipe_fairseq.models.sipe_transformer_lm import sipe_transformer_lm_tiny
+from sipe_fairseq.modules import FIRST_TAG_ID, RotaryPhase
+from sipe_fairseq.modules.assembly import INJECTION_CHOICES
+
+NOTAG = FIRST_TAG_ID - 1
+LENGTHS = (11, 7, 9)
+ATOL = 1e-6
+CASES = [("relative", inj, 1) for inj in INJECTION_CHOICES] + [("rotary", inj, 1) for inj in INJECTION_CHOICES] + [
+    ("relative", "position+attention-bias", 2), ("rotary", "position", 2), ("fairseq", "input", 1)]
+IDS = [f"{pos}-{inj}" + ("-first2" if first > 1 else "") for pos, inj, first in CASES]
+
+
+@pytest.fixture(scope="module")
+def dictionary():
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"w{i}")
+    return d
+
+
+def build(dictionary, position, injection, first_layer=1):
+    torch.manual_seed(0)
+    if position == "fairseq":
+        defaults = SiPETransformerLMConfig()
+        args = Namespace(**{f.name: getattr(defaults, f.name) for f in fields(defaults)})
+        args.__dict__.update(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=4,
+                             decoder_input_dim=32, decoder_output_dim=32, dropout=0.0, attention_dropout=0.0,
+                             activation_dropout=0.0, tokens_per_sample=64, max_target_positions=64, add_bos_token=False,
+                             tpu=False, decoder_learned_pos=True)
+        sipe_transformer_lm_tiny(args)
+        task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+        model = SiPETransformerLanguageModel.build_model(args, task).decoder
+        with torch.no_grad():  # non-zero tag tables' effect is the point; learned positions differ per position
+            model.embed_positions.weight.normal_(std=0.5)
+    else:
+        cfg = SiPEDecoderConfig(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=4,
+                                dropout=0.0, sipe_injection=injection, position_encoding=position, sipe_first_layer=first_layer,
+                                sipe_proj_init_std=0.3, tokens_per_sample=64, max_target_positions=64)
+        model = SiPEDecoder(cfg, dictionary)
+        if position == "rotary" and "position" in injection:  # W_delta starts at zero: make the phases non-trivial
+            with torch.no_grad():
+                for layer in model.layers:
+                    for inj in layer.attn.injections:
+                        if isinstance(inj, RotaryPhase):
+                            inj.projection.proj.weight.normal_(std=0.5)
+    return model.double().eval()
+
+
+def make_batch(dictionary, lengths=LENGTHS, seed=1):
+    """Right-padded tokens and tag streams (pad id for tokens and tags past each length)."""
+    g = torch.Generator().manual_seed(seed)
+    b, t, pad = len(lengths), max(lengths), dictionary.pad()
+    tokens = torch.randint(dictionary.nspecial, len(dictionary), (b, t), generator=g)
+    terms = torch.randint(NOTAG, FIRST_TAG_ID + 2, (b, t), generator=g)
+    nts = torch.randint(FIRST_TAG_ID, FIRST_TAG_ID + 5, (b, t), generator=g)
+    nts[terms == NOTAG] = NOTAG
+    real = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]
+    for x in (tokens, terms, nts):
+        x.masked_fill_(~real, pad)
+    return tokens, terms, nts, real
+
+
+def log_probs(model, tokens, terms, nts, state=None):
+    """LM and both tag heads' log-probabilities, concatenated on the last axis."""
+    y, extra = model(tokens, src_terminals=terms, src_nonterminals=nts, incremental_state=state)
+    out = [F.log_softmax(y, -1)]
+    if "terminal_logits" in extra:
+        out += [F.log_softmax(extra["terminal_logits"], -1), F.log_softmax(extra["nonterminal_logits"], -1)]
+    return torch.cat(out, -1)
+
+
+def decode(model, tokens, terms, nts, steps, state=None, start=0):
+    """Feed the prefix growing by ``steps`` (sizes) through the cache; concatenated outputs."""
+    state = {} if state is None else state
+    outs, end = [], start
+    for k in steps:
+        end += k
+        out = log_probs(model, tokens[:, :end], terms[:, :end], nts[:, :end], state)
+        assert out.size(1) == k
+        outs.append(out)
+    return torch.cat(outs, 1), state
+
+
+def assert_real_close(got, want, real):
+    assert got.shape == want.shape
+    diff = (got - want).abs()[real]
+    assert diff.max() <= ATOL, f"max |cached - full| = {diff.max():.3g}"
+
+
+@pytest.mark.parametrize("position,injection,first", CASES, ids=IDS)
+def test_cache_matches_full_forward(dictionary, position, injection, first):
+    model = build(dictionary, position, injection, first)
+    tokens, terms, nts, real = make_batch(dictionary)
+    with torch.no_grad():
+        full = log_probs(model, tokens, terms, nts)
+        t = tokens.size(1)
+        one, _ = decode(model, tokens, terms, nts, [1] * t)  # token by token
+        assert_real_close(one, full, real)
+        several, _ = decode(model, tokens, terms, nts, [3, 1, 4, 2, 1])  # k > 1 new positions per step
+        assert_real_close(several, full, real)
+        # reorder after a prefix of 5: a permutation, then a duplicating order; continue with the reordered rows
+        for order in ([2, 0, 1], [1, 1, 0, 2, 2]):
+            order = torch.tensor(order)
+            _, state = decode(model, tokens, terms, nts, [2, 3])
+            model.reorder_incremental_state(state, order)
+            rt, rn, rk, rr = tokens[order], terms[order], nts[order], real[order]
+            rest, _ = decode(model, rt, rn, rk, [1, 3, 2], state=state, start=5)
+            assert_real_close(rest, log_probs(model, rt, rn, rk)[:, 5:], rr[:, 5:])
+
+
+def test_cache_is_not_a_full_recompute(dictionary):
+    """The cached step reads the stored keys: corrupting them changes the output (the test above
+    could otherwise pass by recomputing the prefix), and outputs for the new positions only."""
+    model = build(dictionary, "relative", "position+attention-bias")
+    tokens, terms, nts, _ = make_batch(dictionary)
+    with torch.no_grad():
+        _, state = decode(model, tokens, terms, nts, [4])
+        good = log_probs(model, tokens[:, :5], terms[:, :5], nts[:, :5], {key: dict(c) for key, c in state.items()})
+        for key, cache in state.items():
+            if key.endswith("layer0"):
+                cache = dict(cache)
+                cache["k"] = cache["k"] + 1.0
+                state[key] = cache
+        bad = log_probs(model, tokens[:, :5], terms[:, :5], nts[:, :5], state)
+    assert good.size(1) == 1 and (bad - good).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("position", ["relative", "fairseq"])
+def test_changed_prefix_tags_are_refused(dictionary, position):
+    model = build(dictionary, position, "position" if position != "fairseq" else "input")
+    tokens, terms, nts, _ = make_batch(dictionary)
+    with torch.no_grad():
+        _, state = decode(model, tokens, terms, nts, [4])
+        other = terms.clone()
+        other[:, 1] = FIRST_TAG_ID + 1 - (terms[:, 1] == FIRST_TAG_ID + 1).long()
+        with pytest.raises(ValueError, match="tags of the cached prefix"):
+            log_probs(model, tokens[:, :5], other[:, :5], nts[:, :5], state)
+        with pytest.raises(ValueError, match="already cached"):
+            log_probs(model, tokens[:, :4], terms[:, :4], nts[:, :4], state)
+
+
+def test_fairseq_scripting_reorder_applies_once(dictionary):
+    """fairseq's SequenceGenerator calls ``reorder_incremental_state_scripting``, which walks every
+    submodule: the permutation must be applied once, not once per level."""
+    for position, injection in (("relative", "position"), ("fairseq", "input")):
+        model = build(dictionary, position, injection)
+        tokens, terms, nts, real = make_batch(dictionary)
+        order = torch.tensor([1, 2, 0])
+        with torch.no_grad():
+            _, state = decode(model, tokens, terms, nts, [3])
+            model.reorder_incremental_state_scripting(state, order)
+            rest, _ = decode(model, tokens[order], terms[order], nts[order], [2], state=state, start=3)
+            full = log_probs(model, tokens[order], terms[order], nts[order])[:, 3:5]
+        assert_real_close(rest, full, real[order][:, 3:5])
+
+
+def test_fairseq_beam_search_scores_match_full_forward(dictionary):
+    """fairseq's SequenceGenerator (beam 3, forced 3-token prefix) decodes through the cache and
+    reorders it every step; each hypothesis's per-token scores equal a full forward's (the
+    generator works in float32)."""
+    from fairseq.sequence_generator import SequenceGenerator
+    from sipe_fairseq.models.sipe_lm import SiPETransformerXLModel
+
+    model = SiPETransformerXLModel(build(dictionary, "relative", "none")).eval()
+    generator = SequenceGenerator([model], dictionary, beam_size=3, max_len_b=8, min_len=8)
+    prefix = torch.randint(dictionary.nspecial, len(dictionary), (2, 3), generator=torch.Generator().manual_seed(3))
+    sample = {"net_input": {"src_tokens": prefix, "src_lengths": torch.tensor([3, 3])}}
+    with torch.no_grad():
+        hyps = generator.generate([model], sample, prefix_tokens=prefix)
+        checked = 0
+        for beam in hyps:
+            assert len(beam) == 3
+            for hyp in beam:
+                toks = hyp["tokens"]
+                inputs = torch.cat([toks.new_tensor([dictionary.eos()]), toks[:-1]])[None]
+                full = F.log_softmax(model(inputs)[0], -1)[0].gather(-1, toks[:, None])[:, 0]
+                torch.testing.assert_close(hyp["positional_scores"].double(), full, rtol=0, atol=1e-5)
+                checked += 1
+    assert checked == 6
