@@ -1,0 +1,20 @@
+"""Loading checkpoints of every kind (layer 4, beside models/tasks/criterions, which it may import).
+
+- :mod:`.compat`: the weights-only allowlist (``argparse.Namespace``, numpy scalars) for fairseq
+  checkpoints under torch >= 2.6.
+- :mod:`.load`: :func:`read_checkpoint` (the one place a checkpoint file is read; a missing, refused
+  or unreadable file raises :class:`CheckpointError` naming it), :func:`load_lm` (decoders and
+  masked-LM encoders, scored through ``hexatag_lm``/``hexatag_mlm`` tasks), :func:`load_with_task`
+  (taggers, GLUE classifiers: the checkpoint's own task), :func:`load_tagger`.
+- :mod:`.specs`: ``--path [NAME=]CKPT`` specs.
+- :mod:`.hexatagger`: the ``hexatagger:CKPT`` parser backend, registered into
+  :mod:`sipe_fairseq.parsing` on import.
+
+Importing this package stays light (torch and fairseq are imported when a checkpoint is loaded).
+"""
+from . import hexatagger  # noqa: F401  registers the hexatagger parser backend
+from .compat import allow_fairseq_checkpoint_globals  # noqa: F401
+from .load import (  # noqa: F401
+    CHECKPOINT_EXIT_STATUS, MASKED_LM_TASKS, CheckpointError, load_lm, load_tagger, load_with_task, read_checkpoint,
+)
+from .specs import checkpoint_specs  # noqa: F401

@@ -1,0 +1,109 @@
+"""Loading fairseq checkpoints: the one place a checkpoint file is read.
+
+:func:`read_checkpoint` reads a file with fairseq's ``load_checkpoint_to_cpu`` under torch's
+weights-only unpickler (plus :func:`~sipe_fairseq.checkpoints.compat.allow_fairseq_checkpoint_globals`);
+a missing file, a file the unpickler refuses (a type outside the allowlist: untrusted content) or
+one that is not a fairseq checkpoint raises :class:`CheckpointError`, whose one-line message names
+the file. The ``sipe-*`` commands print that line and exit with :data:`CHECKPOINT_EXIT_STATUS`.
+The loaders below pass the state read once to fairseq, so each file is read once.
+"""
+import logging
+import os
+import pickle
+import re
+from typing import Optional
+
+from .compat import allow_fairseq_checkpoint_globals
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_EXIT_STATUS = 3  # every sipe-* command: a checkpoint is missing, refused or unreadable
+# tasks whose checkpoints are masked-LM encoders (scored by pseudo-log-likelihood, not by eval-lm)
+MASKED_LM_TASKS = ("hexatag_mlm", "masked_lm")
+_UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+
+
+def _unpickler_reason(message: str) -> str:
+    """The line that says what torch's weights-only unpickler met (its message is a paragraph)."""
+    tail = message.split("WeightsUnpickler error:", 1)[-1]
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    return lines[0] if lines else "not a pickle"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be loaded; the message is one line naming the file."""
+
+
+def read_checkpoint(path: str, arg_overrides: Optional[dict] = None) -> dict:
+    """fairseq's ``load_checkpoint_to_cpu(path, arg_overrides)`` with the allowlist; raises
+    :class:`CheckpointError` for a missing, refused (untrusted) or unreadable file."""
+    import sipe_fairseq
+    from fairseq import checkpoint_utils
+
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint {path}: no such file")
+    sipe_fairseq.register()  # the tasks/models a checkpoint names, and the allowlist
+    allow_fairseq_checkpoint_globals()
+    try:
+        state = checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides)
+    except pickle.UnpicklingError as e:
+        m = _UNSUPPORTED_GLOBAL.search(str(e))
+        if m:
+            raise CheckpointError(f"checkpoint {path}: refused by torch's weights-only loading (it holds {m.group(1)}, "
+                                  "a type outside the allowlist); load only checkpoints you trust") from None
+        raise CheckpointError(f"checkpoint {path}: cannot be read as a fairseq checkpoint (UnpicklingError: "
+                              f"{_unpickler_reason(str(e))})") from None
+    except Exception as e:  # noqa: BLE001  a truncated file, a zip error, a non-checkpoint pickle
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CheckpointError(f"checkpoint {path}: cannot be read as a fairseq checkpoint ({type(e).__name__}: {first})") from None
+    if not isinstance(state, dict) or "model" not in state or (state.get("cfg") is None and state.get("args") is None):
+        raise CheckpointError(f"checkpoint {path}: not a fairseq checkpoint (no model weights and config)")
+    return state
+
+
+def load_lm(path: str, data: str, context_window: int = 0):
+    """(model, task) for a checkpoint, scored on ``data``: a ``hexatag_lm`` task for decoders
+    (``hexatag_lm`` and stock ``language_modeling`` checkpoints), a ``hexatag_mlm`` task for
+    masked-LM encoders (``hexatag_mlm`` and stock ``masked_lm`` ones, e.g. fairseq ``roberta``),
+    built from the checkpoint's own task settings; the encoder task's dictionary is ``dict.txt``
+    with ``<mask>`` appended, as in training."""
+    from fairseq import checkpoint_utils
+    from omegaconf import OmegaConf
+
+    from ..tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
+    from ..tasks.hexatag_mlm import HexatagMaskedLMTask, HexatagMLMConfig
+
+    overrides = {"data": data}
+    state = read_checkpoint(path, overrides)
+    saved = OmegaConf.to_container(state["cfg"]["task"], resolve=True)
+    if saved.get("_name") in MASKED_LM_TASKS:
+        if context_window:
+            raise ValueError(f"{path}: a masked-LM encoder ({saved['_name']} checkpoint) has no --context-window")
+        config, task_cls = HexatagMLMConfig, HexatagMaskedLMTask
+    else:
+        config, task_cls = HexatagLMConfig, HexatagLanguageModelingTask
+    fields = set(config.__dataclass_fields__)
+    cfg = OmegaConf.merge(OmegaConf.structured(config), {k: v for k, v in saved.items() if k in fields})
+    cfg.data = data
+    cfg.tokens_per_sample -= context_window  # as fairseq-eval-lm does
+    task = task_cls.setup_task(cfg)
+    models, _ = checkpoint_utils.load_model_ensemble([path], arg_overrides=overrides, task=task, state=state)
+    return models[0], task
+
+
+def load_with_task(path: str, data: Optional[str] = None):
+    """``(model, task)`` of a checkpoint with its own task (taggers, GLUE classifiers); ``data``
+    overrides the task's data directory. A tagger whose encoder came from ``--init-encoder``
+    rebuilds from its own config; the init checkpoint is not needed."""
+    from fairseq import checkpoint_utils
+
+    overrides = {"data": data} if data else {}
+    state = read_checkpoint(path, overrides)
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides, state=state)
+    return models[0], task
+
+
+def load_tagger(path: str, data: Optional[str] = None):
+    """``(model in eval mode, task)`` from a ``sipe_tagger`` checkpoint."""
+    model, task = load_with_task(path, data)
+    return model.eval(), task
