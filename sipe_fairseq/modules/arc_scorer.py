@@ -1,0 +1,136 @@
+"""GiLT's arc scorer and arc-count head (arXiv 2605.15562; gilt-facts.md section 2).
+
+Word w (arriving at its first subword x_k) is represented by o_w = [h^(L/2+1)_(k-1); h^(L-1)_(k-1);
+emb(x_k)] (3d). Its candidate arcs are decided at its arrival: v -> w for v in {root, earlier words},
+w -> v for v an earlier word, and the self pair (a negative): 2i pairs for the i-th word.
+
+Each side (parent, child; separate weights) maps a node v in the pair decided at w as
+MLP2(MLP1(o_v) + W_pos sin(|w - v|) + W_feat [e_deg; e_dep; e_dist](v)) with MLP1 = LN, Lin 3d->3d,
+ReLU, Lin -> 2d, MLP2 = LN, Lin 2d->2d, ReLU, Lin -> d, W_pos, W_feat bias-free, the root a learned
+3d vector, and the features those of the graph before w's arcs (the scorer's own three 151 x 256
+tables; w itself does not exist yet: 0). Then (diagonal biaffine)::
+
+    logit(v -> w) = sum_n par(w, v)_n B1_n chd(w, w)_n     logit(w -> v) = sum_n par(w, w)_n B1_n chd(w, v)_n
+    count logits  = Linear_30( sum over the 2i pairs of par (.) B2 (.) chd / sqrt(2i) ),  counts 0..29
+
+B1, B2 initialised U[0, 1) as in the released code.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..data.graph_features import MAX_VALUE, N_FEATURES
+from .graph_term import FEATURE_DIM
+
+MAX_COUNT = 29
+
+
+def sinusoid(distance: torch.Tensor, dim: int) -> torch.Tensor:
+    """Transformer sinusoid of integer distances: (...,) -> (..., dim)."""
+    inv = 1.0 / (10000 ** (torch.arange(0, dim, 2, device=distance.device, dtype=torch.float32) / dim))
+    ang = distance.float()[..., None] * inv
+    return torch.cat([ang.sin(), ang.cos()], dim=-1)
+
+
+def _mlp(d_in, d_hidden, d_out):
+    return nn.Sequential(nn.LayerNorm(d_in), nn.Linear(d_in, d_hidden), nn.ReLU(), nn.Linear(d_hidden, d_out))
+
+
+class ArcScorer(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.d = d
+        self.root = nn.Parameter(torch.empty(3 * d))
+        nn.init.normal_(self.root, std=(3 * d) ** -0.5)
+        self.tables = nn.Parameter(torch.empty(N_FEATURES, MAX_VALUE + 1, FEATURE_DIM))
+        nn.init.normal_(self.tables, std=FEATURE_DIM ** -0.5)
+        self.mlp1 = nn.ModuleDict({s: _mlp(3 * d, 3 * d, 2 * d) for s in ("par", "chd")})
+        self.pos = nn.ModuleDict({s: nn.Linear(d, 2 * d, bias=False) for s in ("par", "chd")})
+        self.feat = nn.ModuleDict({s: nn.Linear(N_FEATURES * FEATURE_DIM, 2 * d, bias=False) for s in ("par", "chd")})
+        self.mlp2 = nn.ModuleDict({s: _mlp(2 * d, 2 * d, d) for s in ("par", "chd")})
+        self.b1 = nn.Parameter(torch.rand(d))
+        self.b2 = nn.Parameter(torch.rand(d))
+        self.count = nn.Linear(d, MAX_COUNT + 1)
+
+    def feature_embedding(self, values: torch.Tensor) -> torch.Tensor:
+        """(..., 3) values -> (..., 768) concatenated table rows."""
+        return torch.cat([self.tables[f][values[..., f].long()] for f in range(N_FEATURES)], dim=-1)
+
+    def sides(self, o: torch.Tensor, distance: torch.Tensor, feats: torch.Tensor, node: torch.Tensor):
+        """Pair representations. ``o`` (B, N, 3d) node inputs (index 0: replaced by the root); for pairs
+        (B, P): ``node`` (B, P) the node index, ``distance`` (B, P), ``feats`` (B, P, 3). Returns par,
+        chd (B, P, d)."""
+        o = torch.cat([self.root.expand(o.size(0), 1, -1).to(o.dtype), o[:, 1:]], dim=1)
+        pos = sinusoid(distance, self.d).to(o.dtype)
+        emb = self.feature_embedding(feats).to(o.dtype)
+        out = []
+        for s in ("par", "chd"):
+            base = self.mlp1[s](o)  # (B, N, 2d)
+            picked = base.gather(1, node[..., None].expand(-1, -1, base.size(-1)))
+            out.append(self.mlp2[s](picked + self.pos[s](pos) + self.feat[s](emb)))
+        return out
+
+    def forward(self, o: torch.Tensor, local: torch.Tensor, sent: torch.Tensor, prev: torch.Tensor):
+        """Every word of a block at once (teacher forcing). ``o`` (B, W+1, 3d) (index 0 unused),
+        ``local`` (B, W+1) index in the sentence, ``sent`` (B, W+1) sentence number (-1: none),
+        ``prev`` (B, W+1, W+1, 3) scorer features. Returns dict with ``head_logits`` (B, W+1, W+1):
+        [w, v] = logit(v -> w) (v = 0: root; v = w: the self pair), ``dep_logits`` [w, v] = logit(w -> v),
+        ``head_mask``/``dep_mask`` (valid candidates) and ``count_logits`` (B, W+1, 30)."""
+        b, n = sent.shape
+        dev = o.device
+        idx = torch.arange(n, device=dev)
+        word = sent >= 0
+        same = (sent[:, :, None] == sent[:, None, :]) & word[:, :, None]
+        earlier = same & (idx[None, None, :] < idx[None, :, None])
+        dep_mask = earlier
+        head_mask = earlier.clone()
+        head_mask[:, :, 0] = word
+        head_mask |= torch.diag_embed(word)
+        # pair (w, v): v = 0 is the root at distance local[w]; others at w - v
+        dist = (idx[:, None] - idx[None, :]).clamp(min=0).expand(b, n, n).clone()
+        dist[:, :, 0] = local
+        node = idx.expand(b, n, n).reshape(b, n * n)
+        par, chd = self.sides(o, dist.reshape(b, n * n), prev.reshape(b, n * n, -1), node)
+        par, chd = par.view(b, n, n, -1), chd.view(b, n, n, -1)
+        par_w = par.diagonal(dim1=1, dim2=2).transpose(1, 2)  # (B, N, d): w as parent of the pair decided at w
+        chd_w = chd.diagonal(dim1=1, dim2=2).transpose(1, 2)
+        head_logits = torch.einsum("bwvd,d,bwd->bwv", par, self.b1, chd_w)
+        dep_logits = torch.einsum("bwd,d,bwvd->bwv", par_w, self.b1, chd)
+        # counts: sum over the 2i pairs of par (.) B2 (.) chd, / sqrt(2i)
+        m_h, m_d = head_mask.to(par.dtype)[..., None], dep_mask.to(par.dtype)[..., None]
+        square = (par * m_h).sum(2) * self.b2 * chd_w + par_w * self.b2 * (chd * m_d).sum(2)
+        scale = torch.sqrt(2.0 * local.clamp(min=1).to(par.dtype))[..., None]
+        count_logits = self.count(square / scale)
+        return {"head_logits": head_logits, "dep_logits": dep_logits, "head_mask": head_mask, "dep_mask": dep_mask,
+                "count_logits": count_logits, "word_mask": word}
+
+
+def arc_losses(out: dict, gold_head: torch.Tensor, gold_dep: torch.Tensor):
+    """Summed arc BCE over every valid candidate pair (self pairs negative), summed count CE over words
+    (gold count clipped to 29), and counts for logging: (bce, ce, n_pairs, n_words, count_correct, tp, n_pred, n_gold)."""
+    hm, dm, wm = out["head_mask"], out["dep_mask"], out["word_mask"]
+    bce = (F.binary_cross_entropy_with_logits(out["head_logits"].float(), gold_head.float(), reduction="none")[hm].sum()
+           + F.binary_cross_entropy_with_logits(out["dep_logits"].float(), gold_dep.float(), reduction="none")[dm].sum())
+    gold_count = ((gold_head.bool() & hm).sum(-1) + (gold_dep.bool() & dm).sum(-1)).clamp(max=MAX_COUNT)
+    logits = out["count_logits"][wm].float()
+    ce = F.cross_entropy(logits, gold_count[wm], reduction="sum")
+    correct = int((logits.argmax(-1) == gold_count[wm]).sum())
+    pred_h, pred_d = (out["head_logits"] > 0) & hm, (out["dep_logits"] > 0) & dm
+    tp = int((pred_h & gold_head.bool()).sum() + (pred_d & gold_dep.bool()).sum())
+    n_pred = int(pred_h.sum() + pred_d.sum())
+    n_gold = int((gold_head.bool() & hm).sum() + (gold_dep.bool() & dm).sum())
+    return bce, ce, int(hm.sum() + dm.sum()), int(wm.sum()), correct, tp, n_pred, n_gold
+
+
+def word_inputs(inner, tokens_embedded: torch.Tensor, word_pos: torch.Tensor, sent: torch.Tensor):
+    """o_w = [h^(L/2+1)_(k-1); h^(L-1)_(k-1); emb(x_k)] (B, W+1, 3d) from the decoder's inner states
+    (index 0 = embeddings, i = output of layer i) and the scaled embeddings of the input positions."""
+    n_layers = len(inner) - 1
+    upper, lower = inner[min(n_layers, n_layers // 2 + 1)], inner[max(0, n_layers - 1)]
+    prev = (word_pos - 1).clamp(min=0)
+    take = lambda x, pos: x.gather(1, pos[..., None].expand(-1, -1, x.size(-1)))  # noqa: E731
+    o = torch.cat([take(upper, prev), take(lower, prev), take(tokens_embedded, word_pos)], dim=-1)
+    return o * (sent >= 0)[..., None].to(o.dtype)
+
+
+__all__ = ["ArcScorer", "MAX_COUNT", "arc_losses", "sinusoid", "word_inputs"]
