@@ -98,7 +98,8 @@ def test_arc_losses_naive_loop(dictionary):
         for i in range(1, len(sent) + 1):
             k = int(net["gilt_word_pos"][0, base + i])
             o[i] = torch.cat([inner[up][0, k - 1], inner[low][0, k - 1], emb[0, k]])
-        arcs = {(h, w) for w, (hs, ds) in enumerate(sent, 1) for h in hs} | {(w, d) for w, (hs, ds) in enumerate(sent, 1) for d in ds}
+        arcs = {(h, w) for w, (hs, ds) in enumerate(sent, 1) for h in hs}
+        arcs |= {(w, d) for w, (hs, ds) in enumerate(sent, 1) for d in ds}
         for i in range(1, len(sent) + 1):
             prev = graph["gilt_prev"][0, base + i]
             col = lambda v: 0 if v == 0 else base + v  # noqa: E731
@@ -168,7 +169,8 @@ def test_train_then_eval_lm(tmp_path):
                "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "1024", "--max-update", "5", "--seed", "1",
                "--save-dir", tmp_path / "ck", "--no-epoch-checkpoints", "--no-last-checkpoints", "--num-workers", "0",
                "--log-format", "simple"], tmp_path)
-    valid = re.findall(r"valid on 'valid' subset \| loss [\d.]+ \| nll_loss ([\d.]+).*?arc_loss ([\d.]+).*?count_loss ([\d.]+)", log)
+    valid = re.findall(r"valid on 'valid' subset \| loss [\d.]+ \| nll_loss ([\d.]+).*?arc_loss ([\d.]+).*?count_loss ([\d.]+)",
+                       log)
     assert valid, log[-2000:]
     assert re.search(r"arc_f1 [\d.]+", log) and re.search(r"joint_ppl [\d.]+", log)
     out = run([BIN / "fairseq-eval-lm", data, "--user-dir", PLUGIN, *task, "--path", tmp_path / "ck/checkpoint_best.pt",

@@ -104,6 +104,24 @@ class ArcScorer(nn.Module):
         return {"head_logits": head_logits, "dep_logits": dep_logits, "head_mask": head_mask, "dep_mask": dep_mask,
                 "count_logits": count_logits, "word_mask": word}
 
+    def score_word(self, o_nodes: torch.Tensor, prev: torch.Tensor):
+        """Incremental form of :meth:`forward` for the newest word i of one sentence per row.
+        ``o_nodes`` (B, i+1, 3d): index 0 ignored (the root), 1..i the words' o; ``prev`` (B, i+1, 3):
+        features of nodes 0..i in the graph before word i's arcs (node i: 0). Returns ``head_logits``
+        (B, i+1) [v] = logit(v -> i) (v = i: the self pair), ``dep_logits`` (B, i+1) [v] = logit(i -> v)
+        (valid for v = 1..i-1) and ``count_logits`` (B, 30)."""
+        b, n = o_nodes.shape[:2]
+        i = n - 1
+        idx = torch.arange(n, device=o_nodes.device)
+        dist = (i - idx).clone()
+        dist[0] = i
+        par, chd = self.sides(o_nodes, dist.expand(b, n), prev, idx.expand(b, n))
+        head = torch.einsum("bvd,d,bd->bv", par, self.b1, chd[:, i])
+        dep = torch.einsum("bd,d,bvd->bv", par[:, i], self.b1, chd)
+        square = par.sum(1) * self.b2 * chd[:, i] + par[:, i] * self.b2 * chd[:, 1:i].sum(1)
+        count_logits = self.count(square / torch.sqrt(torch.tensor(2.0 * i, dtype=par.dtype)))
+        return head, dep, count_logits
+
 
 def arc_losses(out: dict, gold_head: torch.Tensor, gold_dep: torch.Tensor):
     """Summed arc BCE over every valid candidate pair (self pairs negative), summed count CE over words
