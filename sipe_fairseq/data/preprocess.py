@@ -8,6 +8,7 @@ named as ``fairseq-preprocess`` names them)::
     dict.terminal.txt     {split}.terminal.bin/.idx      one tag id per token position
     dict.nonterminal.txt  {split}.nonterminal.bin/.idx
     dict.deprel.txt       {split}.deprel.bin/.idx        only with --deprel
+                          {split}.arcs.bin/.idx          GiLT arcs, one item per sentence (arc_streams.py; --arcs tree|deps)
     spm.model, spm.vocab                                 unless --no-split
     {split}.tok                                          subword text, only with --keep-text
     manifest.json                                        counts per split and settings

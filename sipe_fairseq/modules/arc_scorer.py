@@ -15,6 +15,8 @@ tables; w itself does not exist yet: 0). Then (diagonal biaffine)::
 
 B1, B2 initialised U[0, 1) as in the released code.
 """
+from typing import Optional
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -53,54 +55,82 @@ class ArcScorer(nn.Module):
         self.count = nn.Linear(d, MAX_COUNT + 1)
 
     def feature_embedding(self, values: torch.Tensor) -> torch.Tensor:
-        """(..., 3) values -> (..., 768) concatenated table rows."""
+        """(..., 3) values -> (..., 768) concatenated table rows (reference form of :meth:`_feature_terms`)."""
         return torch.cat([self.tables[f][values[..., f].long()] for f in range(N_FEATURES)], dim=-1)
 
-    def sides(self, o: torch.Tensor, distance: torch.Tensor, feats: torch.Tensor, node: torch.Tensor):
+    def _feature_terms(self, side: str, values: torch.Tensor) -> torch.Tensor:
+        """W_feat [e_deg; e_dep; e_dist] for (..., 3) values: the tables are projected once (3 x 151 x 2d)
+        and each feature's row gathered, instead of a 768-wide vector per pair."""
+        w = self.feat[side].weight.view(-1, N_FEATURES, self.tables.size(-1))  # (2d, 3, 256)
+        proj = torch.einsum("fvk,dfk->fvd", self.tables, w)  # (3, 151, 2d)
+        return sum(proj[f][values[..., f].long()] for f in range(N_FEATURES))
+
+    def _position_terms(self, side: str, distance: torch.Tensor) -> torch.Tensor:
+        """W_pos sin(distance), projected once per distinct distance and gathered."""
+        top = int(distance.max()) + 1 if distance.numel() else 1
+        table = self.pos[side](sinusoid(torch.arange(top, device=distance.device), self.d).to(self.pos[side].weight.dtype))
+        return table[distance]
+
+    def sides(self, o: torch.Tensor, distance: torch.Tensor, feats: torch.Tensor, node: torch.Tensor,
+              batch: Optional[torch.Tensor] = None):
         """Pair representations. ``o`` (B, N, 3d) node inputs (index 0: replaced by the root); for pairs
-        (B, P): ``node`` (B, P) the node index, ``distance`` (B, P), ``feats`` (B, P, 3). Returns par,
-        chd (B, P, d)."""
+        (B, P) -- or, with ``batch``, P pairs of batch rows ``batch`` -- ``node`` the node index, ``distance``
+        and ``feats`` (.., 3). Returns par, chd (B, P, d) (or (P, d))."""
         o = torch.cat([self.root.expand(o.size(0), 1, -1).to(o.dtype), o[:, 1:]], dim=1)
-        pos = sinusoid(distance, self.d).to(o.dtype)
-        emb = self.feature_embedding(feats).to(o.dtype)
         out = []
         for s in ("par", "chd"):
-            base = self.mlp1[s](o)  # (B, N, 2d)
-            picked = base.gather(1, node[..., None].expand(-1, -1, base.size(-1)))
-            out.append(self.mlp2[s](picked + self.pos[s](pos) + self.feat[s](emb)))
+            base = self.mlp1[s](o)  # (B, N, 2d): per node, before the pair terms
+            if batch is None:
+                picked = base.gather(1, node[..., None].expand(-1, -1, base.size(-1)))
+            else:
+                picked = base[batch, node]
+            extra = self._position_terms(s, distance) + self._feature_terms(s, feats)
+            out.append(self.mlp2[s](picked + extra.to(picked.dtype)))
         return out
+
+    @staticmethod
+    def masks(sent: torch.Tensor):
+        """(head_mask, dep_mask, word mask) of a block: [w, v] valid candidates v -> w (root, earlier
+        words of the sentence, self) and w -> v (earlier words)."""
+        n = sent.size(1)
+        idx = torch.arange(n, device=sent.device)
+        word = sent >= 0
+        same = (sent[:, :, None] == sent[:, None, :]) & word[:, :, None]
+        earlier = same & (idx[None, None, :] < idx[None, :, None])
+        head_mask = earlier.clone()
+        head_mask[:, :, 0] = word
+        head_mask |= torch.diag_embed(word)
+        return head_mask, earlier, word
 
     def forward(self, o: torch.Tensor, local: torch.Tensor, sent: torch.Tensor, prev: torch.Tensor):
         """Every word of a block at once (teacher forcing). ``o`` (B, W+1, 3d) (index 0 unused),
         ``local`` (B, W+1) index in the sentence, ``sent`` (B, W+1) sentence number (-1: none),
         ``prev`` (B, W+1, W+1, 3) scorer features. Returns dict with ``head_logits`` (B, W+1, W+1):
         [w, v] = logit(v -> w) (v = 0: root; v = w: the self pair), ``dep_logits`` [w, v] = logit(w -> v),
-        ``head_mask``/``dep_mask`` (valid candidates) and ``count_logits`` (B, W+1, 30)."""
+        ``head_mask``/``dep_mask`` (valid candidates; logits elsewhere are 0) and ``count_logits`` (B, W+1, 30).
+        Only the valid pairs (within a sentence) are represented: O(sum of squared sentence lengths)."""
         b, n = sent.shape
-        dev = o.device
-        idx = torch.arange(n, device=dev)
-        word = sent >= 0
-        same = (sent[:, :, None] == sent[:, None, :]) & word[:, :, None]
-        earlier = same & (idx[None, None, :] < idx[None, :, None])
-        dep_mask = earlier
-        head_mask = earlier.clone()
-        head_mask[:, :, 0] = word
-        head_mask |= torch.diag_embed(word)
-        # pair (w, v): v = 0 is the root at distance local[w]; others at w - v
-        dist = (idx[:, None] - idx[None, :]).clamp(min=0).expand(b, n, n).clone()
-        dist[:, :, 0] = local
-        node = idx.expand(b, n, n).reshape(b, n * n)
-        par, chd = self.sides(o, dist.reshape(b, n * n), prev.reshape(b, n * n, -1), node)
-        par, chd = par.view(b, n, n, -1), chd.view(b, n, n, -1)
-        par_w = par.diagonal(dim1=1, dim2=2).transpose(1, 2)  # (B, N, d): w as parent of the pair decided at w
-        chd_w = chd.diagonal(dim1=1, dim2=2).transpose(1, 2)
-        head_logits = torch.einsum("bwvd,d,bwd->bwv", par, self.b1, chd_w)
-        dep_logits = torch.einsum("bwd,d,bwvd->bwv", par_w, self.b1, chd)
+        head_mask, dep_mask, word = self.masks(sent)
+        valid = head_mask | dep_mask
+        bi, wi, vi = valid.nonzero(as_tuple=True)  # pairs (w, v) decided at w
+        dist = torch.where(vi == 0, local[bi, wi], wi - vi)  # the root at distance local[w]
+        par, chd = self.sides(o, dist, prev[bi, wi, vi], vi, batch=bi)
+        at = torch.full((b, n, n), -1, dtype=torch.long, device=o.device)
+        at[bi, wi, vi] = torch.arange(bi.numel(), device=o.device)
+        own = at[bi, wi, wi]  # the self pair of each pair's word
+        par_w, chd_w = par[own], chd[own]
+        is_head, is_dep = head_mask[bi, wi, vi], dep_mask[bi, wi, vi]
+        head_logits = torch.zeros(b, n, n, dtype=par.dtype, device=o.device)
+        dep_logits = torch.zeros_like(head_logits)
+        head_logits[bi[is_head], wi[is_head], vi[is_head]] = (par * self.b1 * chd_w).sum(-1)[is_head]
+        dep_logits[bi[is_dep], wi[is_dep], vi[is_dep]] = (par_w * self.b1 * chd).sum(-1)[is_dep]
         # counts: sum over the 2i pairs of par (.) B2 (.) chd, / sqrt(2i)
-        m_h, m_d = head_mask.to(par.dtype)[..., None], dep_mask.to(par.dtype)[..., None]
-        square = (par * m_h).sum(2) * self.b2 * chd_w + par_w * self.b2 * (chd * m_d).sum(2)
+        # an earlier word v is a candidate in both directions (v -> w and w -> v): both terms
+        square_pairs = (par * self.b2 * chd_w * is_head[:, None].to(par.dtype)
+                        + par_w * self.b2 * chd * is_dep[:, None].to(par.dtype))
+        square = torch.zeros(b * n, par.size(-1), dtype=par.dtype, device=o.device).index_add_(0, bi * n + wi, square_pairs)
         scale = torch.sqrt(2.0 * local.clamp(min=1).to(par.dtype))[..., None]
-        count_logits = self.count(square / scale)
+        count_logits = self.count(square.view(b, n, -1) / scale)
         return {"head_logits": head_logits, "dep_logits": dep_logits, "head_mask": head_mask, "dep_mask": dep_mask,
                 "count_logits": count_logits, "word_mask": word}
 
