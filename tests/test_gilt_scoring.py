@@ -99,3 +99,23 @@ def test_cli_bad_checkpoint(tmp_path, capsys):
     bad.write_bytes(b"not a checkpoint")
     assert main(["--path", str(bad), "--data", str(tmp_path)]) == 3
     assert "x.pt" in capsys.readouterr().err
+
+
+@torch.no_grad()
+def test_best_arcs_follow_the_counts(model):
+    """With beam 1 and count beam 1 the kept graph is the greedy one: per word, the argmax count of
+    top arcs (checked against the full forward on the growing graph)."""
+    eos = model.decoder.dictionary.eos()
+    got = score_sentence(model, WORDS, eos, beam=1, count_beam=1)
+    arcs = [([], []) for _ in WORDS]
+    want = []
+    for i in range(1, len(WORDS) + 1):
+        _, extra, _ = full(model, WORDS, arcs)
+        a = extra["arcs"]
+        c = int(a["count_logits"][0, i, : min(2 * i - 1, 29) + 1].argmax())
+        cand = [(float(a["head_logits"][0, i, v]), (v, i)) for v in range(i)] + \
+               [(float(a["dep_logits"][0, i, v]), (i, v)) for v in range(1, i)]
+        chosen = [arc for _, arc in sorted(cand, key=lambda x: -x[0])[:c]]
+        arcs[i - 1] = (sorted(h for h, d in chosen if d == i), sorted(d for h, d in chosen if h == i))
+        want += [(h, i) for h in arcs[i - 1][0]] + [(i, d) for d in arcs[i - 1][1]]
+    assert got.hypotheses == 1 and sorted(got.best_arcs) == sorted(want)

@@ -47,6 +47,7 @@ class SentenceScore:
     arc_logp: float = 0.0  # gold: log P_arcs(G_gold) (Bernoulli over the 2i pairs of every word)
     count_logp: float = 0.0  # gold: sum log pi(c_gold)
     hypotheses: int = 1
+    best_arcs: Tuple[Tuple[int, int], ...] = ()  # beam: the arcs (head, dependent) of the best hypothesis
 
 
 class _Beam:
@@ -58,6 +59,7 @@ class _Beam:
         self.score = None
         self.lm = None
         self.tapes = [GraphTape()]
+        self.arcs: List[Tuple[Tuple[int, int], ...]] = [()]
         self.o = None  # (B, words + 1, 3d), index 0 unused (the root)
         self.tokens: List[int] = []
         self.word_of_pos: List[int] = []
@@ -145,6 +147,7 @@ def score_sentence(model, words: Words, eos: int, beam: int = 20, count_beam: in
             t.add_word(ch[3], ch[4])
             tapes.append(t)
         bs.tapes = tapes
+        bs.arcs = [bs.arcs[ch[0]] + tuple((h, i) for h in ch[3]) + tuple((i, d) for d in ch[4]) for ch in children]
         rows = torch.stack([torch.from_numpy(t.row()) for t in tapes])  # (B, 3, i+1)
         lp = bs.feed(pieces, i, rows)
         for t, tok in enumerate(pieces[1:]):
@@ -153,7 +156,9 @@ def score_sentence(model, words: Words, eos: int, beam: int = 20, count_beam: in
     n_tokens = sum(len(p) for p in words) + 1
     if gold is not None:
         return SentenceScore(n_tokens, len(words) + 1, float(bs.lm[0]), arc_logp, count_logp)
-    return SentenceScore(n_tokens, len(words) + 1, float(torch.logsumexp(bs.score, 0)), hypotheses=bs.score.numel())
+    best = int(bs.score.argmax())
+    return SentenceScore(n_tokens, len(words) + 1, float(torch.logsumexp(bs.score, 0)), hypotheses=bs.score.numel(),
+                         best_arcs=bs.arcs[best])
 
 
 def read_sentences(data: str, split: str, dictionary, max_sentences: int = 0):
@@ -192,7 +197,7 @@ def read_sentences(data: str, split: str, dictionary, max_sentences: int = 0):
 def score_corpus(model, sentences, eos: int, beam: int, count_beam: int) -> dict:
     """Perplexities over ``sentences`` ((words, gold arcs) pairs): gold conditional, joint bound, beam marginal."""
     model.eval()
-    tot = {"tokens": 0, "words": 0, "cond": 0.0, "joint": 0.0, "beam": 0.0}
+    tot = {"tokens": 0, "words": 0, "cond": 0.0, "joint": 0.0, "beam": 0.0, "tp": 0, "pred": 0, "gold": 0}
     for words, gold in sentences:
         g = score_sentence(model, words, eos, gold=gold)
         b = score_sentence(model, words, eos, beam, count_beam)
@@ -201,7 +206,14 @@ def score_corpus(model, sentences, eos: int, beam: int, count_beam: int) -> dict
         tot["cond"] += g.logp
         tot["joint"] += g.logp + g.arc_logp
         tot["beam"] += b.logp
+        gold_arcs = {(h, w) for w, (hs, _) in enumerate(gold, 1) for h in hs}
+        gold_arcs |= {(w, d) for w, (_, ds) in enumerate(gold, 1) for d in ds}
+        tot["tp"] += len(gold_arcs & set(b.best_arcs))
+        tot["pred"] += len(b.best_arcs)
+        tot["gold"] += len(gold_arcs)
     res = {"sentences": len(sentences), "tokens": tot["tokens"], "words": tot["words"]}
+    p, r = tot["tp"] / max(tot["pred"], 1), tot["tp"] / max(tot["gold"], 1)
+    res["best_arc_f1"] = 100.0 * (2 * p * r / (p + r) if p + r else 0.0)  # the beam's 1-best graph vs the gold arcs
     for key in ("cond", "joint", "beam"):
         res[f"{key}_ppl_token"] = math.exp(-tot[key] / tot["tokens"])
         res[f"{key}_ppl_word"] = math.exp(-tot[key] / tot["words"])
@@ -239,6 +251,7 @@ def main(argv=None) -> int:
     res = score_corpus(model, sentences, task.dictionary.eos(), args.beam, args.count_beam)
     print(f"{res['sentences']} sentences, {res['tokens']} tokens, {res['words']} words (both counting </s>); "
           f"beam {args.beam}, count beam {args.count_beam}")
+    print(f"{'arc F1 of the 1-best graph':30s} {res['best_arc_f1']:.2f}")
     for key, name in (("cond", "gold-graph conditional"), ("joint", "joint bound (gold arcs paid)"), ("beam", "beam marginal")):
         print(f"{name:30s} ppl/token {res[f'{key}_ppl_token']:.3f}  ppl/word {res[f'{key}_ppl_word']:.3f}")
     return 0
