@@ -94,7 +94,7 @@ from .tag_dictionary import (
     tag_classes,
 )
 from .arc_streams import ARC_SOURCES, sentence_item, write_arc_stream
-from .arcs import deps_arcs
+from .arcs import ArcError, deps_arcs
 from .writers import sha256_file, tool_versions, write_manifest, write_streams, write_text
 
 logger = logging.getLogger(__name__)
@@ -202,7 +202,10 @@ def _process_block(item):
         n_ws, n_empty = sum(c[1] for c in cleaned), sum(c[2] for c in cleaned)
     t_ids, n_ids = _TAG_IDS["terminal"], _TAG_IDS["nonterminal"]
     counts = (lifts, len(sent.multiword), sent.empty_nodes, n_ws, n_empty)
-    graph = deps_arcs(lines)  # (DEPS arcs, heads on empty nodes skipped), for --arcs deps
+    try:
+        graph = deps_arcs(lines)  # (DEPS arcs, heads on empty nodes skipped), for --arcs deps
+    except ArcError as e:
+        graph = (None, f"{where}: DEPS: {e}")
     return words, sent.deprels, [t_ids[t] for t, _ in tags], [n_ids[n] for _, n in tags], counts, (sent.heads, graph)
 
 
@@ -599,7 +602,14 @@ def write_split(opts: PreprocessOptions, name: str, d: SplitData, vocab: Vocabul
 
 def _write_arcs(opts: PreprocessOptions, prefix: str, d: SplitData) -> dict:
     """GiLT's arc stream ``{prefix}.arcs`` (one item per sentence, :mod:`.arc_streams`); its manifest counts."""
-    items = [[] if a is None else sentence_item(a[0], a[1][0], opts.arcs) for a in d.arcs]
+    items = []
+    for a in d.arcs:
+        if a is not None and opts.arcs == "deps" and a[1][0] is None:
+            raise PreprocessError(f"--arcs deps: {a[1][1]}")
+        try:
+            items.append([] if a is None else sentence_item(a[0], a[1][0], opts.arcs))
+        except ArcError as e:
+            raise PreprocessError(f"--arcs {opts.arcs}: {d.path}, sentence {len(items) + 1}: {e}") from None
     st = write_arc_stream(prefix, items, [len(w) for w in d.words])
     st["source"] = opts.arcs
     if opts.arcs == "deps":
