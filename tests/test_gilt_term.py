@@ -62,3 +62,17 @@ def test_cached_rows_equal_full():
         o, _ = attn(x[:, t:t + 1], cache=cache, pairs=GraphContext.from_values(vals[:, t:t + 1, : t + 1]))
         outs.append(o)
     torch.testing.assert_close(torch.cat(outs, 1), full)
+
+
+def test_first_layer():
+    attns = [SiPEAttention(16, 2) for _ in range(3)]
+    tables = GraphFeatureTables()
+    attach_graph_terms(attns, tables, first_layer=2)
+    assert [len(a.pair_terms) for a in attns] == [0, 1, 1]
+    # the tables are shared, not copied per layer
+    assert attns[1].pair_terms[0]._tables[0] is attns[2].pair_terms[0]._tables[0] is tables
+    assert not any("tables" in k for k in attns[1].state_dict())
+    import pytest
+
+    with pytest.raises(ValueError, match="--gilt-first-layer 4"):
+        attach_graph_terms(attns, tables, first_layer=4)

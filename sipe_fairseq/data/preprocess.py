@@ -635,7 +635,8 @@ def build_manifest(opts: PreprocessOptions, splits: Sequence[Tuple[str, str]], v
         "format": "sipe-preprocess/1",
         "inputs": {name: {"path": path, "sha256": sha256_file(path)} for name, path in splits},
         "settings": {
-            "alignment": "first-subword", "dataset_impl": "mmap", "deprel": opts.deprel, "arcs": opts.arcs, "no_split": opts.no_split,
+            "alignment": "first-subword", "dataset_impl": "mmap", "deprel": opts.deprel, "arcs": opts.arcs,
+            "no_split": opts.no_split,
             "strict": opts.strict, "thresholdsrc": opts.thresholdsrc, "nwordssrc": opts.nwordssrc,
             "padding_factor": opts.padding_factor, "spm": vocab.spm, "input_format": opts.input_format,
             "srcdict": {"path": opts.srcdict, "sha256": sha256_file(opts.srcdict)} if opts.srcdict else None,
