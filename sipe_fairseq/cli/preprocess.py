@@ -61,6 +61,8 @@ def get_parser() -> argparse.ArgumentParser:
                     help="drop WikiText heading lines ('= Title =', '= = Section = =', ..), counted in manifest.json")
     tr = p.add_argument_group("trees and tags")
     tr.add_argument("--deprel", action="store_true", help="also write a UD deprel stream (dict.deprel.txt)")
+    tr.add_argument("--arcs", choices=("tree", "deps"), default="tree",
+                    help="GiLT arc stream {split}.arcs: the basic tree (HEAD) or the enhanced graph (DEPS column)")
     tr.add_argument("--strict", action="store_true", help="refuse non-projective trees instead of lifting them")
     tr.add_argument("--fail-on-refusal", action="store_true", help="exit with an error if any sentence is refused")
     fs = p.add_argument_group("fairseq passthrough")
@@ -103,7 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         nwordssrc=args.nwordssrc, padding_factor=args.padding_factor, input_format=args.input_format,
         backend=args.backend, batch_size=args.batch_size, threads=args.threads, save_conllu=args.save_conllu,
         progress=not args.no_progress, segment=args.segment_sentences, documents=args.documents,
-        drop_headings=args.drop_headings,
+        drop_headings=args.drop_headings, arcs=args.arcs,
     )
     try:
         preprocess(opts)

@@ -8,6 +8,7 @@ named as ``fairseq-preprocess`` names them)::
     dict.terminal.txt     {split}.terminal.bin/.idx      one tag id per token position
     dict.nonterminal.txt  {split}.nonterminal.bin/.idx
     dict.deprel.txt       {split}.deprel.bin/.idx        only with --deprel
+                          {split}.arcs.bin/.idx          GiLT arcs, one item per sentence (arc_streams.py; --arcs tree|deps)
     spm.model, spm.vocab                                 unless --no-split
     {split}.tok                                          subword text, only with --keep-text
     manifest.json                                        counts per split, settings, bytes and sha256 per file
@@ -92,6 +93,8 @@ from .tag_dictionary import (
     FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_label_dictionary, build_tag_dictionary, load_tag_dictionary,
     tag_names,
 )
+from .arc_streams import ARC_SOURCES, sentence_item, write_arc_stream
+from .arcs import ArcError, deps_arcs
 from .writers import file_digests, sha256_file, tool_versions, write_manifest, write_streams, write_text
 
 logger = logging.getLogger(__name__)
@@ -142,6 +145,7 @@ class PreprocessOptions:
     segment: bool = False  # a line may hold several sentences (one tree each)
     documents: str = "none"  # none | blank-lines | wikitext: where documents break (an empty </s> sentence)
     drop_headings: bool = False  # drop WikiText heading lines (= Title =, = = Section = =, ..), counted
+    arcs: str = "tree"  # GiLT arc stream {split}.arcs from the basic tree or the DEPS graph (data/arc_streams.py)
 
 
 def split_inputs(train: str, valid: Sequence[str] = (), test: Sequence[str] = ()) -> List[Tuple[str, str]]:
@@ -198,7 +202,11 @@ def _process_block(item):
         n_ws, n_empty = sum(c[1] for c in cleaned), sum(c[2] for c in cleaned)
     t_ids, n_ids = _TAG_IDS["terminal"], _TAG_IDS["nonterminal"]
     counts = (lifts, len(sent.multiword), sent.empty_nodes, n_ws, n_empty)
-    return words, sent.deprels, [t_ids[t] for t, _ in tags], [n_ids[n] for _, n in tags], counts
+    try:
+        graph = deps_arcs(lines)  # (DEPS arcs, heads on empty nodes skipped), for --arcs deps
+    except ArcError as e:
+        graph = (None, f"{where}: DEPS: {e}")
+    return words, sent.deprels, [t_ids[t] for t, _ in tags], [n_ids[n] for _, n in tags], counts, (sent.heads, graph)
 
 
 @dataclass
@@ -210,6 +218,7 @@ class SplitData:
     deprels: List[List[str]] = field(default_factory=list)
     terminal: List[List[int]] = field(default_factory=list)
     nonterminal: List[List[int]] = field(default_factory=list)
+    arcs: List[Optional[tuple]] = field(default_factory=list)  # (heads, (DEPS arcs, skipped)); None: document break
     stats: Counter = field(default_factory=Counter)
     refused: Counter = field(default_factory=Counter)
 
@@ -236,6 +245,7 @@ def _read_blocks(data: SplitData, items, workers: int, desc: str, progress: bool
             if r is None:
                 for stream in (data.words, data.deprels, data.terminal, data.nonterminal):
                     stream.append([])
+                data.arcs.append(None)
                 data.stats["document_breaks"] += 1
                 continue
             data.stats["sentences_read"] += 1
@@ -243,7 +253,8 @@ def _read_blocks(data: SplitData, items, workers: int, desc: str, progress: bool
                 data.refused[r.reason] += 1
                 logger.warning("refused (%s): %s", r.reason, r.message)
                 continue
-            words, deprels, term, nonterm, (lifts, mwt, empty, n_ws, n_empty) = r
+            words, deprels, term, nonterm, (lifts, mwt, empty, n_ws, n_empty), arcs = r
+            data.arcs.append(arcs)
             data.words.append(words)
             data.deprels.append(deprels)
             data.terminal.append(term)
@@ -561,6 +572,7 @@ def write_split(opts: PreprocessOptions, name: str, d: SplitData, vocab: Vocabul
         n_bad_deprel = sum(i == dd.unk() for i in dep_ids)
         streams[".deprel"] = (_word_stream(total, first_pos, dep_ids), len(dd))
     write_streams(prefix, sizes, streams)
+    arc_stats = _write_arcs(opts, prefix, d)
     if opts.keep_text:
         write_text(prefix + ".tok", "".join(" ".join(chain.from_iterable(pieces[w] for w in s)) + "\n" for s in d.words))
     st = dict(d.stats)
@@ -570,6 +582,7 @@ def write_split(opts: PreprocessOptions, name: str, d: SplitData, vocab: Vocabul
         refused={r: d.refused.get(r, 0) for r in REFUSAL_REASONS},
     )
     st["sentences_refused"] = sum(d.refused.values())
+    st["arcs"] = arc_stats
     if opts.deprel:
         st["deprels_unknown"] = n_bad_deprel
     for key in ("sentences_read", "trees_lifted", "arcs_lifted", "multiword_tokens", "empty_nodes_skipped",
@@ -584,6 +597,23 @@ def write_split(opts: PreprocessOptions, name: str, d: SplitData, vocab: Vocabul
         n_unk, st["trees_lifted"], st["sentences_refused"], f", {n_bad_deprel} unknown deprels" if opts.deprel else "",
         f", {st['empty_lines_skipped']} empty lines skipped" if text_input else "",
     )
+    return st
+
+
+def _write_arcs(opts: PreprocessOptions, prefix: str, d: SplitData) -> dict:
+    """GiLT's arc stream ``{prefix}.arcs`` (one item per sentence, :mod:`.arc_streams`); its manifest counts."""
+    items = []
+    for a in d.arcs:
+        if a is not None and opts.arcs == "deps" and a[1][0] is None:
+            raise PreprocessError(f"--arcs deps: {a[1][1]}")
+        try:
+            items.append([] if a is None else sentence_item(a[0], a[1][0], opts.arcs))
+        except ArcError as e:
+            raise PreprocessError(f"--arcs {opts.arcs}: {d.path}, sentence {len(items) + 1}: {e}") from None
+    st = write_arc_stream(prefix, items, [len(w) for w in d.words])
+    st["source"] = opts.arcs
+    if opts.arcs == "deps":
+        st["deps_heads_on_empty_nodes_skipped"] = sum(a[1][1] for a in d.arcs if a is not None)
     return st
 
 
@@ -605,7 +635,8 @@ def build_manifest(opts: PreprocessOptions, splits: Sequence[Tuple[str, str]], v
         "format": "sipe-preprocess/1",
         "inputs": {name: {"path": path, "sha256": sha256_file(path)} for name, path in splits},
         "settings": {
-            "alignment": "first-subword", "dataset_impl": "mmap", "deprel": opts.deprel, "no_split": opts.no_split,
+            "alignment": "first-subword", "dataset_impl": "mmap", "deprel": opts.deprel, "arcs": opts.arcs,
+            "no_split": opts.no_split,
             "strict": opts.strict, "thresholdsrc": opts.thresholdsrc, "nwordssrc": opts.nwordssrc,
             "padding_factor": opts.padding_factor, "spm": vocab.spm, "input_format": opts.input_format,
             "srcdict": {"path": opts.srcdict, "sha256": sha256_file(opts.srcdict)} if opts.srcdict else None,
@@ -631,6 +662,8 @@ def check_options(opts: PreprocessOptions) -> List[Tuple[str, str]]:
     text_input = opts.input_format != "conllu"
     if not text_input and (opts.backend or opts.save_conllu):
         raise PreprocessError("a backend and --save-conllu need --input-format text or tokenized")
+    if opts.arcs not in ARC_SOURCES:
+        raise PreprocessError(f"--arcs must be one of {', '.join(ARC_SOURCES)}, got {opts.arcs!r}")
     if opts.documents not in DOCUMENT_MODES:
         raise PreprocessError(f"--documents must be one of {', '.join(DOCUMENT_MODES)}, got {opts.documents!r}")
     if not text_input and _raw_corpus(opts):

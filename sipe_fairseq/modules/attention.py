@@ -6,7 +6,9 @@ The positional mechanism is chosen by ``position``:
   * ``"disentangled"``: DeBERTa-v3 (Eq. 10, 18): A = c2c + c2p + p2c over log-bucketed offsets, the
     shared relative table passed in as ``rel`` (see :class:`DisentangledPosition`), scaled 1/sqrt(3d);
   * ``"none"``: plain dot product (absolute positions are added to the input elsewhere).
-SiPE injections (``injections.py``) are appended to ``self.injections`` and hook into the score.
+SiPE injections (``injections.py``) are appended to ``self.injections`` and hook into the score;
+pair terms (``self.pair_terms``, GiLT's graph features, ``graph_term.py``) add a per-(query, key) logit
+from ``pairs`` (a :class:`~.graph_term.GraphContext`).
 Attention is causal (decoder) unless ``causal=False`` is passed with a key padding mask; ``window``
 > 0 restricts it to keys within window/2 positions (ModernBERT's local layers).
 
@@ -81,10 +83,11 @@ class SiPEAttention(nn.Module):
         elif position not in ("none", "disentangled"):
             raise ValueError(f"unknown attention position mechanism {position!r}")
         self.injections = nn.ModuleList()
+        self.pair_terms = nn.ModuleList()  # GiLT: (q_i + u) . W_k d_ij (graph_term.py)
 
     def forward(self, x: torch.Tensor, tags: Optional[TagContext] = None, causal: bool = True,
                 key_padding_mask: Optional[torch.Tensor] = None, need_weights: bool = False,
-                rel: Optional[torch.Tensor] = None, cache: Optional[Dict[str, torch.Tensor]] = None):
+                rel: Optional[torch.Tensor] = None, cache: Optional[Dict[str, torch.Tensor]] = None, pairs=None):
         """x: (B, T, C) -> (B, T, C) [, attention probabilities (B, H, T, T)]; ``rel``: the
         relative table rows (2T-1, C) for ``position="disentangled"``.
 
@@ -93,7 +96,7 @@ class SiPEAttention(nn.Module):
         of all S+k positions; returns (B, k, C) [, probabilities (B, H, k, S+k)] and appends this
         step's keys and values to ``cache`` (see :meth:`_cached_forward`)."""
         if cache is not None:
-            return self._cached_forward(x, tags, cache, need_weights)
+            return self._cached_forward(x, tags, cache, need_weights, pairs)
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         hooks = list(self.injections) if tags is not None else []
@@ -131,6 +134,7 @@ class SiPEAttention(nn.Module):
         biases = [e for e in (inj.score_bias(q, q_pos, tags, self.scale) for inj in hooks) if e is not None]
         if biases:  # Eq. 7, 8: scores_ij += bias[i, cls_j], (T x 11) @ (11 x T) matmul-adds in place
             scores = class_bias_add(scores, sum(biases), onehot, causal)
+        scores = self._add_pair_terms(scores, q_content, pairs)
 
         if causal:
             future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu_(1)
@@ -157,7 +161,18 @@ class SiPEAttention(nn.Module):
 
     # ------------------------------------------------------------------ incremental decoding
 
-    def _cached_forward(self, x: torch.Tensor, tags: Optional[TagContext], cache: Dict[str, torch.Tensor], need_weights: bool):
+    def _add_pair_terms(self, scores, q_content, pairs):
+        """+ every pair term (GiLT: (q_i + u) . W_k d_ij, scaled as AC), gathered per (query, key)."""
+        if pairs is None or not len(self.pair_terms):
+            return scores
+        c = self.num_heads * self.head_dim
+        w_k = self.qkv.weight[c: 2 * c]
+        for term in self.pair_terms:
+            scores = scores + term.pair_scores(q_content, pairs, w_k, self.score_scale)
+        return scores
+
+    def _cached_forward(self, x: torch.Tensor, tags: Optional[TagContext], cache: Dict[str, torch.Tensor], need_weights: bool,
+                        pairs=None):
         """The new rows i = S .. S+k-1 against every key j < S+k, computed directly (few query rows,
         no (T, T) training buffers, so no in-place Functions). ``cache`` holds, batch first:
         ``k`` (B, H, S, d) keys (rotary: already rotated at their absolute positions, with their
@@ -215,6 +230,7 @@ class SiPEAttention(nn.Module):
         biases = [e for e in (inj.score_bias(q, q_pos, new_tags, self.scale) for inj in hooks) if e is not None]
         if biases:  # Eq. 7, 8: bias[i, cls_j]
             scores = scores + _total(biases).gather(-1, key_cls)
+        scores = self._add_pair_terms(scores, q_content, pairs)
         if k > 1:  # the new rows among themselves: query S+a sees keys j <= S+a
             future = torch.ones(k, n, dtype=torch.bool, device=x.device).triu_(s + 1)
             scores = scores.masked_fill(future, float("-inf"))

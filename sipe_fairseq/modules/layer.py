@@ -41,14 +41,15 @@ class SiPETransformerLayer(nn.Module):
         return self.fc2(F.dropout(h, self.activation_dropout, self.training))
 
     def forward(self, x, tags=None, causal=True, key_padding_mask=None, need_weights=False, rel=None, skip_extra=None,
-                cache=None):
+                cache=None, pairs=None):
         """``skip_extra`` (B, T, C) is added on the attention sublayer's skip branch only (Table 12's
         residual strategy: h = LN(x + extra + Attn(x))); ``cache``: the attention's incremental
-        decoding state (``x`` then holds the new positions only, see :class:`SiPEAttention`)."""
+        decoding state (``x`` then holds the new positions only, see :class:`SiPEAttention`);
+        ``pairs``: GiLT's graph features for the attention's pair terms."""
         attn = {}
 
         def sublayer(h):
-            out, attn["probs"] = self.attn(h, tags, causal, key_padding_mask, need_weights, rel, cache)
+            out, attn["probs"] = self.attn(h, tags, causal, key_padding_mask, need_weights, rel, cache, pairs)
             return out
 
         x = self._residual(x, sublayer, self.attn_norm, skip_extra)

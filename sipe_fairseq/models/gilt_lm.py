@@ -1,0 +1,125 @@
+"""GiLT decoder LM ``gilt_txl`` (arXiv 2605.15562; gilt-facts.md sections 2-3): the ``sipe_txl``
+Transformer-XL decoder (relative attention, post-LN, ReLU FFN, tied embeddings, no injection) with
+GiLT's graph-feature score term in layers K..L (``--gilt-first-layer``, :mod:`..modules.graph_term`)
+and the arc scorer / arc-count head (:mod:`..modules.arc_scorer`).
+
+Inputs (``net_input``, from task ``gilt_lm``, :mod:`..data.gilt_dataset`): the tokens, ``src_words``
+(block word per position) and ``gilt_pairs`` (word-level features), from which each layer's term
+gathers its (T, T) feature values; with ``gilt_word_pos``/``gilt_local``/``gilt_sent``/``gilt_prev`` the
+arc scorer runs on every word (teacher forcing) and ``extra["arcs"]`` holds its logits.
+
+Incremental decoding: pass ``gilt_features`` (B, k, S+k, 3), the feature values of the k new query
+rows against every key, and an ``incremental_state`` (the KV cache of ``sipe_txl``); the arc scorer
+for one word is :meth:`GiltDecoder.score_word` (used by the beam over graphs, ``eval/gilt_scoring.py``).
+"""
+import logging
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from fairseq.models import FairseqLanguageModel, register_model, register_model_architecture
+
+from ..modules.arc_scorer import ArcScorer, word_inputs
+from ..modules.graph_term import GraphContext, GraphFeatureTables, attach_graph_terms
+from ._common import log_parameters
+from .sipe_lm import SiPEDecoder, SiPEDecoderConfig, _set
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GiltConfig(SiPEDecoderConfig):
+    gilt_first_layer: int = field(default=1, metadata={"help": "graph-feature term in attention layers K..L (GiLT: all)"})
+    gilt_proj_init_std: float = field(default=0.02, metadata={"help": "init std of the per-layer feature projections (0: "
+                                                                     "the model starts as plain Transformer-XL)"})
+    gilt_arc_scorer: bool = field(default=True, metadata={"help": "build the arc scorer and count head (section 2)"})
+
+
+def pair_values(src_words: torch.Tensor, pairs: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor:
+    """(B, Tq, Tk, 3) feature values of query positions ``rows`` against every key, from the block
+    word of each position and the word-level ``pairs`` (B, W+1, W+1, 3)."""
+    b = torch.arange(src_words.size(0), device=src_words.device)[:, None, None]
+    return pairs[b, src_words[:, rows, None], src_words[:, None, :]]
+
+
+class GiltDecoder(SiPEDecoder):
+    def __init__(self, cfg, dictionary):
+        if str(cfg.sipe_injection) != "none":
+            raise ValueError("gilt_txl takes no hexatag injection (--sipe-injection none)")
+        super().__init__(cfg, dictionary)
+        self.graph_tables = GraphFeatureTables()
+        attach_graph_terms([layer.attn for layer in self.layers], self.graph_tables, cfg.gilt_first_layer, cfg.gilt_proj_init_std)
+        self.arc_scorer = ArcScorer(cfg.decoder_embed_dim) if cfg.gilt_arc_scorer else None
+
+    def forward(self, prev_output_tokens, src_lengths=None, src_words=None, gilt_pairs=None, gilt_prev=None,
+                gilt_word_pos=None, gilt_local=None, gilt_sent=None, gilt_features=None, features_only=False,
+                return_all_hiddens=False, need_attn=False, incremental_state=None, **unused):
+        x, extra = self.extract_features(prev_output_tokens, src_words, gilt_pairs, gilt_prev, gilt_word_pos, gilt_local,
+                                         gilt_sent, gilt_features, need_attn, incremental_state)
+        if not features_only:
+            x = self.output_layer(x)
+        return x, extra
+
+    def extract_features(self, tokens, src_words=None, gilt_pairs=None, gilt_prev=None, gilt_word_pos=None, gilt_local=None,
+                         gilt_sent=None, gilt_features=None, need_attn=False, incremental_state=None, **unused):
+        caches = None if incremental_state is None else self._layer_caches(incremental_state)
+        start = 0 if caches is None else self._cached_length(caches, tokens)
+        if gilt_features is None:
+            if src_words is None or gilt_pairs is None:
+                raise ValueError("gilt_txl needs its graph features: src_words and gilt_pairs (--task gilt_lm) or gilt_features")
+            gilt_features = pair_values(src_words, gilt_pairs, slice(start, None))
+        if gilt_features.shape[:3] != (tokens.size(0), tokens.size(1) - start, tokens.size(1)):
+            raise ValueError(f"graph features {tuple(gilt_features.shape[:3])} for {tokens.size(1) - start} new of "
+                             f"{tokens.size(1)} positions")
+        ctx = GraphContext.from_values(gilt_features)
+        emb = self.embed_tokens(tokens[:, start:]) * self.embed_scale
+        x = F.dropout(emb, self.cfg.dropout, self.training)
+        inner, attn = [x], None
+        for i, layer in enumerate(self.layers):
+            x, attn = layer(x, None, causal=True, need_weights=need_attn, cache=None if caches is None else caches[i], pairs=ctx)
+            inner.append(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        extra = {"attn": [attn], "inner_states": inner, "embedded": emb}
+        if self.arc_scorer is not None and gilt_word_pos is not None and caches is None:
+            o = word_inputs(inner, emb, gilt_word_pos, gilt_sent)
+            extra["arcs"] = self.arc_scorer(o, gilt_local, gilt_sent, gilt_prev)
+        return x, extra
+
+    def arc_layers(self):
+        """Indices into ``inner_states`` feeding o_w: layers L/2+1 and L-1 (gilt-facts.md section 2)."""
+        n = len(self.layers)
+        return min(n, n // 2 + 1), max(0, n - 1)
+
+
+class GiltLanguageModel(FairseqLanguageModel):
+    @classmethod
+    def build_model(cls, args, task):
+        decoder = GiltDecoder(args, task.target_dictionary)
+        log_parameters(cls.__name__, decoder)
+        n_arc = sum(p.numel() for p in decoder.arc_scorer.parameters()) if decoder.arc_scorer is not None else 0
+        logger.info(f"{cls.__name__}: {n_arc:,} parameters in the arc scorer")
+        return cls(decoder)
+
+
+register_model("gilt_txl", dataclass=GiltConfig)(GiltLanguageModel)
+
+
+@register_model_architecture("gilt_txl", "gilt_txl_tiny")
+def gilt_txl_tiny(args):
+    """Tests and the demo: 2 layers, d 64, 4 heads."""
+    _set(args, decoder_embed_dim=64, decoder_ffn_embed_dim=256, decoder_layers=2, decoder_attention_heads=4, dropout=0.1)
+
+
+@register_model_architecture("gilt_txl", "gilt_txl_small")
+def gilt_txl_small(args):
+    """Walkthrough size for CPU: 4 layers, d 256, 4 heads (as sipe_txl_small)."""
+    _set(args, decoder_embed_dim=256, decoder_ffn_embed_dim=1024, decoder_layers=4, decoder_attention_heads=4)
+
+
+@register_model_architecture("gilt_txl", "gilt_txl_16l")
+def gilt_txl_16l(args):
+    """The paper's from-scratch model (src/scripts/train_graphLayer.sh): 16 layers, d 1024, 8 x 128 heads,
+    FFN 4096, dropout 0 (gilt-facts.md section 5)."""
+    _set(args, decoder_embed_dim=1024, decoder_ffn_embed_dim=4096, decoder_layers=16, decoder_attention_heads=8,
+         dropout=0.0, attention_dropout=0.0)

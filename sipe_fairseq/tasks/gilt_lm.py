@@ -1,0 +1,59 @@
+"""Task ``gilt_lm``: causal LM over a ``sipe-preprocess`` directory with GiLT's gold graphs
+(``{split}.arcs``), teacher-forced (gilt-facts.md section 1).
+
+A task of its own rather than a structure option on ``hexatag_lm``: the model inputs differ
+(word-level graph tensors instead of per-position tags), blocks must hold whole sentences, and
+context-window evaluation (which cuts sentences) does not apply; the tag streams are still loaded,
+only to place the words (first subwords) in the token stream, so both tasks read the same directory.
+"""
+import logging
+import os
+from dataclasses import dataclass
+
+from fairseq import utils
+from fairseq.data import data_utils
+from fairseq.tasks import register_task
+
+from ..data.arc_streams import load_arc_stream
+from ..data.gilt_dataset import WHOLE_SENTENCE_BREAK_MODES, GiltLMDataset
+from .hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GiltLMConfig(HexatagLMConfig):
+    pass
+
+
+@register_task("gilt_lm", dataclass=GiltLMConfig)
+class GiltLanguageModelingTask(HexatagLanguageModelingTask):
+    """Samples of :class:`~sipe_fairseq.data.gilt_dataset.GiltLMDataset` (gold graph tensors in ``net_input``,
+    gold arcs as ``gilt_head``/``gilt_dep`` targets)."""
+
+    def __init__(self, args, dictionary, output_dictionary=None, targets=None):
+        if str(args.sample_break_mode) not in WHOLE_SENTENCE_BREAK_MODES:
+            raise ValueError(f"--task gilt_lm needs whole sentences per block: --sample-break-mode "
+                             f"{' | '.join(WHOLE_SENTENCE_BREAK_MODES)} (got {args.sample_break_mode})")
+        super().__init__(args, dictionary, output_dictionary, targets)
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        super().load_dataset(split, epoch, combine, **kwargs)
+        ds = self.datasets[split]
+        paths = utils.split_paths(self.args.data)
+        data_path = paths[(epoch - 1) % len(paths)]
+        raw = data_utils.load_indexed_dataset(os.path.join(data_path, split), self.dictionary, self.args.dataset_impl)
+        terminal = data_utils.load_indexed_dataset(os.path.join(data_path, f"{split}.terminal"), None, self.args.dataset_impl)
+        arcs, n_words = load_arc_stream(data_path, split, raw, terminal, self.args.dataset_impl)
+        self.datasets[split] = GiltLMDataset(
+            ds.dataset, ds.tag_blocks, ds.tag_pad, arcs, n_words, placement=ds.placement, src_vocab=ds.vocab,
+            tgt_vocab=ds.tgt_vocab, add_eos_for_other_targets=ds.add_eos_for_other_targets, shuffle=ds.shuffle,
+            targets=ds.targets, add_bos_token=ds.add_bos_token, fixed_pad_length=ds.fixed_pad_length, pad_to_bsz=ds.pad_to_bsz)
+        logger.info(f"{split}: {len(ds)} blocks with gold graphs ({int(n_words.sum())} words)")
+
+    def eval_lm_dataloader(self, dataset, max_tokens=36000, batch_size=None, max_positions=None, num_shards=1,
+                           shard_id=0, num_workers=1, data_buffer_size=10, context_window=0):
+        if context_window > 0:
+            raise ValueError("--task gilt_lm scores whole sentences: --context-window is not supported")
+        return super().eval_lm_dataloader(dataset, max_tokens, batch_size, max_positions, num_shards, shard_id,
+                                          num_workers, data_buffer_size, context_window=0)
