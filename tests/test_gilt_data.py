@@ -1,8 +1,6 @@
 """GiLT arc stream: tree/graph -> item -> arcs round trips, sipe-preprocess writes {split}.arcs, load checks."""
 import json
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from sipe_fairseq.data.arc_streams import load_arc_stream

@@ -50,7 +50,7 @@ def sample(dictionary, sents=SENTS, seed=1):
     g = torch.Generator().manual_seed(seed)
     toks, terms = [dictionary.eos()], [NOTAG]
     for pieces in PIECES:
-        for k, n in enumerate(pieces):
+        for n in pieces:
             toks += torch.randint(5, 40, (n,), generator=g).tolist()
             terms += [FIRST_TAG_ID] + [NOTAG] * (n - 1)
         toks.append(dictionary.eos())

@@ -35,7 +35,7 @@ def write_arc_stream(prefix: str, items: Sequence[List[int]], n_words: Sequence[
     write_stream(prefix + ".arcs", flat, sizes, int(flat.max(initial=0)) + 1)
     c = Counter()
     for it, n in zip(items, n_words):
-        for w, (heads, deps) in enumerate(decode_words(it, n), 1):
+        for heads, deps in decode_words(it, n):
             c["arcs"] += len(heads) + len(deps)
             c["root_arcs"] += heads.count(0)
             c["max_arcs_per_word"] = max(c["max_arcs_per_word"], len(heads) + len(deps))
