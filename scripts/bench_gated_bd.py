@@ -7,13 +7,15 @@ whose Eq. 7-8 term is ``class_bias_add`` for ``fused`` and the previous out-of-p
 
     OMP_NUM_THREADS=1 python scripts/bench_gated_bd.py [--batch 8 --heads 8 --tokens 512 --head-dim 64]
 
-Time: median over rounds (wall and this process's CPU time), variants interleaved within a round. Memory: peak of the running sum of
-the CPU allocator events of one training step (torch.profiler, profile_memory), above what was
+Time: median over rounds (wall and this process's CPU time), variants interleaved within a round.
+Memory: peak of the running sum of the CPU allocator events of one training step (torch.profiler, profile_memory), above what was
 alive before it (as scripts/bench_decoders.py).
 """
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -21,9 +23,12 @@ from torch.utils.checkpoint import checkpoint
 
 from sipe_fairseq.modules import attention as attention_module
 from sipe_fairseq.modules.assembly import attach_injections
-from sipe_fairseq.modules.attention import SiPEAttention, _gated_bd
+from sipe_fairseq.modules.attention import SiPEAttention
 from sipe_fairseq.modules.gated_bd import class_bias_add, gated_bd_add
 from sipe_fairseq.modules.injections import TagContext
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from reference_ops import _gated_bd  # noqa: E402  the plain-autograd reference (test code)
 
 
 def _checkpointed(scores, q_pos, r, gate, onehot, scale, causal=False):
@@ -96,7 +101,7 @@ def main():
     mem = {}
     for v in variants:
         step(*models[v], x, tags, grad_out)  # warm-up
-        mem[v] = peak_bytes(lambda: step(*models[v], x, tags, grad_out))
+        mem[v] = peak_bytes(lambda v=v: step(*models[v], x, tags, grad_out))
     times = {v: {k: [] for k in ("train", "eval", "train_cpu", "eval_cpu")} for v in variants}
     for r in range(a.rounds):
         for v in variants[r % len(variants):] + variants[:r % len(variants)]:
