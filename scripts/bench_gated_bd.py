@@ -13,7 +13,9 @@ alive before it (as scripts/bench_decoders.py).
 """
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -21,9 +23,12 @@ from torch.utils.checkpoint import checkpoint
 
 from sipe_fairseq.modules import attention as attention_module
 from sipe_fairseq.modules.assembly import attach_injections
-from sipe_fairseq.modules.attention import SiPEAttention, _gated_bd
+from sipe_fairseq.modules.attention import SiPEAttention
 from sipe_fairseq.modules.gated_bd import class_bias_add, gated_bd_add
 from sipe_fairseq.modules.injections import TagContext
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from reference_ops import _gated_bd  # noqa: E402  the plain-autograd reference (test code)
 
 
 def _checkpointed(scores, q_pos, r, gate, onehot, scale, causal=False):
@@ -96,7 +101,7 @@ def main():
     mem = {}
     for v in variants:
         step(*models[v], x, tags, grad_out)  # warm-up
-        mem[v] = peak_bytes(lambda: step(*models[v], x, tags, grad_out))
+        mem[v] = peak_bytes(lambda v=v: step(*models[v], x, tags, grad_out))
     times = {v: {k: [] for k in ("train", "eval", "train_cpu", "eval_cpu")} for v in variants}
     for r in range(a.rounds):
         for v in variants[r % len(variants):] + variants[:r % len(variants)]:

@@ -157,7 +157,7 @@ def test_sipe_parameter_count_is_7d(dictionary):
 def test_class_gather_equals_direct_computation():
     """The per-class + gather evaluation of c_ij equals the direct <q_i + v, W_E e_j>."""
     from sipe_fairseq.modules import HexatagEmbedding, TagProjection, tag_pair_classes
-    from sipe_fairseq.modules.injections import class_scores
+    from reference_ops import class_scores
     torch.manual_seed(0)
     emb, proj = HexatagEmbedding(16), TagProjection(16, 4, 4, "d_model", init_std=0.3)
     _, terms, nts = batch(b=2, t=9)

@@ -7,10 +7,12 @@ import torch.nn.functional as F
 from sipe_fairseq.modules import attention as attention_module
 from sipe_fairseq.modules import gated_bd
 from sipe_fairseq.modules.assembly import attach_injections
-from sipe_fairseq.modules.attention import SiPEAttention, _gated_bd
+from sipe_fairseq.modules.attention import SiPEAttention
 from sipe_fairseq.modules.gated_bd import class_bias_add, gated_bd_add
 from sipe_fairseq.modules.injections import TagContext, class_onehot
 from sipe_fairseq.modules.positional import RelativePosition, rel_shift
+
+from reference_ops import _gated_bd
 
 N_CLASSES = 11
 
@@ -233,7 +235,7 @@ def spos_inputs(b=2, h=3, t=6, d=4, dtype=torch.float64, seed=0):
 
 def test_gated_spos_add_matches_autograd_reference():
     """Forward and every gradient of the in-place Eq. 13 equal ``scores + S_pos + S_pos * c``."""
-    from sipe_fairseq.modules.attention import _gated_spos
+    from reference_ops import _gated_spos
     from sipe_fairseq.modules.gated_bd import gated_spos_add
 
     x = spos_inputs()

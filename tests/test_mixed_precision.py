@@ -15,10 +15,12 @@ import torch
 
 from sipe_fairseq.modules import gated_bd
 from sipe_fairseq.modules.assembly import attach_injections
-from sipe_fairseq.modules.attention import SiPEAttention, _gated_bd, _gated_spos
+from sipe_fairseq.modules.attention import SiPEAttention
 from sipe_fairseq.modules.gated_bd import class_bias_add, gated_bd_add, gated_spos_add
 from sipe_fairseq.modules.injections import TagContext, class_onehot
 from sipe_fairseq.modules.positional import rel_shift
+
+from reference_ops import _gated_bd, _gated_spos
 
 N_CLASSES = 11
 HALF = [torch.bfloat16, torch.float16]  # float16 matmul runs on CPU in torch 2.13 (checked), so both are tested here

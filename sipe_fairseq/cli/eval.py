@@ -14,9 +14,11 @@ import sys
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.eval import attention, blimp, report, sweep_plot, syntaxgym
+from sipe_fairseq.eval.progress import add_progress_argument, configure
 
 SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot,
                "attention": attention}
+LONG_RUNNING = {"blimp", "syntaxgym", "report", "attention"}  # these get progress bars and --no-progress
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=getattr(module, "HELP", None), description=module.__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(sp)
+        if name in LONG_RUNNING:
+            add_progress_argument(sp)
         sp.set_defaults(run=module.run)
     return p
 
@@ -35,6 +39,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("sipe_fairseq").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    configure(args)
     try:
         return args.run(args)
     except CheckpointError as e:

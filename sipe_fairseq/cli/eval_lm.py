@@ -19,6 +19,7 @@ import torch
 
 import sipe_fairseq
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
+from sipe_fairseq.eval.progress import add_progress_argument, configure
 from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,9 @@ def main(argv=None):
                         "(eval/prefix_tags.py), e.g. given,self,beam:4")
     p.add_argument("--tags-unconstrained", action="store_true", help="self/beam: any tag pair, not only valid prefixes")
     p.add_argument("--tags-max-sentences", type=int, default=None, help="score the first N sentences only with --tags")
+    add_progress_argument(p)
     args = p.parse_args(argv)
+    configure(args)
     if args.tags:
         from sipe_fairseq.eval.prefix_tags import parse_tag_source
 

@@ -36,6 +36,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .progress import progress
+
 logger = logging.getLogger(__name__)
 
 HELP = "attention mass along dependency arcs (e.g. verb -> object), averaged over layers and heads (appendix C)"
@@ -148,7 +150,9 @@ def analyse(models: "OrderedDict[str, tuple]", sentences, encoder, relation: str
     per_model = {name: {"masses": [], "not_visible": 0} for name in models}
     arcs_out = []
     n_sent = n_with_arcs = 0
-    for k, sent in enumerate(sentences):
+    n = len(sentences) if hasattr(sentences, "__len__") else None
+    total = min(n, max_sentences) if max_sentences and n is not None else (max_sentences or n)
+    for k, sent in enumerate(progress(sentences, desc="attention", unit=" sent", total=total)):
         if max_sentences and n_sent >= max_sentences:
             break
         n_sent += 1

@@ -61,6 +61,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..hexatag import HexatagError, encode_tree
 from ..parsing import ParseError, add_tree_arguments, normalize_text, parse_each, tree_source_from_args, tree_source_stats
+from .progress import progress
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +174,9 @@ def prepare(pairs: Sequence[BlimpPair], source, encoder, parse_batch: int = 1024
         else:
             todo.append(t)
     try:
-        parses = parse_each(source, todo, parse_batch)
+        parses = []
+        for start in progress(range(0, len(todo), parse_batch), desc="parse"):
+            parses.extend(parse_each(source, todo[start:start + parse_batch], parse_batch))
     except KeyError as e:  # a tree file without this sentence: name the pair too
         msg = e.args[0] if e.args else str(e)
         where = next((f" (pairID {p.pair_id}, UID {p.uid}, {p.location})" for p in pairs

@@ -60,6 +60,7 @@ import torch.nn.functional as F
 from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from ..hexatag.constrained import CLOSED, PAIRS, START, advance, allowed_pairs, is_valid
 from ..hexatag.tags import NONTERMINALS, TERMINALS
+from .progress import progress
 from .scoring import POSITION_TYPES, accepts_tags
 
 PLACEMENTS = ("first_subword", "last_subword")
@@ -474,13 +475,16 @@ def score_sentences(model, encoded: Sequence[Tuple[torch.Tensor, torch.Tensor, t
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
     out: List[Optional[SentenceScore]] = [None] * len(encoded)
     start, done = time.time(), 0
+    bar = progress(desc=f"tags {source}", unit=" sent", total=len(encoded))
     for b in range(0, len(order), batch_sentences):
         idx = order[b:b + batch_sentences]
         for i, score in zip(idx, scorer.score_batch([encoded[i] for i in idx], dictionary)):
             out[i] = score
         done += len(idx)
+        bar.update(len(idx))
         if log_every and (done // log_every) != ((done - len(idx)) // log_every):
             logging.getLogger(__name__).info(f"{source}: {done}/{len(encoded)} sentences, {time.time() - start:.0f} s")
+    bar.close()
     return out
 
 

@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 from ..data.tag_dictionary import NOTAG_ID, TAG_HEADS
 from ..modules.tag_heads import tag_log_probs
+from .progress import progress
 
 POSITION_TYPES = ("eos", "word_initial", "continuation")
 Encoded = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -66,7 +67,7 @@ def score_batches(model, batches: Iterable[dict], eos: int, pad: int) -> Dict[st
     model.eval()
     use_tags = accepts_tags(model)
     sums = defaultdict(float)
-    for sample in batches:
+    for sample in progress(batches, desc="perplexity"):
         if "net_input" not in sample:
             continue
         net = dict(sample["net_input"])
@@ -179,7 +180,7 @@ def _decoder_batches(model, encoded: Sequence[Encoded], eos: int, pad: int, batc
                         "need a decoder (score encoders with score_sentence_batch: pseudo-log-likelihood)")
     model.eval()
     use_tags = accepts_tags(model)
-    for start in range(0, len(encoded), batch_size):
+    for start in progress(range(0, len(encoded), batch_size), desc="score"):
         chunk = encoded[start:start + batch_size]
         width = max(len(t) for t, _, _ in chunk)
         src = torch.full((len(chunk), width), pad, dtype=torch.long)
@@ -303,7 +304,7 @@ def pseudo_log_likelihoods(model, encoded: Sequence[Encoded], dictionary, batch_
             raise ValueError(f"sentence {i}: {len(t) + 1} tokens with <s> and </s>, more than the model's {limit} positions")
         lengths.append(len(t) - 1)
     out: List[torch.Tensor] = [None] * len(encoded)
-    for group in _copy_groups(lengths, batch_size):
+    for group in progress(list(_copy_groups(lengths, batch_size)), desc="pseudo-log-likelihood"):
         rows, width = sum(lengths[i] for i in group), max(lengths[i] for i in group) + 2
         src = torch.full((rows, width), pad, dtype=torch.long)
         terms, nts = torch.full_like(src, NOTAG_ID), torch.full_like(src, NOTAG_ID)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from ..parsing.tokenize import split_words
+from .progress import progress
 from .syntaxgym_formula import FormulaError, Node, SyntaxGymError, parse_formula
 
 logger = logging.getLogger(__name__)
@@ -175,7 +176,7 @@ def parse_sentences(sentences: Sequence[Sentence], parser, batch_size: int = 256
 
     refused = (ValueError, KeyError)
     todo = [s for s in sentences if s.failure is None]
-    for start in range(0, len(todo), batch_size):
+    for start in progress(range(0, len(todo), batch_size), desc="parse"):
         chunk = todo[start:start + batch_size]
         try:
             results = list(parser.parse_words([s.words for s in chunk]))

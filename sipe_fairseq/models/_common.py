@@ -1,5 +1,12 @@
-"""Helpers shared by the model assemblies (not a registered module)."""
+"""Helpers shared by the model assemblies (not a registered module): the tag-input checks, the tag
+heads, the architecture presets and the parameter log."""
 import logging
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from ..modules import tag_head
 
 logger = logging.getLogger(__name__)
 
@@ -12,3 +19,49 @@ def log_parameters(name: str, body) -> None:
     n = sum(p.numel() for p in body.parameters())
     sipe = sum(p.numel() for k, p in body.named_parameters() if k.startswith(SIPE_PREFIXES) or "injections" in k)
     logger.info(f"{name}: {n:,} parameters ({sipe:,} SiPE: tag tables, fusion and projections)")
+
+
+def preset(args, **defaults) -> None:
+    """An architecture preset: set each default on ``args`` unless the user already set it."""
+    for k, v in defaults.items():
+        setattr(args, k, getattr(args, k, v))
+
+
+# ----------------------------------------------------------------------------- tag inputs
+
+def missing_tags_error(model: str, task: str) -> ValueError:
+    """The error of a tagged model called without tag streams; ``model`` names it for the user."""
+    return ValueError(f"{model} needs hexatags: pass src_terminals/src_nonterminals "
+                      f"(use --task {task} on a sipe-preprocess directory)")
+
+
+def check_tag_inputs(tokens: torch.Tensor, terminals: Optional[torch.Tensor], nonterminals: Optional[torch.Tensor],
+                     model: str, task: str) -> None:
+    """Both tag streams given, each of the tokens' shape (B, T)."""
+    if terminals is None or nonterminals is None:
+        raise missing_tags_error(model, task)
+    if terminals.shape != tokens.shape or nonterminals.shape != tokens.shape:
+        raise ValueError(f"tag shapes {tuple(terminals.shape)}/{tuple(nonterminals.shape)} differ from tokens "
+                         f"{tuple(tokens.shape)}")
+
+
+# ----------------------------------------------------------------------------- tag heads
+
+def tag_heads_enabled(setting, tagged: bool) -> bool:
+    """``--sipe-tag-heads``: on, off, or auto (on for a model that reads tags)."""
+    return str(setting) == "on" or (str(setting) == "auto" and tagged)
+
+
+def build_tag_heads(dim: int, enabled: bool = True) -> Tuple[Optional[nn.Linear], Optional[nn.Linear]]:
+    """(terminal head, non-terminal head) on features of size ``dim``, or (None, None)."""
+    if not enabled:
+        return None, None
+    return tag_head("terminal", dim), tag_head("nonterminal", dim)
+
+
+def add_tag_logits(model: nn.Module, x: torch.Tensor, extra: dict) -> None:
+    """``extra["terminal_logits"]`` (..., 2) and ``extra["nonterminal_logits"]`` (..., 5) from the
+    model's heads, when it has them."""
+    if model.terminal_head is not None:
+        extra["terminal_logits"] = model.terminal_head(x)
+        extra["nonterminal_logits"] = model.nonterminal_head(x)

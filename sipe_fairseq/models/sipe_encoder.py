@@ -27,11 +27,11 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from omegaconf import II
 
 from ..data.tag_dictionary import FIRST_TAG_ID
-from ..modules import SiPETransformerLayer, attach_injections, parse_injection, tag_head, tag_pair_classes
+from ..modules import SiPETransformerLayer, attach_injections, parse_injection, tag_pair_classes
 from ..modules.assembly import INJECTION_CHOICES, TAG_TABLE_CHOICES, build_tag_tables, tag_context
 from ..modules.input_injection import STRATEGIES, InputFusion, prior_embeddings, uses_deprel
 from ..modules.positional import RELATIVE_LAYOUTS, DisentangledPosition
-from ._common import log_parameters
+from ._common import add_tag_logits, build_tag_heads, check_tag_inputs, log_parameters, preset, tag_heads_enabled
 from .classification import ClassificationHeadsMixin
 
 logger = logging.getLogger(__name__)
@@ -42,7 +42,8 @@ class SiPEEncoderConfig(FairseqDataclass):
     dropout: float = field(default=0.1, metadata={"help": "dropout on embeddings and residuals"})
     attention_dropout: float = field(default=0.1, metadata={"help": "dropout on attention probabilities"})
     activation_dropout: float = field(default=0.0, metadata={"help": "dropout inside the FFN"})
-    activation_fn: ChoiceEnum(["relu", "gelu", "geglu"]) = field(default="gelu", metadata={"help": "FFN activation (geglu: gated)"})
+    activation_fn: ChoiceEnum(["relu", "gelu", "geglu"]) = field(
+        default="gelu", metadata={"help": "FFN activation (geglu: gated)"})
     encoder_embed_dim: int = field(default=768, metadata={"help": "model dimension"})
     encoder_ffn_embed_dim: int = field(default=3072, metadata={"help": "FFN inner dimension (per gate branch for geglu)"})
     encoder_layers: int = field(default=12, metadata={"help": "number of layers"})
@@ -137,9 +138,7 @@ class SiPEEncoder(FairseqEncoder):
         attach_injections([layer.attn for layer in self.layers], score_parts, d,
                           sharing=str(cfg.sipe_projection_sharing), target=str(cfg.sipe_projection_target),
                           first_layer=cfg.sipe_first_layer, init_std=cfg.sipe_proj_init_std)
-        heads = str(cfg.sipe_tag_heads) == "on" or (str(cfg.sipe_tag_heads) == "auto" and bool(self.parts))
-        self.terminal_head = tag_head("terminal", d) if heads else None
-        self.nonterminal_head = tag_head("nonterminal", d) if heads else None
+        self.terminal_head, self.nonterminal_head = build_tag_heads(d, tag_heads_enabled(cfg.sipe_tag_heads, bool(self.parts)))
 
     @property
     def needs_tags(self) -> bool:
@@ -183,11 +182,8 @@ class SiPEEncoder(FairseqEncoder):
             x = x + self.embed_positions(tokens)
         tag_ctx, skip_extra = None, None
         if self.tags is not None:
-            if terminals is None or nonterminals is None:
-                raise ValueError(f"this model (--sipe-injection {self.cfg.sipe_injection}) needs hexatags: pass "
-                                 "src_terminals/src_nonterminals (use --task hexatag_mlm on a sipe-preprocess directory)")
-            if terminals.shape != tokens.shape or nonterminals.shape != tokens.shape:
-                raise ValueError(f"tag shapes {tuple(terminals.shape)}/{tuple(nonterminals.shape)} differ from tokens {tuple(tokens.shape)}")
+            check_tag_inputs(tokens, terminals, nonterminals, f"this model (--sipe-injection {self.cfg.sipe_injection})",
+                             "hexatag_mlm")
             cls = tag_pair_classes(terminals, nonterminals)
             tag_ctx = tag_context(cls, self.tags, self.pathway_tags)
             if self.fusion is not None:
@@ -220,9 +216,7 @@ class SiPEEncoder(FairseqEncoder):
         extra = {"inner_states": inner, "attn": [attn]}
         if need_attn:  # every layer's (B, H, T, T) probabilities, lowest first (appendix C averages them)
             extra["attn_layers"] = layer_attn
-        if self.terminal_head is not None:
-            extra["terminal_logits"] = self.terminal_head(x)
-            extra["nonterminal_logits"] = self.nonterminal_head(x)
+        add_tag_logits(self, x, extra)
         return x, extra
 
     def max_positions(self):
@@ -290,11 +284,6 @@ class SiPEModernBertModel(_SiPEEncoderModel):
     """ModernBERT-style encoder: rotary, pre-norm, GeGLU, local/global layers (Eq. 14-16)."""
 
 
-def _set(args, **defaults):
-    for k, v in defaults.items():
-        setattr(args, k, getattr(args, k, v))
-
-
 _TINY = dict(encoder_embed_dim=64, encoder_ffn_embed_dim=256, encoder_layers=2, encoder_attention_heads=4)
 _SMALL = dict(encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_layers=4, encoder_attention_heads=4)
 _BASE = dict(encoder_embed_dim=768, encoder_ffn_embed_dim=3072, encoder_layers=12, encoder_attention_heads=12)
@@ -303,49 +292,49 @@ _BASE = dict(encoder_embed_dim=768, encoder_ffn_embed_dim=3072, encoder_layers=1
 @register_model_architecture("sipe_roberta", "sipe_roberta_tiny")
 def sipe_roberta_tiny(args):
     """Tests: 2 layers, d 64, 4 heads."""
-    _set(args, **_TINY)
+    preset(args, **_TINY)
 
 
 @register_model_architecture("sipe_roberta", "sipe_roberta_small")
 def sipe_roberta_small(args):
     """CPU walkthroughs: 4 layers, d 256."""
-    _set(args, **_SMALL)
+    preset(args, **_SMALL)
 
 
 @register_model_architecture("sipe_roberta", "sipe_roberta_base")
 def sipe_roberta_base(args):
     """RoBERTa-base sizes (the paper's RoBERTa encoder)."""
-    _set(args, **_BASE)
+    preset(args, **_BASE)
 
 
 @register_model_architecture("sipe_deberta", "sipe_deberta_tiny")
 def sipe_deberta_tiny(args):
-    _set(args, relative_buckets=32, max_relative_positions=128, **_TINY)
+    preset(args, relative_buckets=32, max_relative_positions=128, **_TINY)
 
 
 @register_model_architecture("sipe_deberta", "sipe_deberta_small")
 def sipe_deberta_small(args):
-    _set(args, relative_buckets=64, max_relative_positions=256, **_SMALL)
+    preset(args, relative_buckets=64, max_relative_positions=256, **_SMALL)
 
 
 @register_model_architecture("sipe_deberta", "sipe_deberta_base")
 def sipe_deberta_base(args):
     """DeBERTa-v3-base sizes: 12 x 768, 256 position buckets, max relative position 512."""
-    _set(args, relative_buckets=256, max_relative_positions=512, **_BASE)
+    preset(args, relative_buckets=256, max_relative_positions=512, **_BASE)
 
 
 @register_model_architecture("sipe_modernbert", "sipe_modernbert_tiny")
 def sipe_modernbert_tiny(args):
-    _set(args, local_attention_window=16, **_TINY)
+    preset(args, local_attention_window=16, **_TINY)
 
 
 @register_model_architecture("sipe_modernbert", "sipe_modernbert_small")
 def sipe_modernbert_small(args):
-    _set(args, local_attention_window=64, **_SMALL)
+    preset(args, local_attention_window=64, **_SMALL)
 
 
 @register_model_architecture("sipe_modernbert", "sipe_modernbert_base")
 def sipe_modernbert_base(args):
     """ModernBERT-base sizes: 22 layers, d 768, 12 heads, GeGLU inner 1152, local window 128,
     every 3rd layer global (rotary theta 160k global, 10k local)."""
-    _set(args, encoder_embed_dim=768, encoder_ffn_embed_dim=1152, encoder_layers=22, encoder_attention_heads=12)
+    preset(args, encoder_embed_dim=768, encoder_ffn_embed_dim=1152, encoder_layers=22, encoder_attention_heads=12)

@@ -16,9 +16,9 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel, register_model, register_model_architecture
 from omegaconf import II
 
-from ..modules import SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_head, tag_pair_classes
+from ..modules import SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_pair_classes
 from ..modules.assembly import INJECTION_CHOICES, TAG_TABLE_CHOICES, build_tag_tables, tag_context
-from ._common import log_parameters
+from ._common import add_tag_logits, build_tag_heads, check_tag_inputs, log_parameters, preset, tag_heads_enabled
 from .classification import ClassificationHeadsMixin
 
 logger = logging.getLogger(__name__)
@@ -42,7 +42,8 @@ class SiPEDecoderConfig(FairseqDataclass):
                                           "(Eq. 5-6; rotary: Eq. 14-16) | disentangled (Eq. 7) | attention-bias "
                                           "(Eq. 8-9) | input+attention-bias | position+attention-bias"})
     sipe_projection_sharing: ChoiceEnum(["auto", "layer", "shared"]) = field(
-        default="auto", metadata={"help": "tag projections per layer or shared across layers (auto: per layer, appendix A.2-A.4)"})
+        default="auto", metadata={"help": "tag projections per layer or shared across layers "
+                                          "(auto: per layer, appendix A.2-A.4)"})
     sipe_projection_target: ChoiceEnum(["auto", "d_model", "d_head"]) = field(
         default="auto", metadata={"help": "project tags into d_model (split into heads) or one head's d_head "
                                           "(auto: position d_model, disentangled d_head, attention-bias d_model)"})
@@ -50,10 +51,10 @@ class SiPEDecoderConfig(FairseqDataclass):
         default="shared", metadata={"help": "combined injections (input+attention-bias, position+attention-bias): one tag "
                                             "table read by both pathways, or one per pathway (7d parameters each, appendix B)"})
     sipe_first_layer: int = field(default=1, metadata={"help": "inject into attention layers K..N (section 5 sweep)"})
-    sipe_proj_init_std: float = field(default=1e-3, metadata={"help": "init std of W_E (small: starts as the vanilla model, footnote 3)"})
+    sipe_proj_init_std: float = field(
+        default=1e-3, metadata={"help": "init std of W_E (small: starts as the vanilla model, footnote 3)"})
     sipe_tag_heads: ChoiceEnum(["auto", "on", "off"]) = field(
         default="auto", metadata={"help": "auxiliary tag prediction heads (auto: on unless --sipe-injection none)"})
-    tie_adaptive_weights: bool = field(default=True, metadata={"help": "unused; output projection is always tied"})
     pooler_dropout: float = field(default=0.1, metadata={"help": "dropout in sentence classification heads (fine-tuning)"})
     pooler_activation_fn: ChoiceEnum(["tanh", "relu", "gelu", "linear"]) = field(
         default="tanh", metadata={"help": "activation of the classification head's dense layer (RoBERTa: tanh)"})
@@ -105,9 +106,7 @@ class SiPEDecoder(FairseqIncrementalDecoder):
         attach_injections([layer.attn for layer in self.layers], [p for p in self.parts if p != "input"], d,
                           sharing=str(cfg.sipe_projection_sharing), target=str(cfg.sipe_projection_target),
                           first_layer=cfg.sipe_first_layer, init_std=cfg.sipe_proj_init_std)
-        heads = str(cfg.sipe_tag_heads) == "on" or (str(cfg.sipe_tag_heads) == "auto" and bool(self.parts))
-        self.terminal_head = tag_head("terminal", d) if heads else None
-        self.nonterminal_head = tag_head("nonterminal", d) if heads else None
+        self.terminal_head, self.nonterminal_head = build_tag_heads(d, tag_heads_enabled(cfg.sipe_tag_heads, bool(self.parts)))
 
     @property
     def needs_tags(self) -> bool:
@@ -129,11 +128,8 @@ class SiPEDecoder(FairseqIncrementalDecoder):
         start = 0 if caches is None else self._cached_length(caches, tokens)
         x = self.embed_tokens(tokens[:, start:])
         if self.tags is not None:
-            if terminals is None or nonterminals is None:
-                raise ValueError(f"this model (--sipe-injection {self.cfg.sipe_injection}) needs hexatags: pass "
-                                 "src_terminals/src_nonterminals (use --task hexatag_lm on a sipe-preprocess directory)")
-            if terminals.shape != tokens.shape or nonterminals.shape != tokens.shape:
-                raise ValueError(f"tag shapes {tuple(terminals.shape)}/{tuple(nonterminals.shape)} differ from tokens {tuple(tokens.shape)}")
+            check_tag_inputs(tokens, terminals, nonterminals, f"this model (--sipe-injection {self.cfg.sipe_injection})",
+                             "hexatag_lm")
             cls = tag_pair_classes(terminals, nonterminals)
             if incremental_state is not None:
                 self._check_cached_tags(incremental_state, cls, start)
@@ -152,9 +148,7 @@ class SiPEDecoder(FairseqIncrementalDecoder):
         extra = {"attn": [attn], "inner_states": inner}
         if need_attn:  # every layer's (B, H, T, T) probabilities, lowest first (appendix C averages them)
             extra["attn_layers"] = layer_attn
-        if self.terminal_head is not None:
-            extra["terminal_logits"] = self.terminal_head(x)
-            extra["nonterminal_logits"] = self.nonterminal_head(x)
+        add_tag_logits(self, x, extra)
         return x, extra
 
     # -- incremental decoding (see the class docstring)
@@ -253,21 +247,16 @@ class SiPERopeModel(_SiPELanguageModel):
     """Rotary decoder: ``input`` injection or ``position`` as per-frequency phase offsets."""
 
 
-def _set(args, **defaults):
-    for k, v in defaults.items():
-        setattr(args, k, getattr(args, k, v))
-
-
 @register_model_architecture("sipe_txl", "sipe_txl_tiny")
 def sipe_txl_tiny(args):
     """Tests and the demo: 2 layers, d 64, 4 heads."""
-    _set(args, decoder_embed_dim=64, decoder_ffn_embed_dim=256, decoder_layers=2, decoder_attention_heads=4, dropout=0.1)
+    preset(args, decoder_embed_dim=64, decoder_ffn_embed_dim=256, decoder_layers=2, decoder_attention_heads=4, dropout=0.1)
 
 
 @register_model_architecture("sipe_txl", "sipe_txl_small")
 def sipe_txl_small(args):
     """Walkthrough size for CPU: 4 layers, d 256, 4 heads."""
-    _set(args, decoder_embed_dim=256, decoder_ffn_embed_dim=1024, decoder_layers=4, decoder_attention_heads=4)
+    preset(args, decoder_embed_dim=256, decoder_ffn_embed_dim=1024, decoder_layers=4, decoder_attention_heads=4)
 
 
 @register_model_architecture("sipe_txl", "sipe_txl_16l")
@@ -278,7 +267,7 @@ def sipe_txl_16l(args):
     ``scripts/train_bllip_txl_dep.sh``) use d_model 1024, 16 layers, 8 heads (d_head 128),
     FFN 4096, dropout 0.1, tied embeddings, 256-token segments; optimizer settings in
     ``examples/txl_16l/README.md``."""
-    _set(args, decoder_embed_dim=1024, decoder_ffn_embed_dim=4096, decoder_layers=16, decoder_attention_heads=8,
+    preset(args, decoder_embed_dim=1024, decoder_ffn_embed_dim=4096, decoder_layers=16, decoder_attention_heads=8,
          dropout=0.1, attention_dropout=0.0)
 
 

@@ -30,8 +30,9 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
 
 from ..data.tag_dictionary import NOTAG_ID
-from ..modules import SiPETransformerLayer, tag_head
+from ..modules import SiPETransformerLayer
 from . import encoder_init
+from ._common import build_tag_heads, preset
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +88,7 @@ class SiPETaggerModel(BaseFairseqModel):
         else:
             self.encoder = encoder_init.build_body(spec, dictionary)
             d = spec["args"]["encoder_embed_dim"]
-        self.terminal_head = tag_head("terminal", d)
-        self.nonterminal_head = tag_head("nonterminal", d)
+        self.terminal_head, self.nonterminal_head = build_tag_heads(d)
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -197,18 +197,13 @@ def _set_cfg(cfg, key, value):
         setattr(cfg, key, value)
 
 
-def _set(args, **defaults):
-    for k, v in defaults.items():
-        setattr(args, k, getattr(args, k, v))
-
-
 @register_model_architecture("sipe_tagger", "sipe_tagger_tiny")
 def sipe_tagger_tiny(args):
     """Tests: 2 layers, d 64, 4 heads."""
-    _set(args, encoder_embed_dim=64, encoder_ffn_embed_dim=256, encoder_layers=2, encoder_attention_heads=4)
+    preset(args, encoder_embed_dim=64, encoder_ffn_embed_dim=256, encoder_layers=2, encoder_attention_heads=4)
 
 
 @register_model_architecture("sipe_tagger", "sipe_tagger_small")
 def sipe_tagger_small(args):
     """CPU size: 4 layers, d 256, 4 heads."""
-    _set(args, encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_layers=4, encoder_attention_heads=4)
+    preset(args, encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_layers=4, encoder_attention_heads=4)

@@ -14,9 +14,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..modules import HexatagEmbedding, tag_head, tag_pair_classes
+from ..modules import HexatagEmbedding, tag_pair_classes
+from ._common import add_tag_logits, build_tag_heads, check_tag_inputs, missing_tags_error, preset, tag_heads_enabled
 
 logger = logging.getLogger(__name__)
+
+MODEL, TASK = "sipe_transformer_lm", "hexatag_lm"  # for the missing-tags error
 
 
 class _TaggedEmbedding(nn.Module):
@@ -33,7 +36,7 @@ class _TaggedEmbedding(nn.Module):
     def forward(self, tokens):
         x = self.embed_tokens(tokens)
         if self.pending is None:
-            raise ValueError("sipe_transformer_lm needs hexatags: pass src_terminals/src_nonterminals (--task hexatag_lm)")
+            raise missing_tags_error(MODEL, TASK)
         cls = self.pending
         if cls.shape != tokens.shape:  # incremental decoding feeds the last token only
             cls = cls[:, -tokens.size(1):]
@@ -53,25 +56,21 @@ class SiPETransformerDecoder(TransformerDecoder):
 
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True):
         super().__init__(args, dictionary, _TaggedEmbedding(embed_tokens), no_encoder_attn=no_encoder_attn)
-        heads = getattr(args, "sipe_tag_heads", "on") != "off"
-        d = self.embed_dim
-        self.terminal_head = tag_head("terminal", d) if heads else None
-        self.nonterminal_head = tag_head("nonterminal", d) if heads else None
+        heads = tag_heads_enabled(getattr(args, "sipe_tag_heads", "on"), tagged=True)
+        self.terminal_head, self.nonterminal_head = build_tag_heads(self.embed_dim, heads)
 
     def forward(self, prev_output_tokens, src_terminals=None, src_nonterminals=None, features_only=False,
                 incremental_state=None, **kwargs):
-        cls = None if src_terminals is None else tag_pair_classes(src_terminals, src_nonterminals)
+        check_tag_inputs(prev_output_tokens, src_terminals, src_nonterminals, MODEL, TASK)
+        cls = tag_pair_classes(src_terminals, src_nonterminals)
         if incremental_state is None:
             x, extra = self._features(prev_output_tokens, cls, **kwargs)
         else:
             x, extra = self._incremental_features(prev_output_tokens, cls, incremental_state, **kwargs)
-        if self.terminal_head is not None:
-            extra["terminal_logits"] = self.terminal_head(x)
-            extra["nonterminal_logits"] = self.nonterminal_head(x)
+        add_tag_logits(self, x, extra)
         if not features_only:
             x = self.output_layer(x)
         return x, extra
-
 
     def _features(self, tokens, cls, **kwargs):
         self.embed_tokens.pending = cls
@@ -81,10 +80,6 @@ class SiPETransformerDecoder(TransformerDecoder):
             self.embed_tokens.pending = None
 
     def _incremental_features(self, tokens, cls, incremental_state, **kwargs):
-        if cls is None:
-            raise ValueError("sipe_transformer_lm needs hexatags: pass src_terminals/src_nonterminals (--task hexatag_lm)")
-        if cls.shape != tokens.shape:
-            raise ValueError(f"tag shape {tuple(cls.shape)} differs from tokens {tuple(tokens.shape)}")
         state = self.get_incremental_state(incremental_state, "tags")
         start = 0 if state is None else state["cls"].size(1)
         if start and (state["cls"].size(0) != cls.size(0) or not torch.equal(state["cls"], cls[:, :start])):
@@ -132,7 +127,6 @@ class SiPETransformerLanguageModel(TransformerLanguageModel):
 @register_model_architecture("sipe_transformer_lm", "sipe_transformer_lm_tiny")
 def sipe_transformer_lm_tiny(args):
     """Same sizes as ``sipe_txl_tiny`` (2 layers, d 64, 4 heads)."""
-    for k, v in dict(decoder_embed_dim=64, decoder_ffn_embed_dim=256, decoder_layers=2, decoder_attention_heads=4,
-                     share_decoder_input_output_embed=True, dropout=0.1).items():
-        setattr(args, k, getattr(args, k, v))
+    preset(args, decoder_embed_dim=64, decoder_ffn_embed_dim=256, decoder_layers=2, decoder_attention_heads=4,
+           share_decoder_input_output_embed=True, dropout=0.1)
     base_lm_architecture(args)

@@ -23,14 +23,7 @@ import torch.nn.functional as F
 
 from .gated_bd import class_bias_add, gated_bd_add, gated_spos_add
 from .injections import TagContext, class_onehot
-from .positional import RelativePosition, Rotary, rel_shift, skew
-
-
-def _gated_bd(q_pos, r, gate, onehot, scale):
-    """Eq. 6's (1 + c) * BD as bd + bd * c, with c_ij = gate[i, cls_j] spread by the one-hot (plain
-    autograd reference of :func:`gated_bd.gated_bd_add`, which the forward uses)."""
-    bd = rel_shift(torch.matmul(q_pos * scale, r.transpose(-1, -2)))  # scale the (T, d) side, not (T, T)
-    return torch.addcmul(bd, bd, torch.matmul(gate, onehot))
+from .positional import RelativePosition, Rotary, skew
 
 
 def _disentangled_spos(q, k, pos_q, pos_k, scale):
@@ -39,12 +32,6 @@ def _disentangled_spos(q, k, pos_q, pos_k, scale):
     c2p = skew(torch.matmul(q * scale, pos_k.transpose(-1, -2)))
     p2c = skew(torch.matmul(k * scale, pos_q.transpose(-1, -2))).transpose(-1, -2)
     return c2p + p2c
-
-
-def _gated_spos(q, k, pos_q, pos_k, gate, onehot, scale):
-    """Eq. 13's (1 + c) * S_pos (plain autograd reference of :func:`gated_bd.gated_spos_add`)."""
-    spos = _disentangled_spos(q, k, pos_q, pos_k, scale)
-    return torch.addcmul(spos, spos, torch.matmul(gate, onehot))
 
 
 def _softmax(scores: torch.Tensor) -> torch.Tensor:
@@ -118,7 +105,7 @@ class SiPEAttention(nn.Module):
             r = self.relative.keys(t, q.dtype, x.device)
             gates = [g for g in (inj.position_scale(q, q_pos, tags, self.scale) for inj in hooks) if g is not None]
             # + BD (Eq. 3), or + (1 + c) BD (Eq. 6), added in place; nothing (B, H, T, T) saved, BD (and c)
-            # recomputed in backward (gated_bd.py); references: self.relative.score, _gated_bd
+            # recomputed in backward (gated_bd.py); references: self.relative.score, tests/reference_ops.py
             gate = sum(gates) if gates else None
             scores = gated_bd_add(scores, q_pos, r, gate, onehot if gates else None, self.scale, causal)
         elif self.position == "disentangled":
@@ -127,7 +114,8 @@ class SiPEAttention(nn.Module):
             w, bias = self.qkv.weight[: 2 * c], self.qkv.bias[: 2 * c] if self.qkv.bias is not None else None
             pos_q, pos_k = F.linear(rel, w, bias).view(-1, 2, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
             gates = [g for g in (inj.position_scale(q, q, tags, self.scale) for inj in hooks) if g is not None]
-            if gates:  # Eq. 12-13 added in place, S_pos and c recomputed in backward (gated_bd.py); reference: _gated_spos
+            # Eq. 12-13 added in place, S_pos and c recomputed in backward (gated_bd.py); reference: tests/reference_ops.py
+            if gates:
                 scores = gated_spos_add(scores, q, k, pos_q, pos_k, sum(gates), onehot, self.score_scale)
             else:
                 scores = scores + _disentangled_spos(q, k, pos_q, pos_k, self.score_scale)

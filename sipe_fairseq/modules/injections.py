@@ -70,7 +70,8 @@ class TagProjection(nn.Module):
     a small std starts the model at the vanilla score (footnote 3); no bias, so "no tag" stays 0.
     """
 
-    def __init__(self, tag_dim: int, num_heads: int, head_dim: int, target: str = "d_model", init_std: float = 1e-3, out_dim: Optional[int] = None):
+    def __init__(self, tag_dim: int, num_heads: int, head_dim: int, target: str = "d_model", init_std: float = 1e-3,
+                 out_dim: Optional[int] = None):
         super().__init__()
         if target not in ("d_model", "d_head"):
             raise ValueError(f"projection target must be d_model or d_head, got {target!r}")
@@ -107,13 +108,6 @@ def class_onehot(cls: torch.Tensor, n_classes: int, dtype: torch.dtype) -> torch
     """(B, T) class ids -> (B, 1, n_classes, T) one-hot; ``table @ onehot`` spreads a (B, H, T, n)
     per-class table over the keys: out[b, h, i, j] = table[b, h, i, cls[b, j]]."""
     return F.one_hot(cls, n_classes).to(dtype).transpose(1, 2).unsqueeze(1)
-
-
-def class_scores(query: torch.Tensor, proj: torch.Tensor, cls: torch.Tensor, scale: float) -> torch.Tensor:
-    """<query_i, P[cls_j]> * scale for every (i, j): (B, H, T, T), via 11 classes (reference form;
-    the attention adds the per-class table directly, see ``SiPEAttention``)."""
-    per_class = per_class_scores(query, proj, scale)
-    return torch.matmul(per_class, class_onehot(cls, proj.size(0), per_class.dtype))
 
 
 def per_position(proj: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
