@@ -22,7 +22,8 @@ from fairseq.models import FairseqLanguageModel, register_model, register_model_
 from ..modules.arc_scorer import ArcScorer, word_inputs
 from ..modules.graph_term import GraphContext, GraphFeatureTables, attach_graph_terms
 from ._common import log_parameters
-from .sipe_lm import SiPEDecoder, SiPEDecoderConfig, _set
+from ._common import preset
+from .sipe_lm import SiPEDecoder, SiPEDecoderConfig
 
 logger = logging.getLogger(__name__)
 
@@ -108,18 +109,18 @@ register_model("gilt_txl", dataclass=GiltConfig)(GiltLanguageModel)
 @register_model_architecture("gilt_txl", "gilt_txl_tiny")
 def gilt_txl_tiny(args):
     """Tests and the demo: 2 layers, d 64, 4 heads."""
-    _set(args, decoder_embed_dim=64, decoder_ffn_embed_dim=256, decoder_layers=2, decoder_attention_heads=4, dropout=0.1)
+    preset(args, decoder_embed_dim=64, decoder_ffn_embed_dim=256, decoder_layers=2, decoder_attention_heads=4, dropout=0.1)
 
 
 @register_model_architecture("gilt_txl", "gilt_txl_small")
 def gilt_txl_small(args):
     """Walkthrough size for CPU: 4 layers, d 256, 4 heads (as sipe_txl_small)."""
-    _set(args, decoder_embed_dim=256, decoder_ffn_embed_dim=1024, decoder_layers=4, decoder_attention_heads=4)
+    preset(args, decoder_embed_dim=256, decoder_ffn_embed_dim=1024, decoder_layers=4, decoder_attention_heads=4)
 
 
 @register_model_architecture("gilt_txl", "gilt_txl_16l")
 def gilt_txl_16l(args):
     """The paper's from-scratch model (src/scripts/train_graphLayer.sh): 16 layers, d 1024, 8 x 128 heads,
     FFN 4096, dropout 0 (gilt-facts.md section 5)."""
-    _set(args, decoder_embed_dim=1024, decoder_ffn_embed_dim=4096, decoder_layers=16, decoder_attention_heads=8,
+    preset(args, decoder_embed_dim=1024, decoder_ffn_embed_dim=4096, decoder_layers=16, decoder_attention_heads=8,
          dropout=0.0, attention_dropout=0.0)
