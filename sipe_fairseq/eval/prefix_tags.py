@@ -688,3 +688,48 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
                  "logsumexp_beam log p(x, T). For beam the position-type bits are the running bound's increments "
                  "(tag costs included).")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ fairseq-eval-lm
+@torch.no_grad()
+def self_tagged_sample(model, sample: dict, dictionary, placement: str = "first_subword", constrained: bool = True) -> dict:
+    """``fairseq-eval-lm --task hexatag_lm --inference-tags self``: ``sample`` (one sentence per
+    row, ``--sample-break-mode eos``: input ``</s> x_1 .. x_{n-1}``, right-padded) with its input
+    tags replaced by the ``self`` source's choices (:class:`PrefixTagScorer`); the data's tags only
+    mark word starts. fairseq's ``SequenceScorer`` then runs the model once on these tags: as they
+    depend on the prefix only, its per-token scores are the exact ``log q(x_t | x_<t)``."""
+    net = sample["net_input"]
+    src, target = net["src_tokens"], sample["target"]
+    if "src_terminals" not in net:
+        return sample
+    eos, pad = dictionary.eos(), dictionary.pad()
+    scorer = PrefixTagScorer(model, "self", placement, constrained, eos=eos, pad=pad)
+    if not scorer.sees_tags:
+        return sample
+    encoded, lengths = [], []
+    for i in range(len(src)):
+        n = int(target[i].ne(pad).sum())
+        tokens = target[i, :n].cpu()
+        if n < 1 or int(src[i, 0]) != eos or int(tokens[-1]) != eos or int(tokens.eq(eos).sum()) != 1 \
+                or bool(target[i, n:].ne(pad).any()):
+            raise ValueError(f"--inference-tags self: row {i} of sample {sample.get('id', ['?'])[i]} is not one sentence "
+                             "(</s> x_1 .. x_n </s>); use --sample-break-mode eos")
+        terms, nts = torch.full_like(tokens, NOTAG_ID), torch.full_like(tokens, NOTAG_ID)
+        terms[:n - 1], nts[:n - 1] = net["src_terminals"][i, 1:n].cpu(), net["src_nonterminals"][i, 1:n].cpu()
+        encoded.append((tokens, terms, nts))
+        lengths.append(n)
+    new_terms, new_nts = net["src_terminals"].clone(), net["src_nonterminals"].clone()
+    for i, ((tokens, terms, _), score) in enumerate(zip(encoded, scorer.score_batch(encoded, dictionary))):
+        starts = word_starts(tokens, terms, dictionary)
+        _, a, b = scorer._rows(tokens, starts, [[_PAIR_INDEX[p] for p in score.tags]], lengths[i])
+        new_terms[i, :lengths[i]], new_nts[i, :lengths[i]] = a[0].to(new_terms.device), b[0].to(new_nts.device)
+    return dict(sample, net_input=dict(net, src_terminals=new_terms, src_nonterminals=new_nts))
+
+
+def _register_inference_tagger() -> None:
+    from ..tasks.hexatag_lm import INFERENCE_TAGGERS
+
+    INFERENCE_TAGGERS["self"] = self_tagged_sample
+
+
+_register_inference_tagger()
