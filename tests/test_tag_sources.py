@@ -51,8 +51,8 @@ def toy(tmp_path_factory):
                             "--test", str(root / "toy/test.conllu"), "--destdir", str(data), "--spm-vocab-size", "200"]) == 0
     save = root / "ck"
     cmd = [BIN / "fairseq-train", data, "--user-dir", PLUGIN, "--task", "hexatag_lm", "--criterion", "hexatag_lm",
-           "--arch", "sipe_txl_tiny", "--sipe-injection", "position", "--sipe-proj-init-std", "0.5", "--optimizer", "adam", "--lr", "0.003",
-           "--max-tokens", "1024", "--max-update", "4", "--seed", "1", "--save-dir", save, "--no-epoch-checkpoints",
+           "--arch", "sipe_txl_tiny", "--sipe-injection", "position", "--sipe-proj-init-std", "0.5", "--optimizer", "adam",
+           "--lr", "0.003", "--max-tokens", "1024", "--max-update", "4", "--seed", "1", "--save-dir", save, "--no-epoch-checkpoints",
            "--disable-validation", "--num-workers", "0", "--tokens-per-sample", "128", "--sample-break-mode", "complete"]
     proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -111,6 +111,14 @@ def test_fairseq_eval_lm_inference_tags_self_equals_sipe_eval_lm_self(toy):
     model, task = load(toy)
     ours = score_split_tag_sources(model, task, "test", ["given", "self"])
     assert ours["self"]["sentences"] == ours["self"]["split_sentences"] == 12
+    # the position-type breakdown of each row adds up to its NLL; the joint bound's tag cost is in word-initial
+    for row in ours.values():
+        parts = sum(row[f"tokens.{k}"] * row[f"bits.{k}"] * LN2 for k in ("eos", "word_initial", "continuation"))
+        assert parts == pytest.approx(row["nll"], rel=1e-9)
+    g, j = ours["given"], ours["given-joint"]
+    assert (j["bits.eos"], j["bits.continuation"]) == (g["bits.eos"], g["bits.continuation"])
+    tag_bits = (j["bits.word_initial"] - g["bits.word_initial"]) * j["tokens.word_initial"]
+    assert tag_bits == pytest.approx(j["bits.tags_per_word"] * (j["words"] - j["sentences"]), rel=1e-9) and tag_bits > 0
     given = fairseq_eval_lm(toy, "--sample-break-mode", "eos")
     honest = fairseq_eval_lm(toy, "--sample-break-mode", "eos", "--inference-tags", "self")
     assert honest["perplexity"] == pytest.approx(ours["self"]["ppl"], rel=1e-4)

@@ -649,6 +649,9 @@ SOURCE_LABELS = {"given": ("given: p(x|tags) (conditional)", False), "given-join
                  "self": ("self: exact q(x)", False)}
 
 
+SHORT_LABELS = (("given", "given p(x|tags)"), ("given-joint", "given joint"), ("self", "self exact"))
+
+
 def _source_label(source: str) -> Tuple[str, bool]:
     if source in SOURCE_LABELS:
         return SOURCE_LABELS[source]
@@ -675,7 +678,7 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
                          f"{r['complete']} | {r['sentences']}/{r['split_sentences']} |")
     cols = [(name, source) for name, rows in results.items() for source in rows]
     if cols:
-        lines += ["", "| score | " + " | ".join(f"{n} [{_source_label(s)[0]}]" for n, s in cols) + " |",
+        lines += ["", "| score | " + " | ".join(f"{n} {dict(SHORT_LABELS).get(s, s)}" for n, s in cols) + " |",
                   "|---|" + "---:|" * len(cols)]
         for key, label, fmt in (("ppl", "ppl per token", "{:.2f}"), ("ppl_per_word", "ppl per word", "{:.2f}"),
                                 ("bits.eos", "bits/token at </s>", "{:.3f}"),

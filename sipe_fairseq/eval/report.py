@@ -37,6 +37,13 @@ Numbers come from checkpoints (``--path``, each loaded once and scored on whatev
 SyntaxGym share one tree source (``--parser``/``--trees``/``--cache``). BLiMP pairs that were
 skipped (no tree) or unscored (longer than a model's positions) are counted under the table.
 
+``--tags given,self,beam:K`` (issue 12): Table 2's columns use ``given`` tags (a parse of each
+whole sentence); every other source adds a column group (``BLiMP [self]``, ``PPL/word [self]``,
+``SyntaxGym [self]``, ``PPL/token [self]``, value keys ``blimp@self`` ...) scored with tags from the
+prefix only (:mod:`~sipe_fairseq.eval.prefix_tags`; perplexities with every sentence of ``--split``
+scored alone). Precomputed reports bring their groups: BLiMP/SyntaxGym columns named ``pos [self]``,
+``sipe-eval-lm --json`` rows' ``tag_sources``.
+
 Exit status: 0, or 2 on a usage or input error (one line, no traceback).
 
 ``sipe-eval sweep-plot`` (:mod:`~sipe_fairseq.eval.sweep_plot`) draws the layer-entry sweep
@@ -435,27 +442,32 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
         if encoder is not None and len(task.source_dictionary) != len(encoder.dictionary):
             raise ReportError(f"{path}: its dictionary ({len(task.source_dictionary)} symbols) is not "
                               f"{args.data}'s ({len(encoder.dictionary)})")
-        if "ppl" in todo[name]:
-            rows = score_split(model, task, args.split, args.context_window, args.max_tokens)
-            if extra:  # every sentence of the split scored alone under each other tag source
-                rows["tag_sources"] = score_split_tag_sources(model, task, args.split, extra)
-            ppl_rows[name] = rows
-            collected.put(name, "ppl", ppl_values({name: rows})[name], "scored")
-        if "blimp" in todo[name]:
-            t1 = time.perf_counter()
-            for src in sources:
-                label = source_label(name, src)
-                blimp_unscored[label] = blimp.unscorable(model, prepared)
-                blimp_scores[label] = blimp.score_sentences_tags(model, prepared, encoder.dictionary, src, args.batch_size,
-                                                                 joint=args.blimp_score == "joint",
-                                                                 placement=blimp.tag_head_placement(task))
-            blimp_seconds[name] = time.perf_counter() - t1
-        if "syntaxgym" in todo[name]:
-            d = encoder.dictionary
-            rep = syntaxgym.evaluate_suites(suites, sentences, syntaxgym.tag_source_columns(name, model, task, d, sources),
-                                            args.batch_size, args.eq_atol, args.eq_rtol)
-            sg_reports.append(rep)
-            collected.put_columns("syntaxgym", {k: {"syntaxgym": v} for k, v in syntaxgym_values(rep).items()}, "scored")
+        try:
+            if "ppl" in todo[name]:
+                rows = score_split(model, task, args.split, args.context_window, args.max_tokens)
+                if extra:  # every sentence of the split scored alone under each other tag source
+                    rows["tag_sources"] = score_split_tag_sources(model, task, args.split, extra)
+                ppl_rows[name] = rows
+                collected.put(name, "ppl", ppl_values({name: rows})[name], "scored")
+            if "blimp" in todo[name]:
+                t1 = time.perf_counter()
+                for src in sources:
+                    label = source_label(name, src)
+                    blimp_unscored[label] = blimp.unscorable(model, prepared)
+                    blimp_scores[label] = blimp.score_sentences_tags(model, prepared, encoder.dictionary, src,
+                                                                     args.batch_size, joint=args.blimp_score == "joint",
+                                                                     placement=blimp.tag_head_placement(task))
+                blimp_seconds[name] = time.perf_counter() - t1
+            if "syntaxgym" in todo[name]:
+                d = encoder.dictionary
+                rep = syntaxgym.evaluate_suites(suites, sentences, syntaxgym.tag_source_columns(name, model, task, d, sources),
+                                                args.batch_size, args.eq_atol, args.eq_rtol)
+                sg_reports.append(rep)
+                collected.put_columns("syntaxgym", {k: {"syntaxgym": v} for k, v in syntaxgym_values(rep).items()}, "scored")
+        except ReportError:
+            raise
+        except ValueError as e:  # e.g. --tags self for an encoder or a model without tag heads
+            raise ReportError(f"{path}: {e}") from e
         del model, task
         logger.info("%s: scored %s in %.1fs", name, ", ".join(sorted(todo[name])), time.perf_counter() - t0)
 
