@@ -209,7 +209,7 @@ def test_syntaxgym_tag_sources_and_prefix_differences(toy, later_parser, tmp_pat
     assert report["models"] == ["pos", "pos [self]"]
     diff = report["prefix_tag_differences"]
     assert (diff["items"], diff["compared"], diff["differ"], diff["not_compared"]) == (3, 2, 1, 1)
-    assert diff["suites"]["toy"]["critical_region"] == 3
+    assert diff["suites"]["toy"]["critical_region"] == 3 and diff["common_prefix_differ"] == 1
     assert [(d["item"], d["conditions"], d["first_differing_word"]) for d in diff["list"]] == [(1, ["a", "b"], 1)]
     assert "1 of 2 items" in md.read_text()
 

@@ -39,11 +39,18 @@ def report_markdown(report: dict) -> str:
     if diff:
         lines += ["", f"Given tags before the critical region: {diff['differ']} of {diff['compared']} items (conditions with "
                   "identical words there) have different parser tags on those words, i.e. the tags carry information "
-                  f"from the critical region on ({diff['not_compared']} items with no two such conditions).", "",
-                  "| suite | critical region | items compared | tags differ |", "|---|---:|---:|---:|"]
+                  f"from the critical region on ({diff['not_compared']} items with no two such conditions). More broadly, "
+                  f"{diff.get('common_prefix_differ', 0)} of {diff['items']} items have two conditions that tag their "
+                  "shared initial words differently.", "",
+                  "| suite | critical region | items compared | tags differ | shared initial words tagged differently |",
+                  "|---|---:|---:|---:|---:|"]
         for sname, r in diff["suites"].items():
-            lines.append(f"| {sname} | {r['critical_region']} | {r['compared']} | {r['differ']} |")
-        for d in diff["list"]:
+            lines.append(f"| {sname} | {r['critical_region']} | {r['compared']} | {r['differ']} | "
+                         f"{r.get('common_prefix_differ', 0)} |")
+        shown = 20
+        for d in diff["list"][:shown]:
             lines.append(f"- {d['suite']} item {d['item']} ({', '.join(d['conditions'])}): first at word "
                          f"{d['first_differing_word']} {d['word']!r} of \"{d['prefix']}\"")
+        if len(diff["list"]) > shown:
+            lines.append(f"- ... and {len(diff['list']) - shown} more (all in the JSON report)")
     return "\n".join(lines) + "\n"

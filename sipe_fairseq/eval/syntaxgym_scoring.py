@@ -137,25 +137,43 @@ def _prefix(sentence: Sentence, critical: int):
     return tuple(sentence.words[:n]), tuple((int(terms[q]), int(nts[q])) for q in firsts[:n])
 
 
+def _common_prefix_differs(prefixes) -> bool:
+    """Whether two of the ``(words, tags)`` prefixes tag their longest common initial words differently."""
+    for i, (wa, ta) in enumerate(prefixes):
+        for wb, tb in prefixes[i + 1:]:
+            n = 0
+            while n < min(len(wa), len(wb)) and wa[n] == wb[n]:
+                n += 1
+            if ta[:n] != tb[:n]:
+                return True
+    return False
+
+
 def prefix_tag_differences(suites: Sequence[Suite], sentences: Sequence[Sentence]) -> dict:
     """Items whose conditions have identical words before the critical region
     (:func:`critical_region`) but different given tags on them: with tags from a parse of the
     whole sentence the model sees information from the critical region and after (issue 12).
     Returns counts per suite and the list (suite, item, the conditions, the first differing word).
     Conditions are grouped by their prefix words; items without a critical region, and
-    conditions that lack it or could not be encoded, are counted as not compared."""
+    conditions that lack it or could not be encoded, are counted as not compared.
+    ``common_prefix_differ`` counts more broadly the items where some two conditions tag a shared
+    initial run of words (before the critical region, however long) differently."""
     by_key = {(s.suite, s.item, s.condition.name): s for s in sentences}
-    out = {"items": 0, "compared": 0, "differ": 0, "not_compared": 0, "suites": {}, "list": []}
+    out = {"items": 0, "compared": 0, "differ": 0, "not_compared": 0, "common_prefix_differ": 0, "suites": {}, "list": []}
     for suite in suites:
         crit = critical_region(suite)
-        row = {"items": len(suite.items), "compared": 0, "differ": 0, "critical_region": crit}
+        row = {"items": len(suite.items), "compared": 0, "differ": 0, "common_prefix_differ": 0, "critical_region": crit}
         for item in suite.items:
             out["items"] += 1
             groups: Dict[tuple, List[Tuple[str, tuple]]] = {}
+            prefixes = []
             for cname in item.conditions:
                 pre = None if crit is None else _prefix(by_key[(suite.name, item.number, cname)], crit)
                 if pre is not None:
                     groups.setdefault(pre[0], []).append((cname, pre[1]))
+                    prefixes.append(pre)
+            if _common_prefix_differs(prefixes):
+                row["common_prefix_differ"] += 1
             shared = [g for g in groups.values() if len(g) > 1]
             if not shared:
                 out["not_compared"] += 1
@@ -169,7 +187,7 @@ def prefix_tag_differences(suites: Sequence[Suite], sentences: Sequence[Sentence
                                         "prefix": " ".join(words), "first_differing_word": first + 1,
                                         "word": words[first]})
                     break
-        out["compared"] += row["compared"]
-        out["differ"] += row["differ"]
+        for key in ("compared", "differ", "common_prefix_differ"):
+            out[key] += row[key]
         out["suites"][suite.name] = row
     return out

@@ -143,7 +143,12 @@ class PrefixTagged:
 
     def __iter__(self):
         for sample in self.itr:
-            yield self.retag(sample) if isinstance(sample, dict) and "net_input" in sample else sample
+            if isinstance(sample, dict) and "net_input" in sample:
+                try:
+                    sample = self.retag(sample)
+                except ValueError as e:  # e.g. a model without tag heads: one line (USER_ERRORS), no traceback
+                    raise EvaluationError(f"--inference-tags: {e}") from e
+            yield sample
 
 
 class ScoredTokens:
