@@ -52,8 +52,9 @@ def toy(tmp_path_factory):
     save = root / "ck"
     cmd = [BIN / "fairseq-train", data, "--user-dir", PLUGIN, "--task", "hexatag_lm", "--criterion", "hexatag_lm",
            "--arch", "sipe_txl_tiny", "--sipe-injection", "position", "--sipe-proj-init-std", "0.5", "--optimizer", "adam",
-           "--lr", "0.003", "--max-tokens", "1024", "--max-update", "4", "--seed", "1", "--save-dir", save, "--no-epoch-checkpoints",
-           "--disable-validation", "--num-workers", "0", "--tokens-per-sample", "128", "--sample-break-mode", "complete"]
+           "--lr", "0.003", "--max-tokens", "1024", "--max-update", "4", "--seed", "1", "--save-dir", save,
+           "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0", "--tokens-per-sample", "128",
+           "--sample-break-mode", "complete"]
     proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     pairs = root / "pairs"
@@ -119,6 +120,12 @@ def test_fairseq_eval_lm_inference_tags_self_equals_sipe_eval_lm_self(toy):
     assert (j["bits.eos"], j["bits.continuation"]) == (g["bits.eos"], g["bits.continuation"])
     tag_bits = (j["bits.word_initial"] - g["bits.word_initial"]) * j["tokens.word_initial"]
     assert tag_bits == pytest.approx(j["bits.tags_per_word"] * (j["words"] - j["sentences"]), rel=1e-9) and tag_bits > 0
+    from sipe_fairseq.eval.prefix_tags import markdown_tag_sources
+
+    md = markdown_tag_sources({"pos": ours})
+    assert "| pos | self: exact q(x) | " in md and "| pos | given: joint bound p(x,tags) | " in md
+    assert list(ours) == ["given", "given-joint", "self"]  # side by side, one column per source in this order
+    assert "| ppl per token | " + " | ".join(f"{r['ppl']:.2f}" for r in ours.values()) + " |" in md
     given = fairseq_eval_lm(toy, "--sample-break-mode", "eos")
     honest = fairseq_eval_lm(toy, "--sample-break-mode", "eos", "--inference-tags", "self")
     assert honest["perplexity"] == pytest.approx(ours["self"]["ppl"], rel=1e-4)

@@ -645,11 +645,11 @@ def score_split_tag_sources(model, task, split: str, sources: Sequence[str], con
 
 
 # tag source -> (label, whether the row pays for its tags: the tag bits per word are part of its score)
-SOURCE_LABELS = {"given": ("given: p(x|tags) (conditional)", False), "given-joint": ("given: joint bound p(x,tags)", True),
+SOURCE_LABELS = {"given": ("given: p(x\\|tags) (conditional)", False), "given-joint": ("given: joint bound p(x,tags)", True),
                  "self": ("self: exact q(x)", False)}
 
 
-SHORT_LABELS = (("given", "given p(x|tags)"), ("given-joint", "given joint"), ("self", "self exact"))
+SHORT_LABELS = (("given", "given p(x\\|tags)"), ("given-joint", "given joint"), ("self", "self exact"))
 
 
 def _source_label(source: str) -> Tuple[str, bool]:
