@@ -1,5 +1,8 @@
 """``sipe-eval-lm``: conditional perplexity, the joint bound and the position-type breakdown for
-one or several checkpoints on the same ``sipe-preprocess`` directory, side by side.
+one or several checkpoints on the same ``sipe-preprocess`` directory, side by side; with ``--tags
+given,self,beam:K`` also every sentence scored alone under each tag source (conditional and joint
+bound with the given tags, ``self`` exact, ``beam:K`` bound), per token and per word, each with its
+position-type breakdown (:mod:`sipe_fairseq.eval.prefix_tags`).
 
     sipe-eval-lm DATA --path none=ckpt_none/checkpoint_best.pt --path position=ckpt_pos/checkpoint_best.pt
 
@@ -25,11 +28,21 @@ from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
 logger = logging.getLogger(__name__)
 
 
-def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None):
-    """:func:`~sipe_fairseq.eval.scoring.score_split` of one checkpoint (loaded by
-    :func:`~sipe_fairseq.checkpoints.load.load_lm`)."""
+def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None, tags=None,
+             constrained=True, max_sentences=None):
+    """:func:`~sipe_fairseq.eval.scoring.score_split` of one checkpoint (loaded once by
+    :func:`~sipe_fairseq.checkpoints.load.load_lm`); with ``tags`` (tag sources), also
+    ``tag_sources``: every sentence scored alone under each
+    (:func:`~sipe_fairseq.eval.prefix_tags.score_split_tag_sources`)."""
     model, task = load_lm(path, data, context_window)
-    return score_split(model, task, split, context_window, max_tokens, batch_size)
+    rows = score_split(model, task, split, context_window, max_tokens, batch_size)
+    if tags:
+        from sipe_fairseq.eval.prefix_tags import score_split_tag_sources
+
+        if context_window:  # the tag sources score sentences alone: a task without the context-window shortening
+            model, task = load_lm(path, data)
+        rows["tag_sources"] = score_split_tag_sources(model, task, split, tags, constrained, max_sentences)
+    return rows
 
 
 def main(argv=None):
@@ -51,30 +64,26 @@ def main(argv=None):
     add_progress_argument(p)
     args = p.parse_args(argv)
     configure(args)
+    sources = None
     if args.tags:
-        from sipe_fairseq.eval.prefix_tags import parse_tag_source
+        from sipe_fairseq.eval.prefix_tags import parse_tag_sources
 
-        for source in args.tags.split(","):
-            try:
-                parse_tag_source(source)
-            except ValueError as e:
-                p.error(f"--tags: {e}")  # exit status 2
+        try:
+            sources = parse_tag_sources(args.tags)
+        except ValueError as e:
+            p.error(f"--tags: {e}")  # exit status 2
     if args.threads:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
     try:
-        results = {name: evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size)
+        results = {name: evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size,
+                                  sources, not args.tags_unconstrained, args.tags_max_sentences)
                    for name, path in checkpoint_specs(args.path).items()}
-        print(perplexity_markdown(results))
-        if args.tags:  # issue 12: tags from the prefix only
-            from sipe_fairseq.eval.prefix_tags import markdown_tag_sources, score_split_tag_sources
+        print(perplexity_markdown({name: {k: v for k, v in r.items() if k != "tag_sources"} for name, r in results.items()}))
+        if sources:  # issue 12: tags from the prefix only, per checkpoint side by side
+            from sipe_fairseq.eval.prefix_tags import markdown_tag_sources
 
-            sources = [x for x in args.tags.split(",") if x]
-            by_tags = {name: score_split_tag_sources(*load_lm(path, args.data), args.gen_subset, sources,
-                                                     not args.tags_unconstrained, args.tags_max_sentences)
-                       for name, path in checkpoint_specs(args.path).items()}
-            print(markdown_tag_sources(by_tags))
-            results = {name: dict(results[name], tag_sources=by_tags[name]) for name in results}
+            print(markdown_tag_sources({name: r["tag_sources"] for name, r in results.items()}))
     except CheckpointError as e:
         logger.error("%s", e)
         return CHECKPOINT_EXIT_STATUS

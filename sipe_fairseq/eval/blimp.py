@@ -17,6 +17,13 @@ where the sentence may end). A pair is correct when the good sentence scores str
 log-probability its tag heads give each word's tags, ``log p(x, tags)``, which unlike the
 conditional ``log p(x | tags)`` does not reward a model for trusting tags that already encode
 the difference between the two sentences; a model that sees no tags scores the same either way.
+``--tags`` (issue 12) chooses where a decoder's tags come from, several comma-separated (one column
+per model and source, named ``model`` for ``given`` and ``model [self]``, ``model [beam:K]``):
+``given`` = the tree source's tags, a parse of the whole sentence (default, the paper's protocol);
+``self`` = the sentence's exact ``log q(x)`` with tags the model chooses from the prefix only;
+``beam:K`` = the word-synchronous beam's lower bound on ``log p(x)`` (tags paid for), both from
+:func:`~sipe_fairseq.eval.prefix_tags.score_sentences` (``--score`` applies to ``given`` only; the
+tree source then only marks word starts, which ``--parser none`` takes from sentencepiece's U+2581).
 
 Masked-LM encoders (``hexatag_mlm`` checkpoints: ``sipe_roberta``, ``sipe_deberta``,
 ``sipe_modernbert``; stock fairseq ``masked_lm`` ones such as ``roberta``) are scored by their
@@ -68,6 +75,9 @@ logger = logging.getLogger(__name__)
 HELP = "BLiMP minimal-pair accuracy (per paradigm, per field, overall)"
 REQUIRED_FIELDS = ("sentence_good", "sentence_bad")
 USAGE_ERROR = 2  # exit status for bad input or usage (as argparse)
+TAGS_NOTE = ("tags: a column named by its model alone scores with the tree source's tags (given: a parse of the whole "
+             "sentence); `[self]`: tags the model chose from the prefix (exact log q(x)); `[beam:K]`: the beam's bound on "
+             "log p(x) (tags paid for)")
 
 
 class BlimpError(ValueError):
@@ -242,6 +252,23 @@ def score_sentences(model, prepared: Prepared, dictionary, batch_size: int = 64,
     return dict(zip(texts, scores))
 
 
+def score_sentences_tags(model, prepared: Prepared, dictionary, source: str = "given", batch_size: int = 64,
+                         joint: bool = False, placement: str = "first_subword") -> Dict[str, float]:
+    """:func:`score_sentences` under tag ``source`` (``--tags``): ``given`` = the tree source's
+    tags (:func:`score_sentences`, ``joint`` as ``--score``); ``self``/``beam:K`` = tags from the
+    prefix only (:func:`~sipe_fairseq.eval.prefix_tags.score_sentences`): the sentence's exact
+    ``log q(x)`` (self) or the beam's bound on ``log p(x)`` (already joint), decoders only."""
+    if source == "given":
+        return score_sentences(model, prepared, dictionary, batch_size, joint, placement)
+    from .prefix_tags import score_sentences as prefix_scores
+
+    skip = unscorable(model, prepared)
+    texts = [t for t in prepared.encoded if t not in skip]
+    scores = prefix_scores(model, [prepared.encoded[t] for t in texts], source, placement, dictionary=dictionary,
+                           eos=dictionary.eos(), pad=dictionary.pad(), batch_sentences=batch_size)
+    return {t: s.logprob for t, s in zip(texts, scores)}
+
+
 def _row(meta: Optional[Dict[str, str]] = None) -> dict:
     return {**(meta or {}), "pairs": 0, "scored": 0, "skipped": 0, "correct": Counter(), "unscored": Counter()}
 
@@ -309,16 +336,22 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
 
 
 def evaluate(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Prepared, dictionary,
-             batch_size: int = 64, joint: bool = False, placements: Optional[Dict[str, str]] = None) -> dict:
-    """Score every prepared sentence under every model; the :func:`compute_report` tables.
-    ``placements``: each model's ``--tag-head-placement`` (for ``joint``; default first_subword)."""
+             batch_size: int = 64, joint: bool = False, placements: Optional[Dict[str, str]] = None,
+             tags: Sequence[str] = ("given",)) -> dict:
+    """Score every prepared sentence under every model and tag source; the :func:`compute_report`
+    tables, one column per model and source (:func:`~sipe_fairseq.eval.prefix_tags.source_label`).
+    ``placements``: each model's ``--tag-head-placement`` (default first_subword)."""
+    from .prefix_tags import source_label
+
     scores, seconds, unscored = {}, {}, {}
     for name, model in models.items():
-        t0 = time.perf_counter()
         placement = (placements or {}).get(name, "first_subword")
-        unscored[name] = unscorable(model, prepared)
-        scores[name] = score_sentences(model, prepared, dictionary, batch_size, joint, placement)
-        seconds[name] = time.perf_counter() - t0
+        for source in tags:
+            t0 = time.perf_counter()
+            label = source_label(name, source)
+            unscored[label] = unscorable(model, prepared)
+            scores[label] = score_sentences_tags(model, prepared, dictionary, source, batch_size, joint, placement)
+            seconds[label] = time.perf_counter() - t0
     report = compute_report(pairs, scores, prepared.skipped, unscored)
     report["seconds"] = {"trees": prepared.seconds, "scoring": seconds}
     return report
@@ -354,6 +387,7 @@ def markdown(report: dict) -> str:
             notes.append(f"sentences with root fixing: {src['root_fixed_sentences']}")
     if report.get("score"):
         notes.append(f"score: {report['score']}")
+    notes.append(TAGS_NOTE)
     if report["overall"]["skipped"]:
         notes.append(f"skipped pairs: {report['overall']['skipped']} (listed in the JSON report)")
     unscored = {n: k for n, k in (report["overall"].get("unscored") or {}).items() if k}
@@ -377,6 +411,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="lm: log p(x | tags), summed over tokens incl. </s> (default; encoders: the pseudo-log-"
                         "likelihood over the sentence's tokens, not </s>); joint: plus the tag heads' log p(tags), "
                         "i.e. log p(x, tags) (encoders: of each masked word's tags given the rest)")
+    p.add_argument("--tags", default="given", metavar="SOURCES",
+                   help="where a decoder's tags come from, comma-separated (one column per model and source): given (the "
+                        "tree source's, default), self (the model's own choice from the prefix: exact log q(x)), beam:K "
+                        "(bound on log p(x)); see eval/prefix_tags.py")
     p.add_argument("--batch-size", type=int, default=64,
                    help="sentences per forward pass for decoders, masked copies for encoders (one sentence's copies "
                         "are never split) (default: %(default)s)")
@@ -413,7 +451,10 @@ def run(args) -> int:
     """``sipe-eval blimp``: prints the markdown table; 2 on a usage or input error (one line, no traceback)."""
     from ..checkpoints import checkpoint_specs
 
+    from .prefix_tags import parse_tag_sources
+
     try:
+        args.tag_sources = parse_tag_sources(getattr(args, "tags", None) or "given")
         checkpoints = checkpoint_specs(args.path)
         pairs = read_blimp(args.blimp)
     except (ValueError, FileNotFoundError) as e:
@@ -445,9 +486,14 @@ def _run(args, checkpoints: Dict[str, str], pairs: List[BlimpPair]) -> int:
         model, task = load(path, args.data)
         models[name] = model
         placements[name] = tag_head_placement(task)
-    report = evaluate(pairs, models, prepared, encoder.dictionary, args.batch_size, joint=args.score == "joint",
-                      placements=placements)
+    try:
+        report = evaluate(pairs, models, prepared, encoder.dictionary, args.batch_size, joint=args.score == "joint",
+                          placements=placements, tags=args.tag_sources)
+    except ValueError as e:  # e.g. --tags self with an encoder or a model without tag heads
+        logger.error("%s", e)
+        return USAGE_ERROR
     add_metadata(report, prepared, args.score, checkpoints, args.data, args.blimp)
+    report["tags"] = list(args.tag_sources)
     log_excluded(report, args.show_skipped)
     table = markdown(report)
     print(table, end="")

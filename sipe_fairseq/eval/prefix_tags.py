@@ -82,6 +82,39 @@ def parse_tag_source(spec: str) -> Tuple[str, int]:
     raise ValueError(f"tag source {spec!r}: expected given, self or beam:K with K >= 1")
 
 
+def parse_tag_sources(spec: str) -> List[str]:
+    """``"given,self,beam:4"`` -> ``["given", "self", "beam:4"]`` (each checked by
+    :func:`parse_tag_source`, duplicates dropped, order kept); raises ``ValueError``."""
+    out = []
+    for part in (x.strip() for x in spec.split(",")):
+        if not part:
+            continue
+        parse_tag_source(part)
+        if part not in out:
+            out.append(part)
+    if not out:
+        raise ValueError(f"tag sources {spec!r}: expected a comma-separated list of given, self, beam:K")
+    return out
+
+
+def source_label(name: str, source: str) -> str:
+    """The column name of checkpoint ``name`` under tag ``source``: the name alone for ``given``
+    (the parser's or the data's tags, today's columns), ``"name [self]"``/``"name [beam:4]"`` otherwise."""
+    return name if source == "given" else f"{name} [{source}]"
+
+
+def split_label(label: str) -> Tuple[str, str]:
+    """Inverse of :func:`source_label`: ``"pos [beam:4]"`` -> ("pos", "beam:4"), ``"pos"`` -> ("pos", "given")."""
+    if label.endswith("]") and " [" in label:
+        name, _, source = label[:-1].rpartition(" [")
+        try:
+            parse_tag_source(source)
+            return name, source
+        except ValueError:
+            pass
+    return label, "given"
+
+
 def supports_kv_cache(model) -> bool:
     """Whether the decoder takes a KV cache: its ``forward`` names ``incremental_state``."""
     decoder = getattr(model, "decoder", model)
@@ -308,6 +341,9 @@ class PrefixTagScorer:
             raise ValueError(f"unknown tag head placement {placement!r} (expected one of {PLACEMENTS})")
         self.model = model
         self.kind, self.k = parse_tag_source(source)
+        if getattr(model, "decoder", None) is None:
+            raise ValueError(f"tag source {source!r} needs a left-to-right decoder; {type(model).__name__} is not one "
+                             "(masked-LM encoders are scored with given tags only)")
         self.source = source
         self.placement, self.constrained, self.eos, self.pad, self.max_tokens = placement, constrained, eos, pad, max_tokens
         self.cache = supports_kv_cache(model) if use_cache is None else bool(use_cache)
@@ -488,11 +524,39 @@ def score_sentences(model, encoded: Sequence[Tuple[torch.Tensor, torch.Tensor, t
     return out
 
 
-def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence[Tuple[str, str]]]] = None
-              ) -> Dict[str, float]:
+def joint_token_logprobs(score: SentenceScore) -> List[float]:
+    """Per target, ``log p(x, tags)`` split over positions: the LM log-prob plus, at each word's
+    first subword, the tag heads' log-prob of that word's tags (they sum to ``score.joint``)."""
+    out = list(score.token_logprobs)
+    firsts = [q for q, k in enumerate(score.position_types) if k == "word_initial"]
+    for q, lp in zip(firsts, score.tag_logprobs):
+        out[q] += lp
+    return out
+
+
+def tag_source_logprob_fn(source: str, dictionary, placement: str = "first_subword", constrained: bool = True):
+    """A ``logprob_fn(model, encoded, eos, pad, batch_size) -> [per-token log-probs]`` (the
+    signature of :func:`~sipe_fairseq.eval.scoring.token_logprobs`, which SyntaxGym takes) scoring
+    under ``source``: the :class:`SentenceScore` ``token_logprobs`` (for beam the increments of the
+    running bound, summing to the sentence's bound)."""
+    def fn(model, encoded, eos, pad, batch_size):
+        scores = score_sentences(model, [tuple(e[:3]) for e in encoded], source, placement, constrained,
+                                 dictionary=dictionary, eos=eos, pad=pad, batch_sentences=batch_size)
+        return [torch.tensor(s.token_logprobs, dtype=torch.float64) for s in scores]
+    return fn
+
+
+def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence[Tuple[str, str]]]] = None,
+              joint: bool = False) -> Dict[str, float]:
     """Perplexity per token and per word (words + ``</s>``, as ``scoring.summarize``) of the
     summed log-probabilities, the position-type breakdown (bits per token), how many sentences'
-    tags form a tree, and with ``given`` (the sentences' own tags) the chosen tags' accuracy."""
+    tags form a tree, and with ``given`` (the sentences' own tags) the chosen tags' accuracy.
+    ``joint``: of ``log p(x, tags)`` instead (:func:`joint_token_logprobs`: a word's tag cost is
+    in its word-initial position's bits). ``bits.tags_per_word``: the tag heads' NLL of the
+    tags (given, chosen or the best hypothesis's) per word, in bits."""
+    if joint:
+        scores = [SentenceScore(s.source, s.joint, joint_token_logprobs(s), s.position_types, s.tags, s.tag_logprobs,
+                                s.complete, s.joint, s.restarts, s.extra) for s in scores]
     nll = -sum(s.logprob for s in scores)
     tokens = sum(s.n_tokens for s in scores)
     words = sum(s.n_words + 1 for s in scores)
@@ -502,6 +566,9 @@ def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence
            "joint_ppl": math.exp(-sum(s.joint for s in scores) / tokens) if tokens else float("nan"),
            "complete": sum(s.complete for s in scores), "restarts": sum(s.restarts for s in scores),
            "word_start_mismatch": sum(bool(s.extra.get("word_start_mismatch")) for s in scores)}
+    n_tags = sum(len(s.tag_logprobs) for s in scores)
+    out["bits.tags_per_word"] = -sum(x for s in scores for x in s.tag_logprobs) / n_tags / math.log(2) if n_tags \
+        else float("nan")
     for kind in POSITION_TYPES:
         lp = [x for s in scores for x, k in zip(s.token_logprobs, s.position_types) if k == kind]
         out[f"tokens.{kind}"] = len(lp)
@@ -574,27 +641,102 @@ def score_split_tag_sources(model, task, split: str, sources: Sequence[str], con
                     "placement": placement, "constrained": constrained})
         results[source] = row
         if source == "given":
-            joint = dict(row)
-            nll = -sum(s.joint for s in scores)
-            joint.update({"nll": nll, "ppl": math.exp(nll / row["tokens"]), "ppl_per_word": math.exp(nll / row["words"])})
+            joint = summarize(scores, gold, joint=True)
+            joint.update({k: row[k] for k in ("split_sentences", "longer_than_max_positions", "seconds", "placement",
+                                               "constrained")})
             results["given-joint"] = joint
     return results
 
 
+# tag source -> (label, whether the row pays for its tags: the tag bits per word are part of its score)
+SOURCE_LABELS = {"given": ("given: p(x\\|tags) (conditional)", False), "given-joint": ("given: joint bound p(x,tags)", True),
+                 "self": ("self: exact q(x)", False)}
+
+
+SHORT_LABELS = (("given", "given p(x\\|tags)"), ("given-joint", "given joint"), ("self", "self exact"))
+
+
+def _source_label(source: str) -> Tuple[str, bool]:
+    if source in SOURCE_LABELS:
+        return SOURCE_LABELS[source]
+    return f"{source}: bound on p(x)", True
+
+
 def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
-    """One row per checkpoint x tag source: perplexity per token and per word, bits per token by
-    position type, tag accuracy, trees."""
-    lines = ["| model | tags | ppl/token | ppl/word | bits </s> | bits word-initial | bits continuation | "
-             "acc T / NT | valid trees | sentences |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    """Per checkpoint, one row per tag source (given conditional, given joint bound, self,
+    beam:K): perplexity per token and per word, bits per token by position type (``</s>``,
+    word-initial, continuation), the tags' bits per word where the score pays for them, tag
+    accuracy against the given tags, valid trees; then a side-by-side summary (one column per
+    checkpoint x source)."""
+    lines = ["| model | tags | ppl/token | ppl/word | bits </s> | bits word-initial | bits continuation | tag bits/word | "
+             "acc T / NT | valid trees | sentences |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, rows in results.items():
         for source, r in rows.items():
-            label = {"given": "given: p(x|tags)", "given-joint": "given: joint bound"}.get(source, source)
+            label, pays = _source_label(source)
             shows_acc = "terminal_acc" in r and "given" not in source
             acc = f"{r['terminal_acc']:.1f} / {r['nonterminal_acc']:.1f}" if shows_acc else "-"
+            tag_bits = r.get("bits.tags_per_word", float("nan"))
+            tag_bits = f"{tag_bits:.3f}" if pays and not math.isnan(tag_bits) else "-"
             lines.append(f"| {name} | {label} | {r['ppl']:.2f} | {r['ppl_per_word']:.2f} | {r['bits.eos']:.3f} | "
-                         f"{r['bits.word_initial']:.3f} | {r['bits.continuation']:.3f} | {acc} | {r['complete']} | "
-                         f"{r['sentences']}/{r['split_sentences']} |")
-    lines.append("\nEvery sentence scored alone. given: the data's tags (whole-sentence parse); self: exact "
-                 "perplexity with tags chosen by the model from the prefix; beam:K: bound log p(x) >= logsumexp_beam "
-                 "log p(x, T). For beam the position-type bits are the running bound's increments.")
+                         f"{r['bits.word_initial']:.3f} | {r['bits.continuation']:.3f} | {tag_bits} | {acc} | "
+                         f"{r['complete']} | {r['sentences']}/{r['split_sentences']} |")
+    cols = [(name, source) for name, rows in results.items() for source in rows]
+    if cols:
+        lines += ["", "| score | " + " | ".join(f"{n} {dict(SHORT_LABELS).get(s, s)}" for n, s in cols) + " |",
+                  "|---|" + "---:|" * len(cols)]
+        for key, label, fmt in (("ppl", "ppl per token", "{:.2f}"), ("ppl_per_word", "ppl per word", "{:.2f}"),
+                                ("bits.eos", "bits/token at </s>", "{:.3f}"),
+                                ("bits.word_initial", "bits/token word-initial", "{:.3f}"),
+                                ("bits.continuation", "bits/token continuation", "{:.3f}")):
+            lines.append(f"| {label} | " + " | ".join(fmt.format(results[n][s][key]) for n, s in cols) + " |")
+    lines.append("\nEvery sentence scored alone. given: the data's tags (whole-sentence parse), conditional p(x|tags) "
+                 "and the joint bound -log p(x, tags) (a word's tag bits counted at its word-initial subword); self: "
+                 "exact perplexity with tags chosen by the model from the prefix; beam:K: bound log p(x) >= "
+                 "logsumexp_beam log p(x, T). For beam the position-type bits are the running bound's increments "
+                 "(tag costs included).")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ fairseq-eval-lm
+@torch.no_grad()
+def self_tagged_sample(model, sample: dict, dictionary, placement: str = "first_subword", constrained: bool = True) -> dict:
+    """``fairseq-eval-lm --task hexatag_lm --inference-tags self``: ``sample`` (one sentence per
+    row, ``--sample-break-mode eos``: input ``</s> x_1 .. x_{n-1}``, right-padded) with its input
+    tags replaced by the ``self`` source's choices (:class:`PrefixTagScorer`); the data's tags only
+    mark word starts. fairseq's ``SequenceScorer`` then runs the model once on these tags: as they
+    depend on the prefix only, its per-token scores are the exact ``log q(x_t | x_<t)``."""
+    net = sample["net_input"]
+    src, target = net["src_tokens"], sample["target"]
+    if "src_terminals" not in net:
+        return sample
+    eos, pad = dictionary.eos(), dictionary.pad()
+    scorer = PrefixTagScorer(model, "self", placement, constrained, eos=eos, pad=pad)
+    if not scorer.sees_tags:
+        return sample
+    encoded, lengths = [], []
+    for i in range(len(src)):
+        n = int(target[i].ne(pad).sum())
+        tokens = target[i, :n].cpu()
+        if n < 1 or int(src[i, 0]) != eos or int(tokens[-1]) != eos or int(tokens.eq(eos).sum()) != 1 \
+                or bool(target[i, n:].ne(pad).any()):
+            raise ValueError(f"--inference-tags self: row {i} of sample {sample.get('id', ['?'])[i]} is not one sentence "
+                             "(</s> x_1 .. x_n </s>); use --sample-break-mode eos")
+        terms, nts = torch.full_like(tokens, NOTAG_ID), torch.full_like(tokens, NOTAG_ID)
+        terms[:n - 1], nts[:n - 1] = net["src_terminals"][i, 1:n].cpu(), net["src_nonterminals"][i, 1:n].cpu()
+        encoded.append((tokens, terms, nts))
+        lengths.append(n)
+    new_terms, new_nts = net["src_terminals"].clone(), net["src_nonterminals"].clone()
+    for i, ((tokens, terms, _), score) in enumerate(zip(encoded, scorer.score_batch(encoded, dictionary))):
+        starts = word_starts(tokens, terms, dictionary)
+        _, a, b = scorer._rows(tokens, starts, [[_PAIR_INDEX[p] for p in score.tags]], lengths[i])
+        new_terms[i, :lengths[i]], new_nts[i, :lengths[i]] = a[0].to(new_terms.device), b[0].to(new_nts.device)
+    return dict(sample, net_input=dict(net, src_terminals=new_terms, src_nonterminals=new_nts))
+
+
+def _register_inference_tagger() -> None:
+    from ..tasks.hexatag_lm import INFERENCE_TAGGERS
+
+    INFERENCE_TAGGERS["self"] = self_tagged_sample
+
+
+_register_inference_tagger()

@@ -37,6 +37,13 @@ Numbers come from checkpoints (``--path``, each loaded once and scored on whatev
 SyntaxGym share one tree source (``--parser``/``--trees``/``--cache``). BLiMP pairs that were
 skipped (no tree) or unscored (longer than a model's positions) are counted under the table.
 
+``--tags given,self,beam:K`` (issue 12): Table 2's columns use ``given`` tags (a parse of each
+whole sentence); every other source adds a column group (``BLiMP [self]``, ``PPL/word [self]``,
+``SyntaxGym [self]``, ``PPL/token [self]``, value keys ``blimp@self`` ...) scored with tags from the
+prefix only (:mod:`~sipe_fairseq.eval.prefix_tags`; perplexities with every sentence of ``--split``
+scored alone). Precomputed reports bring their groups: BLiMP/SyntaxGym columns named ``pos [self]``,
+``sipe-eval-lm --json`` rows' ``tag_sources``.
+
 Exit status: 0, or 2 on a usage or input error (one line, no traceback).
 
 ``sipe-eval sweep-plot`` (:mod:`~sipe_fairseq.eval.sweep_plot`) draws the layer-entry sweep
@@ -73,6 +80,34 @@ class Metric(NamedTuple):
 METRICS = (Metric("blimp", "BLiMP", True), Metric("ppl_word", "PPL/word", False),
            Metric("joint_ppl_word", "joint PPL/word", False), Metric("syntaxgym", "SyntaxGym", True),
            Metric("ppl", "PPL/token", False), Metric("joint_ppl", "joint PPL/token", False))
+# the column group of a tag source other than ``given`` (--tags self, beam:K): key ``metric@source``
+SOURCE_METRICS = (("blimp", "BLiMP", True), ("ppl_word", "PPL/word", False), ("syntaxgym", "SyntaxGym", True),
+                  ("ppl", "PPL/token", False))
+
+
+def source_key(key: str, source: str) -> str:
+    """The value key of ``key`` under tag ``source``: the key alone for ``given``, ``key@source`` otherwise."""
+    return key if source == "given" else f"{key}@{source}"
+
+
+def metrics_for(sources: Sequence[str]) -> Tuple[Metric, ...]:
+    """Table 2's columns (tags ``given``), then one column group per other tag source
+    (``BLiMP [self]``, ``PPL/word [self]``, ...: scores with tags from the prefix only)."""
+    out = list(METRICS)
+    for src in sources:
+        if src != "given":
+            out += [Metric(source_key(k, src), f"{label} [{src}]", hib) for k, label, hib in SOURCE_METRICS]
+    return tuple(out)
+
+
+def sources_in(values: Dict[str, dict]) -> list:
+    """The tag sources other than ``given`` that some model has a value for (``key@source`` keys), in order seen."""
+    out = []
+    for v in values.values():
+        for key in v:
+            if "@" in key and key.split("@", 1)[1] not in out:
+                out.append(key.split("@", 1)[1])
+    return out
 
 
 def finite_number(x) -> Optional[float]:
@@ -104,7 +139,8 @@ def load_json(path) -> object:
 def blimp_values(report: dict, average: str = "pairs", where: str = "BLiMP report") -> Dict[str, dict]:
     """``{model: {blimp, blimp_pairs, blimp_skipped, blimp_unscored}}`` from a ``sipe-eval blimp
     --json`` report: the accuracy (%) as the mean over pairs (``overall``) or over paradigms
-    (``paradigm_mean``), and the pairs left out (skipped for all models, unscored for this one)."""
+    (``paradigm_mean``), and the pairs left out (skipped for all models, unscored for this one).
+    Keys are the report's columns (``pos``, ``pos [self]``: see :func:`by_model`)."""
     if not isinstance(report, dict) or not isinstance(report.get("models"), list) or not isinstance(report.get("overall"), dict):
         raise ReportError(f"{where}: not a `sipe-eval blimp --json` report (no 'models'/'overall')")
     overall = report["overall"]
@@ -128,9 +164,24 @@ def syntaxgym_values(report: dict, where: str = "SyntaxGym report") -> Dict[str,
     return out
 
 
+def by_model(values: Dict[str, dict], key_map=None) -> Dict[str, dict]:
+    """Columns ``"pos [self]"`` (:func:`~sipe_fairseq.eval.prefix_tags.source_label`) folded into
+    model ``pos`` with keys ``metric@self`` (:func:`source_key`)."""
+    from .prefix_tags import split_label
+
+    out = OrderedDict()
+    for label, v in values.items():
+        name, source = split_label(label)
+        out.setdefault(name, {}).update({source_key(k, source) if source != "given" else k: x for k, x in v.items()
+                                         if source == "given" or k in {m[0] for m in SOURCE_METRICS}})
+    return out
+
+
 def ppl_values(results: dict, where: str = "perplexity report") -> Dict[str, Dict[str, Optional[float]]]:
     """``{model: {ppl, joint_ppl, ppl_word, joint_ppl_word, tokens, sees_tags}}`` from the
-    ``sipe-eval-lm --json`` output (``{model: rows}``, rows of :func:`~sipe_fairseq.eval.scoring.summarize`)."""
+    ``sipe-eval-lm --json`` output (``{model: rows}``, rows of :func:`~sipe_fairseq.eval.scoring.summarize`);
+    with ``--tags``, also ``ppl@self``, ``ppl_word@self``, ... from each row's ``tag_sources``
+    (every sentence scored alone, :func:`~sipe_fairseq.eval.prefix_tags.score_split_tag_sources`)."""
     if not isinstance(results, dict) or not results or \
             not all(isinstance(r, dict) and isinstance(r.get("lm"), dict) for r in results.values()):
         raise ReportError(f"{where}: not a `sipe-eval-lm --json` output ({{model: {{'lm': ..., 'joint': ...}}}})")
@@ -141,6 +192,10 @@ def ppl_values(results: dict, where: str = "perplexity report") -> Dict[str, Dic
         out[name] = {"ppl": ppl("lm"), "joint_ppl": ppl("joint"), "ppl_word": ppl("lm.per_word"),
                      "joint_ppl_word": ppl("joint.per_word"), "tokens": (rows.get("lm") or {}).get("count"),
                      "sees_tags": (rows.get("joint") or {}).get("sees_tags")}
+        for src, r in (rows.get("tag_sources") or {}).items():
+            if src not in ("given", "given-joint") and isinstance(r, dict):
+                out[name].update({source_key("ppl", src): finite_number(r.get("ppl")),
+                                  source_key("ppl_word", src): finite_number(r.get("ppl_per_word"))})
     return out
 
 
@@ -170,14 +225,21 @@ class Collected:
         self.values[name].update(values)
         self.sources[name][metric] = source
 
+    def put_columns(self, metric: str, columns: Dict[str, dict], source: str) -> None:
+        """Values per report column (``pos``, ``pos [self]``): each column's tag source is its own metric."""
+        from .prefix_tags import split_label
+
+        for label, v in columns.items():
+            name, tags = split_label(label)
+            self.put(name, source_key(metric, tags), by_model({label: v})[name], source)
+
     def add_files(self, blimp_json: Sequence[str] = (), syntaxgym_json: Sequence[str] = (),
                   ppl_json: Sequence[str] = (), blimp_average: str = "pairs") -> None:
         for path in blimp_json:
-            for name, v in blimp_values(load_json(path), blimp_average, str(path)).items():
-                self.put(name, "blimp", v, str(path))
+            self.put_columns("blimp", blimp_values(load_json(path), blimp_average, str(path)), str(path))
         for path in syntaxgym_json:
-            for name, v in syntaxgym_values(load_json(path), str(path)).items():
-                self.put(name, "syntaxgym", {"syntaxgym": v}, str(path))
+            self.put_columns("syntaxgym", {n: {"syntaxgym": v} for n, v in syntaxgym_values(load_json(path),
+                                                                                            str(path)).items()}, str(path))
         for path in ppl_json:
             for name, v in ppl_values(load_json(path), str(path)).items():
                 self.put(name, "ppl", v, str(path))
@@ -198,11 +260,12 @@ def assemble(collected: Collected, baseline: Optional[str] = None, rows: Optiona
     if baseline not in names:
         raise ReportError(f"baseline {baseline!r} is not among the models {names}")
     base = collected.values[baseline]
+    metrics = metrics_for(["given"] + sources_in(collected.values))
     out_rows = []
     for name in names:
         v = collected.values[name]
         row = {"model": name, "baseline": name == baseline}
-        for m in METRICS:
+        for m in metrics:
             row[m.key] = finite_number(v.get(m.key))
             row[f"{m.key}_delta"] = None if name == baseline else relative_change(v.get(m.key), base.get(m.key),
                                                                                    m.higher_is_better)
@@ -213,7 +276,7 @@ def assemble(collected: Collected, baseline: Optional[str] = None, rows: Optiona
         row["sources"] = dict(collected.sources.get(name, {}))
         out_rows.append(row)
     return {"format": FORMAT, "baseline": baseline,
-            "columns": [{"key": m.key, "label": m.label, "higher_is_better": m.higher_is_better} for m in METRICS],
+            "columns": [{"key": m.key, "label": m.label, "higher_is_better": m.higher_is_better} for m in metrics],
             "rows": out_rows, "settings": dict(settings or {})}
 
 
@@ -236,13 +299,14 @@ def format_delta(x, is_baseline: bool = False) -> str:
 
 def markdown(report: dict) -> str:
     """Table 2's layout: model, then per metric its value and its Δ (%) against the baseline."""
+    metrics = [Metric(c["key"], c["label"], c["higher_is_better"]) for c in report.get("columns") or []] or METRICS
     head = ["model"]
-    for m in METRICS:
+    for m in metrics:
         head += [f"{m.label} {chr(0x2191) if m.higher_is_better else chr(0x2193)}", f"\u0394 {m.label} (%)"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for row in report["rows"]:
         cells = [row["model"]]
-        for m in METRICS:
+        for m in metrics:
             cells += [format_value(row.get(m.key)), format_delta(row.get(f"{m.key}_delta"), row.get("baseline", False))]
         lines.append("| " + " | ".join(cells) + " |")
     s = report.get("settings", {})
@@ -255,7 +319,14 @@ def markdown(report: dict) -> str:
              "subwords and </s>, divided by words + sentences); joint PPL/word: -log p(x, tags) per word, an upper "
              "bound on the perplexity of p(x), comparable with a model that sees no tags (equal to PPL for such a "
              "model). PPL/token, joint PPL/token: the same per subword token (PPL/token is what fairseq-eval-lm "
-             "prints). SyntaxGym: % of items passing every prediction, mean over suites."]
+             "prints). SyntaxGym: % of items passing every prediction, mean over suites. Columns without a tag source "
+             "use given tags (a parse of each whole sentence)."]
+    extra = [m.label for m in metrics if "@" in m.key]
+    if extra:
+        notes.append("Column groups [self] / [beam:K]: tags from the prefix only (eval/prefix_tags.py), every sentence "
+                     "scored alone: [self] = exact perplexity and sentence log-probabilities with the model's own tag "
+                     "choices, [beam:K] = the beam's bound on log p(x) (tags paid for); BLiMP/SyntaxGym score the "
+                     "sentences under the same source.")
     left_out = [f"{r['model']} {r.get('blimp_skipped') or 0} skipped + {r.get('blimp_unscored') or 0} unscored "
                 f"of {r.get('blimp_pairs')}" for r in report["rows"] if r.get("blimp_skipped") or r.get("blimp_unscored")]
     if left_out:
@@ -294,6 +365,12 @@ def checkpoint_layer_info(path: str) -> dict:
     return layer_info(cfg if cfg is not None else state.get("args"))
 
 
+def sg_name(label: str) -> str:
+    from .prefix_tags import split_label
+
+    return split_label(label)[0]
+
+
 def checkpoints_from_specs(specs) -> Dict[str, str]:
     from ..checkpoints import checkpoint_specs
 
@@ -314,7 +391,15 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
     from ..data.encode import SentenceEncoder
     from . import blimp, syntaxgym
     from ..parsing import tree_source_from_args, tree_source_stats
+    from .prefix_tags import parse_tag_sources, score_split_tag_sources, source_label
     from .scoring import score_split
+
+    try:
+        sources = parse_tag_sources(getattr(args, "tags", None) or "given")
+    except ValueError as e:
+        raise ReportError(f"--tags: {e}") from e
+    sources = ["given"] + [x for x in sources if x != "given"]  # Table 2's given columns always; then a group per source
+    extra = sources[1:]
 
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
@@ -357,23 +442,32 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
         if encoder is not None and len(task.source_dictionary) != len(encoder.dictionary):
             raise ReportError(f"{path}: its dictionary ({len(task.source_dictionary)} symbols) is not "
                               f"{args.data}'s ({len(encoder.dictionary)})")
-        if "ppl" in todo[name]:
-            rows = score_split(model, task, args.split, args.context_window, args.max_tokens)
-            ppl_rows[name] = rows
-            collected.put(name, "ppl", ppl_values({name: rows})[name], "scored")
-        if "blimp" in todo[name]:
-            t1 = time.perf_counter()
-            blimp_unscored[name] = blimp.unscorable(model, prepared)
-            blimp_scores[name] = blimp.score_sentences(model, prepared, encoder.dictionary, args.batch_size,
-                                                       joint=args.blimp_score == "joint",
-                                                       placement=blimp.tag_head_placement(task))
-            blimp_seconds[name] = time.perf_counter() - t1
-        if "syntaxgym" in todo[name]:
-            d = encoder.dictionary
-            rep = syntaxgym.evaluate_suites(suites, sentences, {name: (model, d.eos(), d.pad())}, args.batch_size,
-                                            args.eq_atol, args.eq_rtol)
-            sg_reports.append(rep)
-            collected.put(name, "syntaxgym", {"syntaxgym": syntaxgym_values(rep)[name]}, "scored")
+        try:
+            if "ppl" in todo[name]:
+                rows = score_split(model, task, args.split, args.context_window, args.max_tokens)
+                if extra:  # every sentence of the split scored alone under each other tag source
+                    rows["tag_sources"] = score_split_tag_sources(model, task, args.split, extra)
+                ppl_rows[name] = rows
+                collected.put(name, "ppl", ppl_values({name: rows})[name], "scored")
+            if "blimp" in todo[name]:
+                t1 = time.perf_counter()
+                for src in sources:
+                    label = source_label(name, src)
+                    blimp_unscored[label] = blimp.unscorable(model, prepared)
+                    blimp_scores[label] = blimp.score_sentences_tags(model, prepared, encoder.dictionary, src,
+                                                                     args.batch_size, joint=args.blimp_score == "joint",
+                                                                     placement=blimp.tag_head_placement(task))
+                blimp_seconds[name] = time.perf_counter() - t1
+            if "syntaxgym" in todo[name]:
+                d = encoder.dictionary
+                rep = syntaxgym.evaluate_suites(suites, sentences, syntaxgym.tag_source_columns(name, model, task, d, sources),
+                                                args.batch_size, args.eq_atol, args.eq_rtol)
+                sg_reports.append(rep)
+                collected.put_columns("syntaxgym", {k: {"syntaxgym": v} for k, v in syntaxgym_values(rep).items()}, "scored")
+        except ReportError:
+            raise
+        except ValueError as e:  # e.g. --tags self for an encoder or a model without tag heads
+            raise ReportError(f"{path}: {e}") from e
         del model, task
         logger.info("%s: scored %s in %.1fs", name, ", ".join(sorted(todo[name])), time.perf_counter() - t0)
 
@@ -381,16 +475,19 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
     if blimp_scores:
         rep = blimp.compute_report(pairs, blimp_scores, prepared.skipped, blimp_unscored)
         rep["seconds"] = {"trees": prepared.seconds, "scoring": blimp_seconds}
-        blimp.add_metadata(rep, prepared, args.blimp_score, {n: checkpoints[n] for n in blimp_scores}, args.data,
+        blimp.add_metadata(rep, prepared, args.blimp_score, {n: checkpoints[n] for n in blimp_seconds}, args.data,
                            args.blimp)
-        for name, v in blimp_values(rep, args.blimp_average).items():
-            collected.put(name, "blimp", v, "scored")
+        rep["tags"] = sources
+        collected.put_columns("blimp", blimp_values(rep, args.blimp_average), "scored")
         blimp.log_excluded(rep)
         details["blimp"] = rep
     if sg_reports:
         rep = syntaxgym.merge_reports(sg_reports)
         rep.update(parser=source.spec, tree_source=tree_source_stats(source), data=args.data,
-                   checkpoints={n: checkpoints[n] for n in rep["models"]})
+                   checkpoints={n: checkpoints[n] for n in checkpoints if n in {sg_name(x) for x in rep["models"]}},
+                   tags=sources)
+        if "given" in sources:
+            rep["prefix_tag_differences"] = syntaxgym.prefix_tag_differences(suites, sentences)
         details["syntaxgym"] = rep
     if ppl_rows:
         details["ppl"] = ppl_rows
@@ -420,6 +517,10 @@ def add_input_arguments(p: argparse.ArgumentParser, blimp_inputs: bool = True) -
     if blimp_inputs:
         g.add_argument("--blimp-score", choices=("lm", "joint"), default="lm",
                        help="BLiMP sentence score: log p(x | tags) (default) or log p(x, tags) (see sipe-eval blimp)")
+    g.add_argument("--tags", default="given", metavar="SOURCES",
+                   help="tag sources, comma-separated: given (Table 2's columns, always shown) plus one column group per "
+                        "other source, self and/or beam:K (BLiMP, PPL per word and per token, SyntaxGym with tags from the "
+                        "prefix only; eval/prefix_tags.py)")
     g.add_argument("--context-window", type=int, default=0, help="as sipe-eval-lm --context-window")
     g.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch for the perplexities")
     g.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (BLiMP, SyntaxGym)")

@@ -23,7 +23,16 @@ missing condition or region are errors that stop the run before any model is loa
 The formula language (grammar, ``=`` tolerance) is in :mod:`~sipe_fairseq.eval.syntaxgym_formula`;
 reading suites and sentences in :mod:`~sipe_fairseq.eval.syntaxgym_suites`; surprisals and
 suite scores in :mod:`~sipe_fairseq.eval.syntaxgym_scoring`; the tables in
-:mod:`~sipe_fairseq.eval.syntaxgym_output`. This module is the ``sipe-eval syntaxgym`` command
+:mod:`~sipe_fairseq.eval.syntaxgym_output`.
+
+``--tags`` (issue 12) adds a column per model and tag source: ``given`` (the parser's tags on
+each whole sentence, default), ``self`` (tags the model chooses from the prefix: region
+surprisals from the exact per-token ``log q``), ``beam:K`` (the per-token increments of the
+beam's running bound, :mod:`~sipe_fairseq.eval.prefix_tags`); columns are named ``model``,
+``model [self]``, ``model [beam:K]``. With ``given``, the items whose conditions share the words
+before the critical region (the lowest region a prediction names) but get different parser tags
+on them are counted and listed (``prefix_tag_differences`` in the JSON): there the tags leak
+information from the critical region. This module is the ``sipe-eval syntaxgym`` command
 (exit status 0, or 2 on a usage, suite or formula error, logged without a traceback: one line naming the
 suite, item and prediction, plus the formula and a caret for a formula error).
 """
@@ -36,8 +45,8 @@ from typing import Dict, Iterable
 from .syntaxgym_formula import (EQUALITY_ATOL, EQUALITY_RTOL, MAX_DEPTH, BinOp, FormulaError, Neg, Node, Number,  # noqa: F401
                                 Ref, SyntaxGymError, evaluate_formula, parse_formula)
 from .syntaxgym_output import report_markdown  # noqa: F401
-from .syntaxgym_scoring import (evaluate_suites, merge_reports, region_surprisals, region_token_spans,  # noqa: F401
-                                score_sentences)
+from .syntaxgym_scoring import (critical_region, evaluate_suites, merge_reports, prefix_tag_differences,  # noqa: F401
+                                region_surprisals, region_token_spans, score_sentences)
 from .syntaxgym_suites import (Condition, Item, Prediction, Region, Sentence, Suite, encode_sentences,  # noqa: F401
                                find_suites, load_suite, parse_sentences, read_suites, sentences_of,
                                tree_and_encode)
@@ -61,6 +70,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suites", nargs="+", action="extend", required=True, metavar="FILE_OR_DIR",
                    help="SyntaxGym suite JSON file(s) or folder(s) of *.json (repeatable)")
     add_tree_arguments(p)
+    p.add_argument("--tags", default="given", metavar="SOURCES",
+                   help="where a decoder's tags come from, comma-separated (one column per model and source): given (the "
+                        "parser's, default; also counts the items whose prefix tags differ between conditions), self "
+                        "(the model's own choice from the prefix), beam:K (the running bound's per-token increments)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (default: %(default)s)")
     p.add_argument("--eq-atol", type=float, default=EQUALITY_ATOL,
                    help="'=' holds when |a-b| <= atol + rtol*|b|: absolute tolerance in bits "
@@ -71,6 +84,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                  "unscored sentences) as JSON here")
     p.add_argument("--markdown", metavar="OUT", help="also write the markdown tables here")
     p.add_argument("--threads", type=int, default=None, help="torch threads")
+
+
+def tag_source_columns(name: str, model, task, dictionary, sources) -> dict:
+    """``{column: (model, eos, pad, logprob_fn)}`` for :func:`evaluate_suites`: one column per tag
+    source (:func:`~sipe_fairseq.eval.prefix_tags.source_label`); ``given`` = the parser's tags
+    (:func:`~sipe_fairseq.eval.scoring.token_logprobs`), ``self``/``beam:K`` = the per-token
+    log-probs of :func:`~sipe_fairseq.eval.prefix_tags.tag_source_logprob_fn` at the checkpoint's
+    own ``--tag-head-placement``."""
+    from .prefix_tags import source_label, tag_source_logprob_fn
+    from .scoring import token_logprobs
+
+    placement = str(getattr(getattr(task, "args", None), "tag_head_placement", "first_subword"))
+    d = dictionary
+    return {source_label(name, src): (model, d.eos(), d.pad(),
+                                      token_logprobs if src == "given" else tag_source_logprob_fn(src, d, placement))
+            for src in sources}
 
 
 def _checkpoints(specs: Iterable[str]) -> Dict[str, str]:
@@ -99,9 +128,15 @@ def _run(args: argparse.Namespace) -> int:
     from ..data.encode import SentenceEncoder
     from ..parsing import tree_source_from_args, tree_source_stats
 
+    from .prefix_tags import parse_tag_sources
+
     if args.threads:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
+    try:
+        sources = parse_tag_sources(getattr(args, "tags", None) or "given")
+    except ValueError as e:
+        raise SyntaxGymError(f"--tags: {e}") from e
     checkpoints = _checkpoints(args.path)
     suites, sentences = read_suites(args.suites)  # fails fast on bad formulae and references
     source = tree_source_from_args(args)
@@ -109,18 +144,23 @@ def _run(args: argparse.Namespace) -> int:
     tree_and_encode(sentences, source, encoder)
     d = encoder.dictionary
 
-    def loader(path):
-        def get():
-            model, task = load(path, args.data)
-            if len(task.source_dictionary) != len(d):
-                raise SyntaxGymError(f"{path}: its dictionary ({len(task.source_dictionary)} symbols) is not "
-                                     f"{args.data}'s ({len(d)})")
-            return model, d.eos(), d.pad()
-        return get
-
-    report = evaluate_suites(suites, sentences, {n: loader(p) for n, p in checkpoints.items()}, args.batch_size,
-                             args.eq_atol, args.eq_rtol)
-    report.update(parser=source.spec, tree_source=tree_source_stats(source), data=args.data, checkpoints=checkpoints)
+    reports = []
+    for name, path in checkpoints.items():  # one checkpoint loaded at a time, scored under every tag source
+        model, task = load(path, args.data)
+        if len(task.source_dictionary) != len(d):
+            raise SyntaxGymError(f"{path}: its dictionary ({len(task.source_dictionary)} symbols) is not "
+                                 f"{args.data}'s ({len(d)})")
+        try:
+            reports.append(evaluate_suites(suites, sentences, tag_source_columns(name, model, task, d, sources),
+                                           args.batch_size, args.eq_atol, args.eq_rtol))
+        except ValueError as e:  # e.g. --tags self with a model without tag heads
+            raise SyntaxGymError(f"{path}: {e}") from e
+        del model, task
+    report = merge_reports(reports)
+    report.update(parser=source.spec, tree_source=tree_source_stats(source), data=args.data, checkpoints=checkpoints,
+                  tags=sources)
+    if "given" in sources:
+        report["prefix_tag_differences"] = prefix_tag_differences(suites, sentences)
     table = report_markdown(report)
     print(table, end="")
     if args.markdown:

@@ -12,6 +12,8 @@ def report_markdown(report: dict) -> str:
     eq = report["equality"]
     lines = [f"SyntaxGym: % of items passing every prediction; surprisal in bits; parser: {report.get('parser', '?')};"
              f" '=' within {eq['atol']:g} + {eq['rtol']:g}*|b|.", "",
+             "Tags: a column named by its model alone uses the parser's tags (given: a parse of each whole sentence); "
+             "`[self]`: tags the model chose from the prefix; `[beam:K]`: the beam's running-bound increments.", "",
              "| suite | items | scored | " + " | ".join(names) + " |",
              "|---|---:|---:|" + "---:|" * len(names)]
     for sname, s in report["suites"].items():
@@ -33,4 +35,22 @@ def report_markdown(report: dict) -> str:
                   "| suite | model | item | condition | reason |", "|---|---|---:|---|---|"]
         for sname, n, u in unscored:
             lines.append(f"| {sname} | {n} | {u['item']} | {u['condition']} | {u['reason']} |")
+    diff = report.get("prefix_tag_differences")
+    if diff:
+        lines += ["", f"Given tags before the critical region: {diff['differ']} of {diff['compared']} items (conditions with "
+                  "identical words there) have different parser tags on those words, i.e. the tags carry information "
+                  f"from the critical region on ({diff['not_compared']} items with no two such conditions). More broadly, "
+                  f"{diff.get('common_prefix_differ', 0)} of {diff['items']} items have two conditions that tag their "
+                  "shared initial words differently.", "",
+                  "| suite | critical region | items compared | tags differ | shared initial words tagged differently |",
+                  "|---|---:|---:|---:|---:|"]
+        for sname, r in diff["suites"].items():
+            lines.append(f"| {sname} | {r['critical_region']} | {r['compared']} | {r['differ']} | "
+                         f"{r.get('common_prefix_differ', 0)} |")
+        shown = 20
+        for d in diff["list"][:shown]:
+            lines.append(f"- {d['suite']} item {d['item']} ({', '.join(d['conditions'])}): first at word "
+                         f"{d['first_differing_word']} {d['word']!r} of \"{d['prefix']}\"")
+        if len(diff["list"]) > shown:
+            lines.append(f"- ... and {len(diff['list']) - shown} more (all in the JSON report)")
     return "\n".join(lines) + "\n"

@@ -47,15 +47,16 @@ def evaluate_suites(suites: Sequence[Suite], sentences: Sequence[Sentence], mode
                     batch_size: int = 32, atol: float = EQUALITY_ATOL, rtol: float = EQUALITY_RTOL,
                     logprob_fn: Optional[Callable] = None) -> dict:
     """Score the (parsed, encoded) sentences under every model ``{name: (model, eos, pad)}`` (or a
-    zero-argument callable returning that triple, so models are loaded one at a time) and evaluate
+    zero-argument callable returning that triple, so models are loaded one at a time; a fourth
+    element is that column's own ``logprob_fn``, e.g. a ``--tags`` source) and evaluate
     the predictions. Returns the report (see :func:`report_markdown`)."""
     index = {(s.suite, s.item, s.condition.name): k for k, s in enumerate(sentences)}
     names = list(models)
     per_model = {}
     for name in names:
         spec = models[name]
-        model, eos, pad = spec() if callable(spec) else spec
-        per_model[name] = score_sentences(model, sentences, eos, pad, batch_size, logprob_fn)
+        model, eos, pad, *own_fn = spec() if callable(spec) else spec  # (model, eos, pad[, logprob_fn of this column])
+        per_model[name] = score_sentences(model, sentences, eos, pad, batch_size, own_fn[0] if own_fn else logprob_fn)
         del model
     report = {"format": "sipe-syntaxgym/1", "models": names, "unit": "bits",
               "equality": {"atol": atol, "rtol": rtol}, "suites": {}, "items": [], "overall": {}}
@@ -114,4 +115,79 @@ def merge_reports(reports: Sequence[dict]) -> dict:
             out["suites"][sname]["scores"].update(s["scores"])
         for mine, theirs in zip(out["items"], rep["items"]):
             mine["results"].update(theirs["results"])
+    return out
+
+
+# ----------------------------------------------------------------------------- given tags' leak
+def critical_region(suite: Suite) -> Optional[int]:
+    """The suite's critical region: the lowest region number a prediction refers to (``*``
+    references excluded), or None when no prediction names a region."""
+    numbers = [r.region for p in suite.predictions for r in p.node.refs() if r.region is not None]
+    return min(numbers) if numbers else None
+
+
+def _prefix(sentence: Sentence, critical: int):
+    """(words, tag pairs per word) of the regions before ``critical`` in the condition's order,
+    or None when the condition lacks that region or the sentence has no encoding."""
+    regions = [r.number for r in sentence.condition.regions]
+    if critical not in regions or sentence.encoded is None:
+        return None
+    _, terms, nts, firsts = sentence.encoded
+    n = sum(len(r.words) for r in sentence.condition.regions[:regions.index(critical)])
+    return tuple(sentence.words[:n]), tuple((int(terms[q]), int(nts[q])) for q in firsts[:n])
+
+
+def _common_prefix_differs(prefixes) -> bool:
+    """Whether two of the ``(words, tags)`` prefixes tag their longest common initial words differently."""
+    for i, (wa, ta) in enumerate(prefixes):
+        for wb, tb in prefixes[i + 1:]:
+            n = 0
+            while n < min(len(wa), len(wb)) and wa[n] == wb[n]:
+                n += 1
+            if ta[:n] != tb[:n]:
+                return True
+    return False
+
+
+def prefix_tag_differences(suites: Sequence[Suite], sentences: Sequence[Sentence]) -> dict:
+    """Items whose conditions have identical words before the critical region
+    (:func:`critical_region`) but different given tags on them: with tags from a parse of the
+    whole sentence the model sees information from the critical region and after (issue 12).
+    Returns counts per suite and the list (suite, item, the conditions, the first differing word).
+    Conditions are grouped by their prefix words; items without a critical region, and
+    conditions that lack it or could not be encoded, are counted as not compared.
+    ``common_prefix_differ`` counts more broadly the items where some two conditions tag a shared
+    initial run of words (before the critical region, however long) differently."""
+    by_key = {(s.suite, s.item, s.condition.name): s for s in sentences}
+    out = {"items": 0, "compared": 0, "differ": 0, "not_compared": 0, "common_prefix_differ": 0, "suites": {}, "list": []}
+    for suite in suites:
+        crit = critical_region(suite)
+        row = {"items": len(suite.items), "compared": 0, "differ": 0, "common_prefix_differ": 0, "critical_region": crit}
+        for item in suite.items:
+            out["items"] += 1
+            groups: Dict[tuple, List[Tuple[str, tuple]]] = {}
+            prefixes = []
+            for cname in item.conditions:
+                pre = None if crit is None else _prefix(by_key[(suite.name, item.number, cname)], crit)
+                if pre is not None:
+                    groups.setdefault(pre[0], []).append((cname, pre[1]))
+                    prefixes.append(pre)
+            if _common_prefix_differs(prefixes):
+                row["common_prefix_differ"] += 1
+            shared = [g for g in groups.values() if len(g) > 1]
+            if not shared:
+                out["not_compared"] += 1
+                continue
+            row["compared"] += 1
+            for words, g in ((w, g) for w, g in groups.items() if len(g) > 1):
+                if len({tags for _, tags in g}) > 1:
+                    first = min(k for k in range(len(words)) if len({tags[k] for _, tags in g}) > 1)
+                    row["differ"] += 1
+                    out["list"].append({"suite": suite.name, "item": item.number, "conditions": [c for c, _ in g],
+                                        "prefix": " ".join(words), "first_differing_word": first + 1,
+                                        "word": words[first]})
+                    break
+        for key in ("compared", "differ", "common_prefix_differ"):
+            out[key] += row[key]
+        out["suites"][suite.name] = row
     return out

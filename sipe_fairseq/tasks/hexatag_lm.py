@@ -1,6 +1,8 @@
 """Task ``hexatag_lm``: fairseq's ``language_modeling`` plus aligned hexatag streams."""
 import logging
+import weakref
 from dataclasses import dataclass, field
+from typing import Callable, Dict
 
 import numpy as np
 from fairseq import utils
@@ -15,12 +17,22 @@ from .sipe_data import EvaluationError, SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
 
+# --inference-tags source -> fn(model, sample, dictionary, placement) -> the sample with net_input's
+# src_terminals/src_nonterminals replaced by tags chosen from the prefix only; the scorer lives in
+# eval/ (above this layer), which registers "self" on import (sipe_fairseq.register() imports it)
+INFERENCE_TAGGERS: Dict[str, Callable] = {}
+
 
 @dataclass
 class HexatagLMConfig(LanguageModelingConfig, SiPEDataConfig):
     tag_head_placement: ChoiceEnum(["first_subword", "last_subword"]) = field(
         default="first_subword", metadata={"help": "where the tag heads predict the next word's tags: at the previous "
                                                    "word's first subword (paper A.1) or just before the word (most context)"})
+    inference_tags: ChoiceEnum(["given", "self"]) = field(
+        default="given", metadata={"help": "fairseq-eval-lm: the tags the model reads. given: the data's (a parse of "
+                                           "the whole sentence, p(x | tags)); self: chosen by the model's own tag heads "
+                                           "from the prefix (constrained argmax, eval/prefix_tags.py), so the perplexity "
+                                           "is exact (needs --sample-break-mode eos: every sentence scored alone)"})
 
 
 @register_task("hexatag_lm", dataclass=HexatagLMConfig)
@@ -56,6 +68,11 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
             shuffle=tokens.shuffle, targets=tokens.targets, add_bos_token=tokens.add_bos_token,
             fixed_pad_length=tokens.fixed_pad_length, pad_to_bsz=tokens.pad_to_bsz)
         logger.info(f"{split}: {len(tokens)} blocks with hexatag streams {list(streams)}")
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        self._inference_model = weakref.ref(model)  # --inference-tags self: the model that chooses the tags
+        return model
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, **kwargs):
         """Prompts for ``fairseq-interactive`` (as ``language_modeling``; no tags: a tagged model
@@ -132,10 +149,49 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
             rows = HexatagContextWindowDataset(rows, tps, context_window, self.source_dictionary.pad(), dataset.tag_pad)
         itr = super().eval_lm_dataloader(rows, max_tokens, batch_size, max_positions, num_shards, shard_id,
                                          num_workers, data_buffer_size, context_window=0)
+        source = str(getattr(self.args, "inference_tags", "given"))
+        if source != "given":
+            itr = self._prefix_tagged(itr, source, rows is not dataset or context_window > 0)
         too_long = f"blocks longer than the model's {limit} positions"
         if dataset.add_bos_token:
             too_long += " (not windowed with --add-bos-token)"
         return ScoredTokens(itr, split, total, self.target_dictionary, dataset.add_bos_token, too_long, num_shards)
+
+
+    def _prefix_tagged(self, itr, source: str, windowed: bool) -> "PrefixTagged":
+        if str(self.args.sample_break_mode) != "eos" or windowed:
+            raise EvaluationError(f"--inference-tags {source} scores every sentence alone: use --sample-break-mode eos, "
+                                  "no --context-window, and sentences within the model's positions")
+        if source not in INFERENCE_TAGGERS:
+            raise EvaluationError(f"--inference-tags {source}: no tagger registered (call sipe_fairseq.register())")
+        model = getattr(self, "_inference_model", lambda: None)()
+        if model is None:
+            raise EvaluationError(f"--inference-tags {source}: the task built no model (load it with this task)")
+        placement = str(self.args.tag_head_placement)
+        return PrefixTagged(itr, lambda sample: INFERENCE_TAGGERS[source](model, sample, self.source_dictionary, placement))
+
+
+class PrefixTagged:
+    """An eval-lm batch iterator whose samples' input tags are replaced (``--inference-tags``)."""
+
+    def __init__(self, itr, retag):
+        self.itr, self.retag = itr, retag
+
+    def __len__(self):
+        return len(self.itr)
+
+    @property
+    def n(self):
+        return getattr(self.itr, "n", 0)
+
+    def __iter__(self):
+        for sample in self.itr:
+            if isinstance(sample, dict) and "net_input" in sample:
+                try:
+                    sample = self.retag(sample)
+                except ValueError as e:  # e.g. a model without tag heads: one line (USER_ERRORS), no traceback
+                    raise EvaluationError(f"--inference-tags: {e}") from e
+            yield sample
 
 
 class ScoredTokens:
