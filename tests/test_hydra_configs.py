@@ -98,7 +98,10 @@ def row_overrides(kind, name, data, ckpt="/nonexistent/checkpoint.pt"):
 
 def compose_row(kind, name, overrides):
     hydra_init(name)  # as fairseq-hydra-train: the schema under the config's name
-    with initialize_config_dir(config_dir=str(CONFIG[kind]), version_base=None):
+    # version_base "1.1", as fairseq-hydra-train (its @hydra.main names none): hydra keeps the version
+    # base process-wide, and a newer one makes fairseq's convert_namespace_to_omegaconf (which uses
+    # hydra.experimental.initialize) raise in every later test of the same process.
+    with initialize_config_dir(config_dir=str(CONFIG[kind]), version_base="1.1"):
         cfg = compose(name, overrides=overrides)
     add_defaults(cfg)  # plugin registered: merges the plugin's task/model/criterion dataclasses (unknown keys raise)
     return cfg

@@ -84,7 +84,8 @@ class ClassificationHeadsMixin:
             old = self.classification_heads[name]
             if old.out_proj.out_features != num_classes or old.dense.out_features != (inner_dim or d):
                 logger.warning(f're-registering head "{name}" with num_classes {num_classes} '
-                               f"(prev: {old.out_proj.out_features}) and inner_dim {inner_dim or d} (prev: {old.dense.out_features})")
+                               f"(prev: {old.out_proj.out_features}) and inner_dim {inner_dim or d} "
+                               f"(prev: {old.dense.out_features})")
         cfg = getattr(self, "cfg", None) or self.body.cfg
         self.classification_heads[name] = SentenceClassificationHead(
             d, inner_dim or d, num_classes, activation_fn=getattr(cfg, "pooler_activation_fn", "tanh"),
