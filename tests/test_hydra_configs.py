@@ -116,7 +116,7 @@ _tasks = {}
 
 
 @pytest.mark.parametrize("kind,name", ROWS)
-def test_config_composes_with_the_papers_settings_and_builds(kind, name, data):
+def test_config_composes_with_the_papers_settings_builds_and_trains(kind, name, data):
     base = OmegaConf.load(CONFIG[kind] / f"{name}.yaml").defaults  # the backbone decides the tiny sizes
     family = "sipe_txl" if kind == "decoder" else f"sipe_{name.split('_')[1]}"
     assert f"_{family[5:]}" in base or family == "sipe_txl"
@@ -143,6 +143,28 @@ def test_config_composes_with_the_papers_settings_and_builds(kind, name, data):
         projections = {id(p) for layer in layers for inj in layer.attn.injections for p in inj.parameters()}
         per_layer = sum(1 for inj in layers[-1].attn.injections for _ in inj.parameters())
         assert len(projections) == (per_layer if sharing == "shared" else per_layer * len(injected))
+    if not name.endswith("_stsb"):  # STS-B is a regression row; the toy GLUE directory holds RTE's labels
+        two_updates(_tasks[cfg.task._name], cfg, model)
+
+
+def two_updates(task, cfg, model):
+    """Two updates of the row's own criterion on a toy batch, in-process (what fairseq-train's first two
+    updates do, without the subprocess): the losses are finite and the parameters move."""
+    criterion = task.build_criterion(cfg.criterion)
+    if "valid" not in task.datasets:
+        task.load_dataset("valid")
+    itr = task.get_batch_iterator(task.dataset("valid"), max_sentences=4, ignore_invalid_inputs=True, seed=1)
+    sample = next(iter(itr.next_epoch_itr(shuffle=False)))
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model.train()
+    for _ in range(2):
+        loss, sample_size, _ = criterion(model, sample)
+        assert torch.isfinite(loss) and sample_size > 0
+        (loss / sample_size).backward()
+        opt.step()
+        opt.zero_grad()
+    assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
 
 
 def hydra_train(kind, name, overrides, cwd):
