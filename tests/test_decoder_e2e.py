@@ -20,6 +20,7 @@ from sipe_fairseq.checkpoints import load_lm as load  # noqa: E402
 from sipe_fairseq.cli.eval_lm import evaluate  # noqa: E402
 from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar  # noqa: E402
+from sipe_fairseq.modules.assembly import INJECTION_CHOICES  # noqa: E402
 from sipe_fairseq.modules.tag_embedding import FIRST_TAG_ID  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -28,7 +29,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
 TASK = ["--task", "hexatag_lm", "--tokens-per-sample", "64", "--sample-break-mode", "complete"]
 CONFIGS = {  # name -> (task/criterion args, arch args)
     **{f"txl-{inj}": (["--criterion", "hexatag_lm"], ["--arch", "sipe_txl_tiny", "--sipe-injection", inj])
-       for inj in ("none", "input", "position", "disentangled", "attention-bias", "input+attention-bias", "position+attention-bias")},
+       for inj in INJECTION_CHOICES},
     **{f"rope-{inj}": (["--criterion", "hexatag_lm"], ["--arch", "sipe_rope_tiny", "--sipe-injection", inj])
        for inj in ("none", "input", "position")},
     "abs-input": (["--criterion", "hexatag_lm"], ["--arch", "sipe_transformer_lm_tiny"]),
