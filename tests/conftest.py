@@ -79,6 +79,21 @@ def toy_data(toy_corpus, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def toy_data_400(tmp_path_factory) -> Path:
+    """A larger toy data directory (400/60/60 sentences, seed 3, no --deprel): test_resume's run has 5 updates
+    per epoch on it, and test_data_validation's checks were written against it."""
+    from sipe_fairseq.cli.preprocess import main as preprocess_main
+    from sipe_fairseq.data import toy_grammar
+
+    root = tmp_path_factory.mktemp("toy-400")
+    toy_grammar.make_corpus(root / "toy", n_train=400, n_valid=60, n_test=60, seed=3)
+    out = root / "data"
+    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
+                            "--test", str(root / "toy/test.conllu"), "--destdir", str(out), "--spm-vocab-size", "200"]) == 0
+    return out
+
+
 def _canonical(args):
     """((option, values), ...) sorted, the last occurrence of an option winning (as argparse reads them):
     the same training whatever the order its arguments were written in."""
