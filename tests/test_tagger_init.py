@@ -19,6 +19,7 @@ from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar  # noqa: E402
 from sipe_fairseq.data.tag_dictionary import NOTAG_ID  # noqa: E402
 from sipe_fairseq.checkpoints import load_tagger  # noqa: E402
+from sipe_fairseq.checkpoints.compat import allow_fairseq_checkpoint_globals  # noqa: E402
 from sipe_fairseq.hexatag import decode, parse_tags  # noqa: E402
 
 from conftest import BIN, MLM_TASK, PLUGIN, STOCK_MLM, run  # noqa: E402
@@ -165,8 +166,10 @@ def test_injected_checkpoint_loads_with_tags_masked(root, caplog):
     assert model.encoder.needs_tags and model.encoder.fusion is not None
     inert = next(r.getMessage() for r in caplog.records if "contribute nothing" in r.getMessage())
     assert "encoder.tags.terminal" in inert and "attn.injections." in inert and "fusion" not in inert
-    with torch.serialization.safe_globals([__import__("argparse").Namespace]):
-        (pre,), _, _ = checkpoint_utils.load_model_ensemble_and_task([str(ck)], arg_overrides={"data": str(root["data"])})
+    # process-wide, as the package does (a torch.serialization.safe_globals context would remove argparse.Namespace
+    # from the allowlist on exit, and a later test loading fairseq's roberta in this process would be refused)
+    allow_fairseq_checkpoint_globals()
+    (pre,), _, _ = checkpoint_utils.load_model_ensemble_and_task([str(ck)], arg_overrides={"data": str(root["data"])})
     model.eval(), pre.eval()
     sample = batch(task)
     src = sample["net_input"]["src_tokens"]
