@@ -1,4 +1,8 @@
+"""Shared test set-up: paths, the subprocess helper, and session-scoped fixtures for the toy corpus,
+its ``sipe-preprocess`` data directory and a cache of tiny trained checkpoints (each distinct
+training run happens once per session, whichever test file asks first)."""
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,6 +13,33 @@ SHARED = ROOT.parent / "shared"
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+BIN = Path(sys.executable).parent  # fairseq-train, fairseq-eval-lm, ... of this interpreter's environment
+PLUGIN = str(ROOT / "sipe_fairseq")  # --user-dir
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+
+# the standard toy corpus (tests that need another size or seed make their own and say why)
+TOY = {"n_train": 300, "n_valid": 40, "n_test": 40, "seed": 3}
+TOY_PREPROCESS = ["--spm-vocab-size", "200", "--deprel"]  # --deprel: the encoder tests' Table 12 strategies read it
+
+# training arguments shared by the tests' tiny checkpoints; a test's own arguments come after and override
+TRAIN_COMMON = ["--optimizer", "adam", "--lr", "0.003", "--max-tokens", "1024", "--max-update", "6", "--seed", "1",
+                "--no-epoch-checkpoints", "--no-last-checkpoints", "--num-workers", "0", "--log-format", "simple"]
+LM_TASK = ["--user-dir", PLUGIN, "--task", "hexatag_lm", "--criterion", "hexatag_lm", "--tokens-per-sample", "64",
+           "--sample-break-mode", "complete"]
+MLM_TASK = ["--user-dir", PLUGIN, "--task", "hexatag_mlm", "--criterion", "hexatag_mlm", "--tokens-per-sample", "64",
+            "--sample-break-mode", "complete"]
+STOCK_LM = ["--task", "language_modeling", "--arch", "transformer_lm", "--decoder-layers", "1", "--decoder-embed-dim", "32",
+            "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2", "--tokens-per-sample", "64",
+            "--sample-break-mode", "complete"]  # fairseq's own decoder: reads only dict.txt and the tokens
+STOCK_MLM = ["--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta_base", "--encoder-layers", "2",
+             "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4",
+             "--tokens-per-sample", "64", "--sample-break-mode", "complete"]  # fairseq's own roberta
+
+
+def txl(injection, *extra):
+    """Training arguments of a ``sipe_txl_tiny`` hexatag LM with ``--sipe-injection injection``."""
+    return [*LM_TASK, "--arch", "sipe_txl_tiny", "--sipe-injection", injection, *extra]
+
 
 def shared_path(*parts) -> Path:
     """A path under ../shared, or skip the test with a reason when it is absent."""
@@ -16,3 +47,112 @@ def shared_path(*parts) -> Path:
     if not path.exists():
         pytest.skip(f"{path} not present (../shared is only in the developers' workspace and CI)")
     return path
+
+
+def run(cmd, cwd=None, timeout=600) -> str:
+    """Run ``cmd`` (paths allowed) with ENV; assert exit status 0 (showing the command and the tail of its
+    output otherwise); return stdout + stderr."""
+    cmd = [str(c) for c in cmd]
+    proc = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="session")
+def toy_corpus(tmp_path_factory) -> Path:
+    """train/valid/test.conllu of the standard toy corpus (TOY)."""
+    from sipe_fairseq.data import toy_grammar
+
+    out = tmp_path_factory.mktemp("toy-corpus")
+    toy_grammar.make_corpus(out, **TOY)
+    return out
+
+
+@pytest.fixture(scope="session")
+def toy_data(toy_corpus, tmp_path_factory) -> Path:
+    """The standard corpus through sipe-preprocess (train/valid/test, --spm-vocab-size 200, --deprel)."""
+    from sipe_fairseq.cli.preprocess import main as preprocess_main
+
+    out = tmp_path_factory.mktemp("toy-data")
+    assert preprocess_main(["--train", str(toy_corpus / "train.conllu"), "--valid", str(toy_corpus / "valid.conllu"),
+                            "--test", str(toy_corpus / "test.conllu"), "--destdir", str(out), *TOY_PREPROCESS]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def toy_data_400(tmp_path_factory) -> Path:
+    """A larger toy data directory (400/60/60 sentences, seed 3, no --deprel): test_resume's run has 5 updates
+    per epoch on it, and test_data_validation's checks were written against it."""
+    from sipe_fairseq.cli.preprocess import main as preprocess_main
+    from sipe_fairseq.data import toy_grammar
+
+    root = tmp_path_factory.mktemp("toy-400")
+    toy_grammar.make_corpus(root / "toy", n_train=400, n_valid=60, n_test=60, seed=3)
+    out = root / "data"
+    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
+                            "--test", str(root / "toy/test.conllu"), "--destdir", str(out), "--spm-vocab-size", "200"]) == 0
+    return out
+
+
+def _canonical(args):
+    """((option, values), ...) sorted, the last occurrence of an option winning (as argparse reads them):
+    the same training whatever the order its arguments were written in."""
+    opts, key = {}, None
+    for a in map(str, args):
+        if a.startswith("--"):
+            key = a
+            opts[key] = ()
+        else:
+            assert key is not None, f"training arguments start with a value: {args}"
+            opts[key] += (a,)
+    return tuple(sorted(opts.items()))
+
+
+class CheckpointCache:
+    """Tiny checkpoints trained once per session, keyed by (data directory, training arguments).
+
+    ``cache(args, data)`` trains ``fairseq-train data TRAIN_COMMON args`` unless the same run was
+    already made and returns its checkpoint_best.pt; ``cache.many([args, ...], data)`` starts the
+    missing runs in parallel; ``cache.log(path)`` is the run's stdout + stderr. ``launched`` counts
+    the fairseq-train processes started."""
+
+    def __init__(self, root: Path, default_data):
+        self.root, self.default_data = root, default_data
+        self.paths, self.logs, self.launched = {}, {}, 0
+
+    def _cmd(self, args, data):
+        save = self.root / f"ck-{len(self.paths)}"
+        cmd = [BIN / "fairseq-train", data, *TRAIN_COMMON, *args, "--save-dir", save]
+        return [str(c) for c in cmd], save / "checkpoint_best.pt"
+
+    def many(self, runs, data=None):
+        data = Path(data if data is not None else self.default_data)
+        keys = [(str(data), _canonical(args)) for args in runs]
+        procs = {}
+        for key, args in zip(keys, runs):
+            if key in self.paths or key in procs:
+                continue
+            cmd, path = self._cmd(args, data)
+            self.paths[key] = path
+            procs[key] = (cmd, subprocess.Popen(cmd, cwd=self.root, env=ENV, stdout=subprocess.PIPE,
+                                                stderr=subprocess.STDOUT, text=True))
+            self.launched += 1
+        for key, (cmd, proc) in procs.items():
+            out, _ = proc.communicate(timeout=900)
+            if proc.returncode != 0:
+                del self.paths[key]
+            assert proc.returncode == 0, f"{' '.join(cmd)}\n{out[-4000:]}"
+            self.logs[self.paths[key]] = out
+        return [self.paths[key] for key in keys]
+
+    def __call__(self, args, data=None) -> Path:
+        return self.many([args], data)[0]
+
+    def log(self, path) -> str:
+        return self.logs[Path(path)]
+
+
+@pytest.fixture(scope="session")
+def train_checkpoint(tmp_path_factory, toy_data):
+    """The session's CheckpointCache (default data directory: toy_data)."""
+    return CheckpointCache(tmp_path_factory.mktemp("checkpoints"), toy_data)

@@ -2,11 +2,9 @@
 sentence), CoNLL-U trees, BLiMP reading, accuracy tables, and ``sipe-eval blimp`` end to end on
 tiny trained models (a SiPE decoder and a stock fairseq ``transformer_lm``)."""
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +14,6 @@ import sipe_fairseq
 sipe_fairseq.register()
 
 from sipe_fairseq.cli.eval import main as eval_main  # noqa: E402
-from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar as tg  # noqa: E402
 from sipe_fairseq.eval import blimp  # noqa: E402
 from sipe_fairseq.parsing import (CachedParser, ConlluTrees, NoTrees, ParseError, SpacyParser,  # noqa: E402
@@ -24,11 +21,7 @@ from sipe_fairseq.parsing import (CachedParser, ConlluTrees, NoTrees, ParseError
                                   split_words)
 from sipe_fairseq.hexatag import check_tree  # noqa: E402
 
-from conftest import shared_path  # noqa: E402
-
-BIN = Path(sys.executable).parent
-PLUGIN = str(Path(sipe_fairseq.__file__).parent)
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+from conftest import ENV, STOCK_LM, shared_path, txl  # noqa: E402
 N_PAIRS = 24  # toy pairs: UIDs cycle through 3 paradigms -> 8 each
 
 
@@ -292,29 +285,13 @@ def test_accuracy_on_a_hand_made_case(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------- end to end
-def _train(data, save, args):
-    cmd = [BIN / "fairseq-train", data, *args, "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "1024",
-           "--max-update", "6", "--seed", "1", "--save-dir", save, "--no-epoch-checkpoints", "--no-last-checkpoints",
-           "--num-workers", "0", "--log-format", "simple", "--tokens-per-sample", "64", "--sample-break-mode", "complete"]
-    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return save / "checkpoint_best.pt"
-
-
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory):
+def toy(tmp_path_factory, toy_data, train_checkpoint):
     """Toy data directory, a SiPE and a stock checkpoint, BLiMP-format pairs (a folder of one file
     per UID) and their trees as CoNLL-U (good and bad sentences)."""
     root = tmp_path_factory.mktemp("blimp")
-    tg.make_corpus(root / "toy", n_train=300, n_valid=40, n_test=10, seed=4)
-    data = root / "data"
-    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
-                            "--destdir", str(data), "--spm-vocab-size", "200"]) == 0
-    sipe = _train(data, root / "ck-sipe", ["--user-dir", PLUGIN, "--task", "hexatag_lm", "--criterion", "hexatag_lm",
-                                           "--arch", "sipe_txl_tiny", "--sipe-injection", "position"])
-    stock = _train(data, root / "ck-stock", ["--task", "language_modeling", "--arch", "transformer_lm", "--decoder-layers", "1",
-                                             "--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64",
-                                             "--decoder-attention-heads", "2"])
+    data = toy_data
+    sipe, stock = train_checkpoint.many([txl("position"), STOCK_LM])
     pairs = tg.minimal_pairs(N_PAIRS, seed=7)
     folder = root / "pairs"
     folder.mkdir()

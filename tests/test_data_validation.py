@@ -16,13 +16,16 @@ from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.data.validate import DataError, validate_split
 from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
 from sipe_fairseq.tasks.sipe_data import SiPEDataMixin
-import test_decoder_e2e
-from test_decoder_e2e import BIN, ENV, PLUGIN
+from conftest import BIN, ENV, PLUGIN
 from test_preprocess import TRAIN, VALID
 
 KINDS = ("terminal", "nonterminal")
 
-data_dir = test_decoder_e2e.data_dir  # the toy corpus (module-scoped fixture)
+
+
+@pytest.fixture(scope="module")
+def data_dir(toy_data_400):
+    return toy_data_400
 
 
 def _copy(data_dir, tmp_path, name="d"):

@@ -1,11 +1,7 @@
 """End to end: toy CoNLL-U -> sipe-preprocess -> fairseq-train -> fairseq-eval-lm / sipe-eval-lm."""
 import math
-import os
 import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,58 +14,35 @@ sipe_fairseq.register()
 
 from sipe_fairseq.checkpoints import load_lm as load  # noqa: E402
 from sipe_fairseq.cli.eval_lm import evaluate  # noqa: E402
-from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
-from sipe_fairseq.data import toy_grammar  # noqa: E402
 from sipe_fairseq.modules.assembly import INJECTION_CHOICES  # noqa: E402
 from sipe_fairseq.modules.tag_embedding import FIRST_TAG_ID  # noqa: E402
 
-BIN = Path(sys.executable).parent
-PLUGIN = str(Path(sipe_fairseq.__file__).parent)
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+from conftest import BIN, LM_TASK, PLUGIN, run, txl  # noqa: E402
+
 TASK = ["--task", "hexatag_lm", "--tokens-per-sample", "64", "--sample-break-mode", "complete"]
-CONFIGS = {  # name -> (task/criterion args, arch args)
-    **{f"txl-{inj}": (["--criterion", "hexatag_lm"], ["--arch", "sipe_txl_tiny", "--sipe-injection", inj])
-       for inj in INJECTION_CHOICES},
-    **{f"rope-{inj}": (["--criterion", "hexatag_lm"], ["--arch", "sipe_rope_tiny", "--sipe-injection", inj])
-       for inj in ("none", "input", "position")},
-    "abs-input": (["--criterion", "hexatag_lm"], ["--arch", "sipe_transformer_lm_tiny"]),
+CONFIGS = {  # name -> training arguments (conftest's checkpoint cache shares txl-none and txl-position with other files)
+    **{f"txl-{inj}": txl(inj) for inj in INJECTION_CHOICES},
+    **{f"rope-{inj}": [*LM_TASK, "--arch", "sipe_rope_tiny", "--sipe-injection", inj] for inj in ("none", "input", "position")},
+    "abs-input": [*LM_TASK, "--arch", "sipe_transformer_lm_tiny"],
 }
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("e2e")
-    toy_grammar.make_corpus(root / "toy", n_train=400, n_valid=60, n_test=60, seed=3)
-    out = root / "data"
-    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
-                            "--test", str(root / "toy/test.conllu"), "--destdir", str(out), "--spm-vocab-size", "200"]) == 0
-    return out
+def data_dir(toy_data):
+    return toy_data
 
 
-def run(cmd, cwd):
-    proc = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout + proc.stderr
-
-
-_trained = {}
-
-
-def trained(name, data_dir):
-    """Train config ``name`` for a few updates (once); return (checkpoint, last valid loss line)."""
-    if name not in _trained:
-        crit, arch = CONFIGS[name]
-        save = data_dir.parent / f"ck-{name}"
-        log = run([BIN / "fairseq-train", data_dir, "--user-dir", PLUGIN, *TASK, *crit, *arch,
-                   "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "1024", "--max-update", "6", "--seed", "1",
-                   "--save-dir", save, "--no-epoch-checkpoints", "--no-last-checkpoints", "--num-workers", "0",
-                   "--log-format", "simple"], data_dir.parent)
-        _trained[name] = (save / "checkpoint_best.pt", log)
-    return _trained[name]
+@pytest.fixture(scope="module")
+def trained(train_checkpoint):
+    def trained(name, data_dir):
+        """Train config ``name`` for a few updates (once per session); return (checkpoint, training log)."""
+        ckpt = train_checkpoint(CONFIGS[name], data_dir)
+        return ckpt, train_checkpoint.log(ckpt)
+    return trained
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_train_then_eval_lm(name, data_dir):
+def test_train_then_eval_lm(name, data_dir, trained):
     """fairseq-train and fairseq-eval-lm run for every injection; the perplexity fairseq-eval-lm
     prints from the reloaded checkpoint equals the training run's final validation (in memory),
     and sipe-eval-lm computes the same number."""
@@ -87,7 +60,7 @@ def test_train_then_eval_lm(name, data_dir):
     assert sum(counts) == ours["lm"]["count"] and min(counts) > 0
 
 
-def test_eval_lm_equals_independent_nll(data_dir):
+def test_eval_lm_equals_independent_nll(data_dir, trained):
     """exp(mean NLL) computed sentence by sentence straight from the binarized streams (no task
     datasets involved) equals fairseq-eval-lm's perplexity with --sample-break-mode eos."""
     ckpt, _ = trained("txl-position", data_dir)
@@ -115,7 +88,7 @@ def test_eval_lm_equals_independent_nll(data_dir):
     assert abs(math.exp(nll / n) - ppl) < 0.01 * 1.0001 + 1e-9 * ppl, (math.exp(nll / n), ppl)
 
 
-def test_checkpoint_reload_gives_identical_outputs(data_dir, tmp_path):
+def test_checkpoint_reload_gives_identical_outputs(data_dir, tmp_path, trained):
     ckpt, _ = trained("txl-position+attention-bias", data_dir)
     model, task = load(str(ckpt), str(data_dir))
     state = torch.load(str(ckpt), map_location="cpu", weights_only=False)  # the raw checkpoint as fairseq wrote it
@@ -134,7 +107,7 @@ def test_checkpoint_reload_gives_identical_outputs(data_dir, tmp_path):
 @pytest.mark.parametrize("mode,bos,placement", [("none", False, "first_subword"), ("complete", False, "first_subword"),
                                                 ("eos", False, "first_subword"), ("none", True, "first_subword"),
                                                 ("complete", True, "last_subword"), ("none", False, "last_subword")])
-def test_tags_stay_in_step_through_blocking(data_dir, mode, bos, placement):
+def test_tags_stay_in_step_through_blocking(data_dir, mode, bos, placement, trained):
     """Whatever the break mode, --add-bos-token and head placement: tags sit exactly on the tokens
     whose piece starts a word, and every word in a block has its tags predicted exactly once, from
     a position whose input precedes the word."""
@@ -156,7 +129,7 @@ def test_tags_stay_in_step_through_blocking(data_dir, mode, bos, placement):
         assert torch.equal(b["word_start_target"][0].bool(), starts[b["target"][0]] & b["target"][0].ne(d.pad()))
 
 
-def test_context_window_keeps_tags_in_step(data_dir):
+def test_context_window_keeps_tags_in_step(data_dir, trained):
     """With --context-window, every row is a contiguous slice of the token+tag stream."""
     ckpt, _ = trained("txl-position", data_dir)
     model, task = load(str(ckpt), str(data_dir), context_window=16)
@@ -184,7 +157,7 @@ def test_context_window_keeps_tags_in_step(data_dir):
     assert pos == len(stream) and rows > 2
 
 
-def test_missing_tag_streams_is_a_clear_error(data_dir, tmp_path):
+def test_missing_tag_streams_is_a_clear_error(data_dir, tmp_path, trained):
     plain = tmp_path / "plain"
     shutil.copytree(data_dir, plain)
     for f in plain.glob("valid.terminal.*"):

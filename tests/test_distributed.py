@@ -18,8 +18,6 @@ import pytest
 import torch
 
 import sipe_fairseq
-from sipe_fairseq.cli.preprocess import main as preprocess_main
-from sipe_fairseq.data import toy_grammar
 
 BIN = Path(sys.executable).parent
 PLUGIN = str(Path(sipe_fairseq.__file__).parent)
@@ -33,13 +31,8 @@ TRAIN = ["--user-dir", PLUGIN, "--task", "hexatag_lm", "--criterion", "hexatag_l
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ddp")
-    toy_grammar.make_corpus(root / "toy", n_train=400, n_valid=40, n_test=40, seed=3)
-    out = root / "data"
-    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
-                            "--destdir", str(out), "--spm-vocab-size", "200"]) == 0
-    return out
+def data_dir(toy_data):
+    return toy_data  # ~14 batches of 512 tokens per epoch: the 8 batches of the UPDATES updates stay in one epoch
 
 
 def free_port() -> int:

@@ -1,11 +1,7 @@
 """End to end for encoders: toy CoNLL-U -> sipe-preprocess --deprel -> task hexatag_mlm (tags
 masked with their tokens, deterministic per seed and epoch) -> fairseq-train for every encoder and
 injection and every Table 12 strategy -> the checkpoint reloads and validates to the same loss."""
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,14 +15,11 @@ from fairseq import tasks  # noqa: E402
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
 from fairseq.options import get_training_parser, parse_args_and_arch  # noqa: E402
 
-from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
-from sipe_fairseq.data import toy_grammar  # noqa: E402
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID  # noqa: E402
 from sipe_fairseq.modules.input_injection import STRATEGIES  # noqa: E402
 
-BIN = Path(sys.executable).parent
-PLUGIN = str(Path(sipe_fairseq.__file__).parent)
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+from conftest import BIN, MLM_TASK, PLUGIN, run  # noqa: E402
+
 TASK = ["--task", "hexatag_mlm", "--criterion", "hexatag_mlm", "--tokens-per-sample", "64", "--sample-break-mode", "complete"]
 CONFIGS = {
     **{f"roberta-{i}": ["--arch", "sipe_roberta_tiny", "--sipe-injection", i] for i in ("none", "input")},
@@ -38,14 +31,8 @@ CONFIGS = {
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mlm")
-    toy_grammar.make_corpus(root / "toy", n_train=300, n_valid=40, n_test=40, seed=5)
-    out = root / "data"
-    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
-                            "--test", str(root / "toy/test.conllu"), "--destdir", str(out), "--spm-vocab-size", "200",
-                            "--deprel"]) == 0
-    return out
+def data_dir(toy_data):
+    return toy_data  # written with --deprel (the DEPREL strategies read the stream)
 
 
 def load_task(data_dir, *extra):
@@ -115,22 +102,13 @@ def test_tag_targets_are_the_original_tags_at_masked_first_subwords(data_dir):
     assert torch.equal(blocks, stream)
 
 
-def run(cmd, cwd):
-    proc = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout + proc.stderr
-
-
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_train_then_validate(name, data_dir):
+def test_train_then_validate(name, data_dir, train_checkpoint):
     """Every encoder/injection/strategy trains a few updates; for each encoder and injection,
     fairseq-validate on the saved checkpoint reproduces the training run's last validation loss
     (same masks, same weights)."""
-    save = data_dir.parent / f"ck-{name}"
-    log = run([BIN / "fairseq-train", data_dir, "--user-dir", PLUGIN, *TASK, *CONFIGS[name], "--optimizer", "adam",
-               "--lr", "0.003", "--max-tokens", "1024", "--max-update", "5", "--seed", "1", "--save-dir", save,
-               "--no-epoch-checkpoints", "--no-last-checkpoints", "--num-workers", "0", "--log-format", "simple"],
-              data_dir.parent)
+    ckpt = train_checkpoint([*MLM_TASK, *CONFIGS[name]], data_dir)  # shared with test_pll, test_glue_encoders, ...
+    log = train_checkpoint.log(ckpt)
     valid = re.findall(r"valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]+)", log)
     assert valid, log[-2000:]
     if "none" not in name:
@@ -138,7 +116,7 @@ def test_train_then_validate(name, data_dir):
     if "--sipe-input-strategy" in CONFIGS[name]:
         return  # the reload check below runs once per encoder and injection
     out = run([BIN / "fairseq-validate", data_dir, "--user-dir", PLUGIN, "--task", "hexatag_mlm", "--path",
-               save / "checkpoint_best.pt", "--max-tokens", "1024", "--num-workers", "0", "--valid-subset", "valid"],
+               ckpt, "--max-tokens", "1024", "--num-workers", "0", "--valid-subset", "valid"],
               data_dir.parent)
     got = re.search(r"valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]+)", out)
     assert got and got.groups() == valid[-1], (got and got.groups(), valid[-1])

@@ -15,12 +15,20 @@ from sipe_fairseq.checkpoints import load_lm as load
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.tasks.hexatag_lm import ScoredTokens
 from sipe_fairseq.tasks.sipe_data import EvaluationError
-import test_decoder_e2e
-from test_decoder_e2e import BIN, ENV, PLUGIN, trained
+from conftest import BIN, ENV, PLUGIN, txl
 
 LIMIT = 16  # positions given to the evaluation (the model was trained with 64)
 
-data_dir = test_decoder_e2e.data_dir  # the toy corpus (module-scoped fixture)
+
+
+@pytest.fixture(scope="module")
+def data_dir(toy_data):
+    return toy_data
+
+
+@pytest.fixture(scope="module")
+def trained(train_checkpoint):
+    return lambda name, data_dir: (train_checkpoint(txl(name.split("-", 1)[1]), data_dir), None)  # as test_decoder_e2e's
 
 
 def _independent_nll(model, data_dir, d, limit):
@@ -48,7 +56,7 @@ def _independent_nll(model, data_dir, d, limit):
     return nll, count, windowed
 
 
-def test_long_sentences_scored_in_windows(data_dir):
+def test_long_sentences_scored_in_windows(data_dir, trained):
     ckpt, _ = trained("txl-position", data_dir)
     model, task = load(str(ckpt), str(data_dir))
     model.eval()
@@ -95,7 +103,7 @@ def _eval_lm(data_dir, ckpt, *extra):
     return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
 
 
-def test_readme_eval_lm_command(data_dir):
+def test_readme_eval_lm_command(data_dir, trained):
     """README section 3's fairseq-eval-lm line as written (no --tokens-per-sample: blocks of 1024
     for a 64-position model) printed 'Evaluated 0 tokens ... Perplexity: 1.00' and exited 0."""
     ckpt, _ = trained("txl-position", data_dir)
@@ -110,7 +118,7 @@ def test_readme_eval_lm_command(data_dir):
     assert math.isfinite(ppl) and ppl > 2
 
 
-def test_eval_lm_scoring_nothing_exits_1(data_dir):
+def test_eval_lm_scoring_nothing_exits_1(data_dir, trained):
     """With --add-bos-token long blocks are not windowed: nothing fits the 64 positions, so no perplexity."""
     ckpt, _ = trained("txl-position", data_dir)
     proc = _eval_lm(data_dir, ckpt, "--add-bos-token")

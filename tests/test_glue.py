@@ -3,7 +3,6 @@ classification heads, fine-tuning end to end, GLUE metrics. A fake parser (regis
 in for spaCy, so nothing here needs spaCy."""
 import json
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -21,8 +20,6 @@ from fairseq.data import Dictionary, data_utils
 sipe_fairseq.register()
 
 from sipe_fairseq.cli.glue_preprocess import main as glue_main  # noqa: E402
-from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
-from sipe_fairseq.data import toy_grammar  # noqa: E402
 from sipe_fairseq.data.encode import SentenceEncoder  # noqa: E402
 from sipe_fairseq.data.glue import (  # noqa: E402
     GLUE_TASKS, GluePreprocessError, GluePreprocessOptions, glue_split_files, glue_task, preprocess_glue, read_glue_tsv,
@@ -33,11 +30,7 @@ from sipe_fairseq.parsing import ParseError, register_parser  # noqa: E402
 from sipe_fairseq.hexatag import encode_tree  # noqa: E402
 from sipe_fairseq.models.classification import last_positions  # noqa: E402
 
-from conftest import shared_path  # noqa: E402
-
-BIN = Path(sys.executable).parent
-PLUGIN = str(Path(sipe_fairseq.__file__).parent)
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+from conftest import BIN, ENV, PLUGIN, run, shared_path, txl  # noqa: E402,F401 (test_glue_encoders imports them from here)
 
 
 # ----------------------------------------------------------------------------- fake parser
@@ -234,25 +227,9 @@ def test_last_positions():
 
 
 @pytest.fixture(scope="module")
-def lm(tmp_path_factory):
-    """A toy sipe-preprocess directory and a sipe_txl_tiny (position) LM trained for a few updates."""
-    root = tmp_path_factory.mktemp("glue")
-    toy_grammar.make_corpus(root / "toy", n_train=300, n_valid=40, n_test=40, seed=3)
-    data = root / "lm-data"
-    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
-                            "--destdir", str(data), "--spm-vocab-size", "200"]) == 0
-    save = root / "ck-lm"
-    run([BIN / "fairseq-train", data, "--user-dir", PLUGIN, "--task", "hexatag_lm", "--tokens-per-sample", "64",
-         "--sample-break-mode", "complete", "--criterion", "hexatag_lm", "--arch", "sipe_txl_tiny", "--sipe-injection",
-         "position", "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "1024", "--max-update", "4", "--seed", "1",
-         "--save-dir", save, "--no-epoch-checkpoints", "--no-last-checkpoints", "--num-workers", "0"], root)
-    return {"root": root, "data": data, "ckpt": save / "checkpoint_best.pt"}
-
-
-def run(cmd, cwd):
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout + proc.stderr
+def lm(tmp_path_factory, toy_data, train_checkpoint):
+    """The toy sipe-preprocess directory and a sipe_txl_tiny (position) LM trained for a few updates."""
+    return {"root": tmp_path_factory.mktemp("glue"), "data": toy_data, "ckpt": train_checkpoint(txl("position"))}
 
 
 @pytest.fixture(scope="module")

@@ -17,26 +17,21 @@ from fairseq import checkpoint_utils
 from omegaconf import OmegaConf
 
 from sipe_fairseq.cli.glue_preprocess import main as glue_main
-from sipe_fairseq.cli.preprocess import main as preprocess_main
-from sipe_fairseq.data import toy_grammar
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.eval import glue as glue_eval
-from conftest import ROOT
+from conftest import MLM_TASK, ROOT, STOCK_MLM
 from test_glue import BIN, ENV, PLUGIN, RTE, _stream, make_task, run, write_task  # also registers the fake parser
 
 HEAD = "classification_heads.sentence_classification_head."
 TPS = 64  # MLM --tokens-per-sample: sipe_roberta's and roberta's learned positions cover this many tokens
-ENCODERS = {  # name -> (task and criterion, model) of the MLM pre-training
-    "sipe_roberta": (["--task", "hexatag_mlm", "--criterion", "hexatag_mlm"],
-                     ["--arch", "sipe_roberta_tiny", "--sipe-injection", "input"]),
-    "sipe_deberta": (["--task", "hexatag_mlm", "--criterion", "hexatag_mlm"],
-                     ["--arch", "sipe_deberta_tiny", "--sipe-injection", "position"]),
-    "sipe_modernbert": (["--task", "hexatag_mlm", "--criterion", "hexatag_mlm"],
-                        ["--arch", "sipe_modernbert_tiny", "--sipe-injection", "position"]),
-    "roberta": (["--task", "masked_lm", "--criterion", "masked_lm"],  # fairseq's, reads only dict.txt and tokens
-                ["--arch", "roberta_base", "--encoder-layers", "2", "--encoder-embed-dim", "64",
-                 "--encoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4"]),
+ENCODERS = {  # name -> (task and criterion, model) of the MLM pre-training (--tokens-per-sample TPS)
+    "sipe_roberta": (MLM_TASK, ["--arch", "sipe_roberta_tiny", "--sipe-injection", "input"]),
+    "sipe_deberta": (MLM_TASK, ["--arch", "sipe_deberta_tiny", "--sipe-injection", "position"]),
+    "sipe_modernbert": (MLM_TASK, ["--arch", "sipe_modernbert_tiny", "--sipe-injection", "position"]),
+    "roberta": (STOCK_MLM[:STOCK_MLM.index("--arch")] + STOCK_MLM[STOCK_MLM.index("--tokens-per-sample"):],  # fairseq's,
+                STOCK_MLM[STOCK_MLM.index("--arch"):STOCK_MLM.index("--tokens-per-sample")]),  # reads dict.txt and tokens
 }
+assert all(t[t.index("--tokens-per-sample") + 1] == str(TPS) for t in (MLM_TASK, STOCK_MLM))
 RECIPE = ["--task", "hexatag_sentence_prediction", "--criterion", "sentence_prediction", "--num-classes", "2",
           "--init-token", "0", "--separator-token", "2", "--add-mask-symbol"]
 
@@ -57,14 +52,11 @@ def synthetic_rte(n=240, seed=0):
 
 
 @pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
+def pretrained(tmp_path_factory, toy_data, train_checkpoint):
     """Toy sipe-preprocess data, two GLUE directories (inline RTE; synthetic pairs) and every
-    encoder MLM-pre-trained for a few updates (in parallel)."""
+    encoder MLM-pre-trained for a few updates (in parallel, shared with the other files through conftest's cache)."""
     root = tmp_path_factory.mktemp("glue-enc")
-    toy_grammar.make_corpus(root / "toy", n_train=300, n_valid=40, n_test=40, seed=3)
-    data = root / "lm-data"
-    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
-                            "--destdir", str(data), "--spm-vocab-size", "200"]) == 0
+    data = toy_data
     glue = {}
     train, dev = synthetic_rte()
     for key, folder, text, dev_text in (("rte", "RTE", RTE, None), ("pair", "PAIR", train, dev)):
@@ -72,19 +64,8 @@ def pretrained(tmp_path_factory):
         glue[key] = root / f"bin-{key}"
         assert glue_main(["--task-name", "rte", "--glue-dir", str(src), "--pretrain-data", str(data),
                           "--destdir", str(glue[key]), "--parser", "glue-fake"]) == 0
-    procs = {}
-    for name, (task, model) in ENCODERS.items():
-        cmd = [BIN / "fairseq-train", data, "--user-dir", PLUGIN, *task, *model, "--tokens-per-sample", str(TPS),
-               "--sample-break-mode", "complete", "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "1024",
-               "--max-update", "6", "--seed", "1", "--save-dir", root / f"mlm-{name}", "--no-epoch-checkpoints",
-               "--no-last-checkpoints", "--num-workers", "0"]
-        procs[name] = subprocess.Popen([str(c) for c in cmd], cwd=root, env=ENV, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True)
-    for name, p in procs.items():
-        out, _ = p.communicate(timeout=600)
-        assert p.returncode == 0, f"{name}\n{out[-4000:]}"
-    return {"root": root, "data": data, "glue": glue,
-            "ckpt": {name: root / f"mlm-{name}" / "checkpoint_best.pt" for name in ENCODERS}}
+    ckpts = train_checkpoint.many([[*task, *model] for task, model in ENCODERS.values()])
+    return {"root": root, "data": data, "glue": glue, "ckpt": dict(zip(ENCODERS, ckpts))}
 
 
 def encoder_task(data, **overrides):

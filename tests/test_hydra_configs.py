@@ -16,8 +16,6 @@ from omegaconf import OmegaConf
 from fairseq import tasks
 from fairseq.dataclass.initialize import add_defaults, hydra_init
 from sipe_fairseq.cli.glue_preprocess import main as glue_main
-from sipe_fairseq.cli.preprocess import main as preprocess_main
-from sipe_fairseq.data import toy_grammar
 from conftest import ROOT
 from test_glue import BIN, ENV, PLUGIN, RTE, write_task  # also registers the fake parser "glue-fake"
 
@@ -73,12 +71,9 @@ def test_every_paper_row_has_a_config():
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
+def data(tmp_path_factory, toy_data):
     root = tmp_path_factory.mktemp("hydra")
-    toy_grammar.make_corpus(root / "toy", n_train=200, n_valid=30, n_test=30, seed=3)
-    lm = root / "data"
-    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
-                            "--destdir", str(lm), "--spm-vocab-size", "200"]) == 0
+    lm = toy_data
     glue = root / "glue-bin"
     assert glue_main(["--task-name", "rte", "--glue-dir", str(write_task(root / "glue", "RTE", RTE)), "--pretrain-data", str(lm),
                       "--destdir", str(glue), "--parser", "glue-fake"]) == 0

@@ -193,6 +193,7 @@ def test_fairseq_training_in_bf16_and_fp16_on_cpu(tmp_path):
     from sipe_fairseq.cli.preprocess import main as preprocess_main
     from sipe_fairseq.data import toy_grammar
 
+    # its own corpus (not conftest's toy_data): the 1% bound on the half-precision loss differences was set on these batches
     toy_grammar.make_corpus(tmp_path / "toy", n_train=200, n_valid=20, n_test=20, seed=3)
     assert preprocess_main(["--train", str(tmp_path / "toy/train.conllu"), "--valid", str(tmp_path / "toy/valid.conllu"),
                             "--destdir", str(tmp_path / "data"), "--spm-vocab-size", "200"]) == 0

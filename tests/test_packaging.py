@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 
 import sipe_fairseq
-from sipe_fairseq.cli.preprocess import main as preprocess_main
-from sipe_fairseq.data import toy_grammar
 from conftest import ROOT
 
 BIN = Path(sys.executable).parent
@@ -61,14 +59,11 @@ def test_wheel_installs_and_names_its_user_dir(tmp_path):
     assert Path(out.strip()) == (target / "sipe_fairseq").resolve()
 
 
-def test_train_from_another_directory_with_tensorboard(tmp_path):
+def test_train_from_another_directory_with_tensorboard(tmp_path, toy_data):
     """From a directory outside the checkout: ``--user-dir "$(sipe-user-dir)"`` loads the plugin and
     ``--tensorboard-logdir`` writes event files."""
     pytest.importorskip("tensorboardX", reason="tensorboardX (requirements.txt) not installed")
-    toy_grammar.make_corpus(tmp_path / "toy", n_train=100, n_valid=20, n_test=20, seed=3)
-    data = tmp_path / "data"
-    assert preprocess_main(["--train", str(tmp_path / "toy/train.conllu"), "--valid", str(tmp_path / "toy/valid.conllu"),
-                            "--destdir", str(data), "--spm-vocab-size", "200"]) == 0
+    data = toy_data
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     user_dir = subprocess.run([sys.executable, "-m", "sipe_fairseq.cli.user_dir"], cwd=elsewhere, env=ENV, capture_output=True,

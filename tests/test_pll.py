@@ -3,10 +3,6 @@ against one masked copy per forward pass, batching invariance, no tag signal at 
 and ``sipe-eval blimp`` end to end on a stock fairseq ``roberta`` and a SiPE encoder checkpoint."""
 import itertools
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,15 +18,13 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
 
 from sipe_fairseq.cli.eval import main as eval_main  # noqa: E402
 from sipe_fairseq.checkpoints import load_lm as load  # noqa: E402
-from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar as tg  # noqa: E402
 from sipe_fairseq.data.encode import SentenceEncoder  # noqa: E402
 from sipe_fairseq.eval import scoring  # noqa: E402
 from sipe_fairseq.eval.scoring import score_split  # noqa: E402
 
-BIN = Path(sys.executable).parent
-PLUGIN = str(Path(sipe_fairseq.__file__).parent)
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+from conftest import MLM_TASK, STOCK_MLM  # noqa: E402
+
 NOTAG, FIRST_TAG = 4, 5
 HEADS = (("terminal", 2), ("nonterminal", 5))
 ENCODERS = {  # name -> (arch, injection); tags reach the first two
@@ -42,13 +36,10 @@ N_PAIRS = 12
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory):
+def toy(tmp_path_factory, toy_data):
     """Toy data directory, encoded sentences (with gold tags), their encoder."""
     root = tmp_path_factory.mktemp("pll")
-    tg.make_corpus(root / "toy", n_train=300, n_valid=40, n_test=10, seed=4)
-    data = root / "data"
-    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
-                            "--destdir", str(data), "--spm-vocab-size", "200"]) == 0
+    data = toy_data
     enc = SentenceEncoder(str(data))
     sents = tg.generate(5, seed=11)
     encoded = [enc.encode(s.words, s.heads)[:3] for s in sents]
@@ -220,24 +211,11 @@ def test_needs_mask_and_matching_dictionary(toy, monkeypatch):
 
 # ------------------------------------------------------------------------------- end to end
 @pytest.fixture(scope="module")
-def checkpoints(toy):
-    """A stock fairseq ``roberta`` (``--task masked_lm``) and a SiPE encoder, 2 updates each."""
-    root, data = toy["root"], toy["data"]
-    common = ["--optimizer", "adam", "--lr", "0.003", "--max-tokens", "1024", "--max-update", "2", "--seed", "1",
-              "--no-epoch-checkpoints", "--no-last-checkpoints", "--num-workers", "0", "--log-format", "simple",
-              "--tokens-per-sample", "64", "--sample-break-mode", "complete"]
-    runs = {
-        "roberta": ["--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta", "--encoder-layers", "2",
-                    "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2"],
-        "deberta": ["--user-dir", PLUGIN, "--task", "hexatag_mlm", "--criterion", "hexatag_mlm", "--arch",
-                    "sipe_deberta_tiny", "--sipe-injection", "position"],
-    }
-    procs = {name: subprocess.Popen([BIN / "fairseq-train", data, *args, *common, "--save-dir", root / f"ck-{name}"],
-                                    env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for name, args in runs.items()}
-    for proc in procs.values():
-        out, _ = proc.communicate(timeout=600)
-        assert proc.returncode == 0, out[-3000:]
+def checkpoints(toy, train_checkpoint):
+    """A stock fairseq ``roberta`` (``--task masked_lm``) and a SiPE encoder, a few updates each."""
+    root = toy["root"]
+    runs = {"roberta": STOCK_MLM, "deberta": [*MLM_TASK, "--arch", "sipe_deberta_tiny", "--sipe-injection", "position"]}
+    paths = dict(zip(runs, train_checkpoint.many(list(runs.values()))))
     pairs = tg.minimal_pairs(N_PAIRS, seed=7)
     tg.write_jsonl(pairs, root / "pairs.jsonl")
     trees = []
@@ -246,7 +224,7 @@ def checkpoints(toy):
         trees.append(tg.ToySentence(good.words[:i] + [bad_form] + good.words[i + 1:], good.lemmas, good.upos, good.feats,
                                     good.heads, good.deprels))
     tg.write_conllu(trees, root / "pairs.conllu")
-    return {name: root / f"ck-{name}" / "checkpoint_best.pt" for name in runs}
+    return paths
 
 
 def _blimp(toy, checkpoints, name, *extra):

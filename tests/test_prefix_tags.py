@@ -375,6 +375,7 @@ def test_split_given_matches_eval_lm_blocks(tmp_path):
     from sipe_fairseq.eval.prefix_tags import score_split_tag_sources
     from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
 
+    # its own tiny corpus (not conftest's toy_data): every valid sentence is scored alone, prefix by prefix
     toy_grammar.make_corpus(tmp_path / "toy", n_train=40, n_valid=12, n_test=2, seed=3)
     out = tmp_path / "data"
     assert preprocess_main(["--train", str(tmp_path / "toy/train.conllu"), "--valid", str(tmp_path / "toy/valid.conllu"),

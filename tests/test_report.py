@@ -3,10 +3,6 @@ arithmetic, assembly from precomputed JSON reports, the sweep's k values and PNG
 report on two tiny trained checkpoints (round trip through the saved sub-reports)."""
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,11 +15,7 @@ from sipe_fairseq.cli.eval import main as eval_main  # noqa: E402
 from sipe_fairseq.eval import report as rp  # noqa: E402
 from sipe_fairseq.eval import sweep_plot  # noqa: E402
 
-from conftest import SHARED  # noqa: E402
-
-BIN = Path(sys.executable).parent
-PLUGIN = str(Path(sipe_fairseq.__file__).parent)
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+from conftest import SHARED, txl  # noqa: E402
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 UP, DOWN, DASH = "\u2191", "\u2193", "\u2013"
 
@@ -158,16 +150,6 @@ def test_sweep_plot_writes_a_png(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- end to end
-def _train(data, save, args):
-    cmd = [BIN / "fairseq-train", data, "--user-dir", PLUGIN, "--task", "hexatag_lm", "--criterion", "hexatag_lm",
-           "--arch", "sipe_txl_tiny", *args, "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "1024",
-           "--max-update", "3", "--seed", "1", "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation",
-           "--num-workers", "0", "--tokens-per-sample", "128", "--sample-break-mode", "complete"]
-    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return save / "checkpoint_last.pt"
-
-
 def _chain_conllu(word_lists):
     lines = []
     for words in word_lists:
@@ -176,19 +158,13 @@ def _chain_conllu(word_lists):
     return "\n".join(lines) + "\n"
 
 
-def test_report_end_to_end_on_two_tiny_checkpoints(tmp_path):
+def test_report_end_to_end_on_two_tiny_checkpoints(tmp_path, toy_corpus, toy_data, train_checkpoint):
     from sipe_fairseq.cli.eval_lm import evaluate
-    from sipe_fairseq.cli.preprocess import main as preprocess_main
     from sipe_fairseq.data import toy_grammar as tg
     from sipe_fairseq.eval import syntaxgym as sg
 
-    tg.make_corpus(tmp_path / "toy", n_train=200, n_valid=20, n_test=10, seed=4)
-    data = tmp_path / "data"
-    assert preprocess_main(["--train", str(tmp_path / "toy/train.conllu"), "--valid", str(tmp_path / "toy/valid.conllu"),
-                            "--test", str(tmp_path / "toy/test.conllu"), "--destdir", str(data),
-                            "--spm-vocab-size", "200"]) == 0
-    ck_none = _train(data, tmp_path / "ck-none", ["--sipe-injection", "none"])
-    ck_pos = _train(data, tmp_path / "ck-pos", ["--sipe-injection", "position", "--sipe-first-layer", "2"])
+    data = toy_data
+    ck_none, ck_pos = train_checkpoint.many([txl("none"), txl("position", "--sipe-first-layer", "2")])
 
     pairs = tmp_path / "pairs"  # toy BLiMP pairs, one file per UID, with their gold trees
     pairs.mkdir()
@@ -246,7 +222,7 @@ def test_report_end_to_end_on_two_tiny_checkpoints(tmp_path):
     assert f"| none | {none['blimp']:.2f} | {DASH} | {none['ppl_word']:.2f} | {DASH} | {none['joint_ppl_word']:.2f} |" in md
     assert none["ppl_word"] > none["ppl"]  # fewer words than tokens: the per-word perplexity is the larger
     # per word = the same summed NLL over (words + one </s> per sentence) of the test CoNLL-U, counted here
-    conllu = (tmp_path / "toy/test.conllu").read_text().splitlines()
+    conllu = (toy_corpus / "test.conllu").read_text().splitlines()
     words = sum(1 for ln in conllu if ln and ln.split("\t")[0].isdigit())
     sentences = sum(1 for k, ln in enumerate(conllu)
                     if ln and not ln.startswith("#") and (k + 1 == len(conllu) or not conllu[k + 1]))

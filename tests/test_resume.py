@@ -14,10 +14,13 @@ import subprocess
 import pytest
 import torch
 
-import test_decoder_e2e
-from test_decoder_e2e import BIN, ENV, PLUGIN
+from conftest import BIN, ENV, PLUGIN
 
-data_dir = test_decoder_e2e.data_dir  # the toy corpus (module-scoped fixture)
+
+
+@pytest.fixture(scope="module")
+def data_dir(toy_data_400):
+    return toy_data_400
 
 
 def _cmd(data_dir, save_dir):

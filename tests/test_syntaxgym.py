@@ -1,9 +1,6 @@
 """SyntaxGym: formula grammar, region words and tokens, surprisal arithmetic, end to end on a tiny model."""
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -344,8 +341,6 @@ def test_unscored_sentences_are_counted_with_reasons(tmp_path):
 
 # ----------------------------------------------------------------------------- real encoder, tiny model
 
-BIN = Path(sys.executable).parent
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
 EXTRA = [  # sentences with punctuation, clitics and capitals, so the sentencepiece model knows them
     "The dog 's owner , who is n't here , said \" hello \" .",
     "Mr. Smith ca n't go to the U.S. ; they 're sure it 's 3.5 miles !",
@@ -363,6 +358,8 @@ def _conllu(sentences):
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
+    """Its own corpus (not conftest's toy_data): the EXTRA sentences teach the sentencepiece model the
+    punctuation, clitics and capitals of the SyntaxGym suites, which the toy grammar never writes."""
     from sipe_fairseq.cli.preprocess import main as preprocess_main
     from sipe_fairseq.data import toy_grammar
     root = tmp_path_factory.mktemp("sg")
@@ -406,26 +403,12 @@ def test_region_tokens_decode_to_region_words(data_dir, tmp_path):
     assert len(empty) == 2
 
 
-def train(data_dir, name, args):
-    save = data_dir.parent / f"ck-{name}"
-    proc = subprocess.run([BIN / "fairseq-train", data_dir, *args, "--optimizer", "adam", "--lr", "0.003",
-                           "--max-tokens", "1024", "--max-update", "4", "--seed", "1", "--save-dir", save,
-                           "--no-epoch-checkpoints", "--num-workers", "0", "--disable-validation"],
-                          cwd=data_dir.parent, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return save / "checkpoint_last.pt"
+def test_end_to_end_on_sample_suites(data_dir, tmp_path, train_checkpoint):
+    from conftest import STOCK_LM, txl
 
-
-def test_end_to_end_on_sample_suites(data_dir, tmp_path):
     suites = sample_dir()
-    import sipe_fairseq
-    plugin = str(Path(sipe_fairseq.__file__).parent)
-    sipe = train(data_dir, "sipe", ["--user-dir", plugin, "--task", "hexatag_lm", "--criterion", "hexatag_lm",
-                                    "--arch", "sipe_txl_tiny", "--sipe-injection", "position",
-                                    "--tokens-per-sample", "128", "--sample-break-mode", "complete"])
-    stock = train(data_dir, "stock", ["--task", "language_modeling", "--arch", "transformer_lm", "--decoder-layers", "1",
-                                      "--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64",
-                                      "--decoder-attention-heads", "2", "--tokens-per-sample", "128"])
+    short = ["--max-update", "4", "--tokens-per-sample", "128"]  # 128 positions: the suites' longest sentences fit
+    sipe, stock = train_checkpoint.many([txl("position", *short), [*STOCK_LM, *short]], data_dir)
     out_json, out_md = tmp_path / "sg.json", tmp_path / "sg.md"
     argv = ["syntaxgym", "--data", str(data_dir), "--path", f"sipe={sipe}", "--path", f"stock={stock}",
             "--suites", str(suites), "--parser", "test-chain", "--json", str(out_json), "--markdown", str(out_md)]

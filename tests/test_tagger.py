@@ -1,9 +1,5 @@
 """Hexatagger: task/model/criterion train under fairseq-train; evaluation and the sipe-tag backend."""
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,33 +10,22 @@ import sipe_fairseq
 sipe_fairseq.register()
 
 from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
-from sipe_fairseq.data import toy_grammar  # noqa: E402
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID  # noqa: E402
 from sipe_fairseq.checkpoints import load_tagger  # noqa: E402
 from sipe_fairseq.eval.tagger import evaluate  # noqa: E402
 from sipe_fairseq.hexatag import decode, parse_tags  # noqa: E402
 
-BIN = Path(sys.executable).parent
-PLUGIN = str(Path(sipe_fairseq.__file__).parent)
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+from conftest import PLUGIN, TOY  # noqa: E402
+
+TAGGER = ["--user-dir", PLUGIN, "--task", "hexatag_tagging", "--criterion", "hexatag_tagging", "--arch", "sipe_tagger_tiny"]
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tagger")
-    toy_grammar.make_corpus(root / "toy", n_train=300, n_valid=40, n_test=40, seed=3)
-    data = root / "data"
-    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
-                            "--test", str(root / "toy/test.conllu"), "--destdir", str(data), "--spm-vocab-size", "200"]) == 0
-    proc = subprocess.run([BIN / "fairseq-train", data, "--user-dir", PLUGIN, "--task", "hexatag_tagging",
-                           "--criterion", "hexatag_tagging", "--arch", "sipe_tagger_tiny", "--optimizer", "adam",
-                           "--lr", "0.003", "--max-tokens", "1024", "--max-update", "6", "--seed", "1",
-                           "--save-dir", root / "ck", "--no-epoch-checkpoints", "--no-last-checkpoints",
-                           "--num-workers", "0", "--log-format", "simple"],
-                          cwd=root, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "terminal_acc" in proc.stdout + proc.stderr and "pair_acc" in proc.stdout + proc.stderr
-    return data, root / "ck" / "checkpoint_best.pt"
+def trained(toy_data, train_checkpoint):
+    ckpt = train_checkpoint(TAGGER)
+    log = train_checkpoint.log(ckpt)
+    assert "terminal_acc" in log and "pair_acc" in log
+    return toy_data, ckpt
 
 
 class Oracle(torch.nn.Module):
@@ -70,7 +55,7 @@ def test_evaluate(trained):
     data, ckpt = trained
     model, task = load_tagger(str(ckpt), str(data))
     scores = evaluate(model, task, "test")
-    assert scores["sentences"] == 40 and 0 <= scores["uas"] <= 100
+    assert scores["sentences"] == TOY["n_test"] == 40 and 0 <= scores["uas"] <= 100
     task.load_dataset("test")
     oracle = Oracle(task.datasets["test"], task.source_dictionary.pad())
     perfect = evaluate(oracle, task, "test", batch_size=7)

@@ -1,11 +1,7 @@
 """Hexatagger encoders: --init-encoder from a hexatag_mlm (sipe_*) or fairseq roberta checkpoint,
 --encoder-arch from scratch; dictionary checks; SiPE injections stay inert (no tags as input)."""
 import logging
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,55 +19,37 @@ from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar  # noqa: E402
 from sipe_fairseq.data.tag_dictionary import NOTAG_ID  # noqa: E402
 from sipe_fairseq.checkpoints import load_tagger  # noqa: E402
+from sipe_fairseq.checkpoints.compat import allow_fairseq_checkpoint_globals  # noqa: E402
 from sipe_fairseq.hexatag import decode, parse_tags  # noqa: E402
 
-BIN = Path(sys.executable).parent
-PLUGIN = str(Path(sipe_fairseq.__file__).parent)
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+from conftest import BIN, MLM_TASK, PLUGIN, STOCK_MLM, run  # noqa: E402
+
 COMMON = ["--optimizer", "adam", "--lr", "0.003", "--max-tokens", "1024", "--seed", "1", "--num-workers", "0",
           "--no-epoch-checkpoints", "--no-last-checkpoints", "--log-format", "simple"]
-MLM = {  # name -> (prefix in the checkpoint's weights, fairseq-train arguments)
-    "deberta": ("encoder.", ["--user-dir", PLUGIN, "--task", "hexatag_mlm", "--criterion", "hexatag_mlm",
-                             "--arch", "sipe_deberta_tiny", "--sipe-injection", "none",
-                             "--tokens-per-sample", "64", "--sample-break-mode", "complete"]),
-    "roberta": ("encoder.sentence_encoder.", ["--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta",
-                                              "--encoder-layers", "2", "--encoder-embed-dim", "64",
-                                              "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2",
-                                              "--tokens-per-sample", "64"]),
-    "modernbert-injected": ("encoder.", ["--user-dir", PLUGIN, "--task", "hexatag_mlm", "--criterion", "hexatag_mlm",
-                                         "--arch", "sipe_modernbert_tiny", "--sipe-injection", "input+attention-bias",
+MLM = {  # name -> (prefix in the checkpoint's weights, fairseq-train arguments: conftest's cache shares the first two)
+    "deberta": ("encoder.", [*MLM_TASK, "--arch", "sipe_deberta_tiny", "--sipe-injection", "none"]),
+    "roberta": ("encoder.sentence_encoder.", STOCK_MLM),
+    "modernbert-injected": ("encoder.", [*MLM_TASK, "--arch", "sipe_modernbert_tiny", "--sipe-injection", "input+attention-bias",
                                          "--sipe-input-strategy", "CONCAT_T_NT", "--sipe-proj-init-std", "0.1",
-                                         "--tokens-per-sample", "64", "--sample-break-mode", "complete"]),
+                                         "--max-update", "2"]),
 }
 
 
-def run(cmd, cwd):
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout + proc.stderr
-
-
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tagger_init")
-    for name, seed, vocab in (("data", 3, "200"), ("other", 5, "150")):  # "other": a different dictionary
-        toy_grammar.make_corpus(root / f"toy-{name}", n_train=300, n_valid=40, n_test=40, seed=seed)
-        assert preprocess_main(["--train", str(root / f"toy-{name}/train.conllu"), "--valid",
-                                str(root / f"toy-{name}/valid.conllu"), "--test", str(root / f"toy-{name}/test.conllu"),
-                                "--destdir", str(root / name), "--spm-vocab-size", vocab]) == 0
-    return root
-
-
-_mlm = {}
+def root(tmp_path_factory, toy_data, train_checkpoint):
+    """{"data": the standard toy data, "other": a data directory with a different dictionary (its own corpus:
+    seed 5 and --spm-vocab-size 150, so that the two dictionaries differ), "train": the checkpoint cache}."""
+    other = tmp_path_factory.mktemp("tagger_init")
+    toy_grammar.make_corpus(other / "toy", n_train=300, n_valid=40, n_test=40, seed=5)
+    assert preprocess_main(["--train", str(other / "toy/train.conllu"), "--valid", str(other / "toy/valid.conllu"),
+                            "--test", str(other / "toy/test.conllu"), "--destdir", str(other / "data"),
+                            "--spm-vocab-size", "150"]) == 0
+    return {"data": toy_data, "other": other / "data", "train": train_checkpoint}
 
 
 def mlm(root, name):
-    """A tiny pre-trained checkpoint (2 updates on the toy data), trained once per module."""
-    if name not in _mlm:
-        save = root / f"mlm-{name}"
-        run([BIN / "fairseq-train", root / "data", *MLM[name][1], *COMMON, "--max-update", "2", "--save-dir", save], root)
-        _mlm[name] = save / "checkpoint_best.pt"
-    return _mlm[name]
+    """A tiny pre-trained checkpoint on the toy data (trained once per session)."""
+    return root["train"](MLM[name][1])
 
 
 def build(data, *extra, from_checkpoint=False):
@@ -98,7 +76,7 @@ def test_init_encoder_copies_the_checkpoint(root, name, caplog):
     ck = mlm(root, name)
     prefix = MLM[name][0]
     caplog.set_level(logging.INFO)
-    task, model, cfg = build(root / "data", "--init-encoder", str(ck))
+    task, model, cfg = build(root["data"], "--init-encoder", str(ck))
     theirs = weights(ck)
     ours = model.encoder.state_dict()
     assert ours and all(torch.equal(v, theirs[prefix + k]) for k, v in ours.items())
@@ -132,7 +110,7 @@ def test_train_and_tag_from_pretrained(root, name, tmp_path):
     init = tmp_path / "init.pt"
     shutil.copy(mlm(root, name), init)
     save = tmp_path / "ck"
-    log = run([BIN / "fairseq-train", root / "data", "--user-dir", PLUGIN, "--task", "hexatag_tagging",
+    log = run([BIN / "fairseq-train", root["data"], "--user-dir", PLUGIN, "--task", "hexatag_tagging",
                "--criterion", "hexatag_tagging", "--arch", "sipe_tagger", "--init-encoder", init, *COMMON,
                "--max-update", "3", "--save-dir", save], tmp_path)
     assert "--init-encoder" in log and "new (initialized here): terminal_head.weight" in log and "pair_acc" in log
@@ -159,9 +137,9 @@ def test_train_and_tag_from_pretrained(root, name, tmp_path):
 def test_mismatched_dictionary_is_refused(root):
     ck = mlm(root, "deberta")
     with pytest.raises(ValueError, match="dictionary mismatch") as err:
-        build(root / "other", "--init-encoder", str(ck))
+        build(root["other"], "--init-encoder", str(ck))
     msg = str(err.value)
-    assert str(root / "other" / "dict.txt") in msg and str(root / "data" / "dict.txt") in msg
+    assert str(root["other"] / "dict.txt") in msg and str(root["data"] / "dict.txt") in msg
     assert "first difference at id" in msg
 
 
@@ -171,10 +149,10 @@ def test_dictionary_not_found_then_given(root, tmp_path):
     ck = tmp_path / "moved.pt"
     torch.save(state, ck)
     with pytest.raises(FileNotFoundError, match="--init-encoder-dict"):
-        build(root / "data", "--init-encoder", str(ck))
+        build(root["data"], "--init-encoder", str(ck))
     with pytest.raises(ValueError, match="dictionary mismatch"):
-        build(root / "data", "--init-encoder", str(ck), "--init-encoder-dict", str(root / "other" / "dict.txt"))
-    _, model, _ = build(root / "data", "--init-encoder", str(ck), "--init-encoder-dict", str(root / "data" / "dict.txt"))
+        build(root["data"], "--init-encoder", str(ck), "--init-encoder-dict", str(root["other"] / "dict.txt"))
+    _, model, _ = build(root["data"], "--init-encoder", str(ck), "--init-encoder-dict", str(root["data"] / "dict.txt"))
     assert torch.equal(model.encoder.embed_tokens.weight, state["model"]["encoder.embed_tokens.weight"])
 
 
@@ -184,12 +162,14 @@ def test_injected_checkpoint_loads_with_tags_masked(root, caplog):
     and real tags would change it (the injection is live in the checkpoint)."""
     ck = mlm(root, "modernbert-injected")
     caplog.set_level(logging.INFO)
-    task, model, _ = build(root / "data", "--init-encoder", str(ck))
+    task, model, _ = build(root["data"], "--init-encoder", str(ck))
     assert model.encoder.needs_tags and model.encoder.fusion is not None
     inert = next(r.getMessage() for r in caplog.records if "contribute nothing" in r.getMessage())
     assert "encoder.tags.terminal" in inert and "attn.injections." in inert and "fusion" not in inert
-    with torch.serialization.safe_globals([__import__("argparse").Namespace]):
-        (pre,), _, _ = checkpoint_utils.load_model_ensemble_and_task([str(ck)], arg_overrides={"data": str(root / "data")})
+    # process-wide, as the package does (a torch.serialization.safe_globals context would remove argparse.Namespace
+    # from the allowlist on exit, and a later test loading fairseq's roberta in this process would be refused)
+    allow_fairseq_checkpoint_globals()
+    (pre,), _, _ = checkpoint_utils.load_model_ensemble_and_task([str(ck)], arg_overrides={"data": str(root["data"])})
     model.eval(), pre.eval()
     sample = batch(task)
     src = sample["net_input"]["src_tokens"]
@@ -206,12 +186,12 @@ def test_injected_checkpoint_loads_with_tags_masked(root, caplog):
 
 
 def test_encoder_arch_from_scratch_and_rebuild(root):
-    task, model, cfg = build(root / "data", "--encoder-arch", "sipe_roberta_tiny", "--encoder-dropout", "0.0")
+    task, model, cfg = build(root["data"], "--encoder-arch", "sipe_roberta_tiny", "--encoder-dropout", "0.0")
     assert cfg.model.encoder_spec and model.encoder.embed_tokens.weight.size(0) == len(task.source_dictionary)
     assert model.max_positions() == task.max_positions() and model.encoder.cfg.dropout == 0.0
     assert not model.encoder.needs_tags and model.encoder.lm_head is None
     # a checkpoint's config rebuilds the same model without --encoder-arch being resolved again
-    _, again, _ = build(root / "data", "--encoder-spec", cfg.model.encoder_spec, from_checkpoint=True)
+    _, again, _ = build(root["data"], "--encoder-spec", cfg.model.encoder_spec, from_checkpoint=True)
     again.load_state_dict(model.state_dict())
     model.eval(), again.eval()
     src = batch(task)["net_input"]["src_tokens"]
@@ -225,4 +205,4 @@ def test_encoder_arch_from_scratch_and_rebuild(root):
 ])
 def test_bad_encoder_options(root, extra, match):
     with pytest.raises((ValueError, FileNotFoundError), match=match):
-        build(root / "data", *extra)
+        build(root["data"], *extra)
