@@ -27,7 +27,6 @@ from before file hashes were recorded is counted and logged, not refused.
 
 Mode ``none`` skips everything but the structure checks fairseq needs to open the files.
 """
-import hashlib
 import json
 import logging
 import os
@@ -39,6 +38,7 @@ import numpy as np
 
 from .mlm_dataset import word_start_mask
 from .tag_dictionary import FIRST_TAG_ID, NOTAG_ID
+from .writers import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -158,14 +158,6 @@ def expectations(data_dir: str, split: str) -> Expectations:
     return Expectations(no_split=not os.path.isfile(os.path.join(data_dir, "spm.model")))
 
 
-def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def check_files(data_dir: str, names: Sequence[str], exp: Expectations, mode: str) -> dict:
     """Compare files with the manifest's record: sizes (``fast``), sizes and sha256 (``full``).
     Returns counts ``checked``, ``hashed``, ``unrecorded`` (files the manifest does not list)."""
@@ -182,7 +174,7 @@ def check_files(data_dir: str, names: Sequence[str], exp: Expectations, mode: st
                             f"after sipe-preprocess wrote it; {_REBUILD}")
         out["checked"] += 1
         if mode == "full":
-            if sha256(path) != rec.get("sha256"):
+            if sha256_file(path) != rec.get("sha256"):
                 raise DataError(f"{path}: sha256 differs from {exp.manifest}: the file changed after sipe-preprocess "
                                 f"wrote it; {_REBUILD}")
             out["hashed"] += 1

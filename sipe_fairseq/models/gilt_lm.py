@@ -23,7 +23,7 @@ from ..modules.arc_scorer import ArcScorer, word_inputs
 from ..modules.graph_term import GraphContext, GraphFeatureTables, attach_graph_terms
 from ._common import log_parameters
 from ._common import preset
-from .sipe_lm import SiPEDecoder, SiPEDecoderConfig
+from .sipe_lm import SiPEDecoder, SiPEDecoderConfig, sipe_txl_small, sipe_txl_tiny
 
 logger = logging.getLogger(__name__)
 
@@ -108,14 +108,14 @@ register_model("gilt_txl", dataclass=GiltConfig)(GiltLanguageModel)
 
 @register_model_architecture("gilt_txl", "gilt_txl_tiny")
 def gilt_txl_tiny(args):
-    """Tests and the demo: 2 layers, d 64, 4 heads."""
-    preset(args, decoder_embed_dim=64, decoder_ffn_embed_dim=256, decoder_layers=2, decoder_attention_heads=4, dropout=0.1)
+    """Tests and the demo: the sizes of ``sipe_txl_tiny`` (2 layers, d 64, 4 heads)."""
+    sipe_txl_tiny(args)
 
 
 @register_model_architecture("gilt_txl", "gilt_txl_small")
 def gilt_txl_small(args):
-    """Walkthrough size for CPU: 4 layers, d 256, 4 heads (as sipe_txl_small)."""
-    preset(args, decoder_embed_dim=256, decoder_ffn_embed_dim=1024, decoder_layers=4, decoder_attention_heads=4)
+    """Walkthrough size for CPU: the sizes of ``sipe_txl_small`` (4 layers, d 256, 4 heads)."""
+    sipe_txl_small(args)
 
 
 @register_model_architecture("gilt_txl", "gilt_txl_16l")

@@ -171,11 +171,10 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         return PrefixTagged(itr, lambda sample: INFERENCE_TAGGERS[source](model, sample, self.source_dictionary, placement))
 
 
-class PrefixTagged:
-    """An eval-lm batch iterator whose samples' input tags are replaced (``--inference-tags``)."""
+class _WrappedBatches:
+    """An eval-lm batch iterator around another: fairseq-eval-lm reads its length and position."""
 
-    def __init__(self, itr, retag):
-        self.itr, self.retag = itr, retag
+    itr = None
 
     def __len__(self):
         return len(self.itr)
@@ -183,6 +182,13 @@ class PrefixTagged:
     @property
     def n(self):
         return getattr(self.itr, "n", 0)
+
+
+class PrefixTagged(_WrappedBatches):
+    """An eval-lm batch iterator whose samples' input tags are replaced (``--inference-tags``)."""
+
+    def __init__(self, itr, retag):
+        self.itr, self.retag = itr, retag
 
     def __iter__(self):
         for sample in self.itr:
@@ -194,7 +200,7 @@ class PrefixTagged:
             yield sample
 
 
-class ScoredTokens:
+class ScoredTokens(_WrappedBatches):
     """An eval-lm batch iterator that counts the targets it hands out and, once exhausted, logs
     how many of the split's tokens were scored and how many were left out (raising
     :class:`EvaluationError` when none was scored: a perplexity of 1.00 from nothing)."""
@@ -203,13 +209,6 @@ class ScoredTokens:
         self.itr, self.split, self.total, self.reason, self.num_shards = itr, split, total, reason, num_shards
         self.pad, self.bos = dictionary.pad(), dictionary.bos() if bos else None
         self.scored = 0
-
-    def __len__(self):
-        return len(self.itr)
-
-    @property
-    def n(self):
-        return getattr(self.itr, "n", 0)
 
     def __iter__(self):
         for sample in self.itr:
