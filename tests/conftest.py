@@ -41,6 +41,21 @@ def txl(injection, *extra):
     return [*LM_TASK, "--arch", "sipe_txl_tiny", "--sipe-injection", injection, *extra]
 
 
+def small_dictionary(n_words: int = 40, mark: str = "", n_continuations: int = 0, mask: bool = False):
+    """A fairseq Dictionary for in-process model tests: ``n_words`` symbols ``{mark}w{i}`` (``mark`` U+2581
+    makes them word starts), then ``n_continuations`` pieces ``x{i}``, then ``<mask>`` if asked."""
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for i in range(n_words):
+        d.add_symbol(f"{mark}w{i}")
+    for i in range(n_continuations):
+        d.add_symbol(f"x{i}")
+    if mask:
+        d.add_symbol("<mask>")
+    return d
+
+
 def shared_path(*parts) -> Path:
     """A path under ../shared, or skip the test with a reason when it is absent."""
     path = SHARED.joinpath(*parts)

@@ -6,10 +6,10 @@ import torch
 
 import fairseq  # noqa: F401  (registers sipe_fairseq on import below)
 import sipe_fairseq  # noqa: F401
-from fairseq.data import Dictionary
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig
 from sipe_fairseq.modules import FIRST_TAG_ID
 from sipe_fairseq.modules.assembly import INJECTION_CHOICES
+from conftest import small_dictionary  # noqa: E402
 
 NOTAG = FIRST_TAG_ID - 1
 INJECTIONS = INJECTION_CHOICES[1:]
@@ -20,10 +20,7 @@ INJECTIONS = INJECTION_CHOICES[1:]
 
 @pytest.fixture(scope="module")
 def dictionary():
-    d = Dictionary()
-    for i in range(40):
-        d.add_symbol(f"w{i}")
-    return d
+    return small_dictionary(40)
 
 
 def make(dictionary, injection, position="relative", seed=0, **kw):

@@ -19,6 +19,7 @@ from sipe_fairseq.models.sipe_encoder import (  # noqa: E402
 from sipe_fairseq.modules.attention import _disentangled_spos  # noqa: E402
 from sipe_fairseq.modules.input_injection import STRATEGIES, InputFusion  # noqa: E402
 from sipe_fairseq.modules.positional import DisentangledPosition, log_bucket, skew  # noqa: E402
+from conftest import small_dictionary  # noqa: E402
 
 TINY = dict(encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_layers=2, encoder_attention_heads=4,
             max_positions=64, dropout=0.0, attention_dropout=0.0)
@@ -32,11 +33,7 @@ INJECTIONS = {"roberta": ("input",), "deberta": ("input", "position", "disentang
 
 
 def dictionary(n=40):
-    d = Dictionary()
-    for i in range(n):
-        d.add_symbol(f"w{i}")
-    d.add_symbol("<mask>")
-    return d
+    return small_dictionary(n, mask=True)
 
 
 DICT = dictionary()

@@ -21,7 +21,6 @@ import torch.nn.functional as F
 import fairseq  # noqa: F401
 import sipe_fairseq
 from fairseq import search
-from fairseq.data import Dictionary
 from sipe_fairseq.data.lm_dataset import tag_targets
 from sipe_fairseq.data.tag_dictionary import NOTAG_ID
 from sipe_fairseq.hexatag import encode
@@ -31,6 +30,7 @@ from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETran
 from sipe_fairseq.models.sipe_transformer_lm import SiPETransformerLanguageModel, SiPETransformerLMConfig
 from sipe_fairseq.models.sipe_transformer_lm import sipe_transformer_lm_tiny
 from sipe_fairseq.models.tag_generation import TagChoosingLM, TaggedSequenceGenerator, pair_logprobs, tag_ids, wrap_for_generation
+from conftest import small_dictionary  # noqa: E402
 
 MARK = "\u2581"
 ARCHS = ("relative-position", "rotary-input", "fairseq-input")
@@ -38,12 +38,7 @@ ARCHS = ("relative-position", "rotary-input", "fairseq-input")
 
 @pytest.fixture(scope="module")
 def dictionary():
-    d = Dictionary()
-    for i in range(12):
-        d.add_symbol(f"{MARK}w{i}")
-    for i in range(6):
-        d.add_symbol(f"x{i}")
-    return d
+    return small_dictionary(12, mark=MARK, n_continuations=6)
 
 
 def make_model(dictionary, arch="relative-position", seed=0):

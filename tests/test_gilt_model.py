@@ -12,12 +12,12 @@ import torch.nn.functional as F
 
 import fairseq  # noqa: F401
 import sipe_fairseq
-from fairseq.data import Dictionary
 from sipe_fairseq.data.gilt_dataset import block_graph, position_words
 from sipe_fairseq.models.gilt_lm import GiltConfig, GiltDecoder
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig
 from sipe_fairseq.modules.arc_scorer import arc_losses, sinusoid
 from sipe_fairseq.modules.tag_embedding import FIRST_TAG_ID
+from conftest import small_dictionary  # noqa: E402
 
 sipe_fairseq.register()
 BIN = Path(sys.executable).parent
@@ -32,10 +32,7 @@ PIECES = [[2, 1, 1], [1, 2]]
 
 @pytest.fixture(scope="module")
 def dictionary():
-    d = Dictionary()
-    for i in range(40):
-        d.add_symbol(f"w{i}")
-    return d
+    return small_dictionary(40)
 
 
 def make(dictionary, seed=0, **kw):

@@ -18,12 +18,12 @@ import torch.nn.functional as F
 
 import fairseq  # noqa: F401
 import sipe_fairseq  # noqa: F401  (registers the models)
-from fairseq.data import Dictionary
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig
 from sipe_fairseq.models.sipe_transformer_lm import SiPETransformerLanguageModel, SiPETransformerLMConfig
 from sipe_fairseq.models.sipe_transformer_lm import sipe_transformer_lm_tiny
 from sipe_fairseq.modules import FIRST_TAG_ID, RotaryPhase
 from sipe_fairseq.modules.assembly import INJECTION_CHOICES
+from conftest import small_dictionary  # noqa: E402
 
 NOTAG = FIRST_TAG_ID - 1
 LENGTHS = (11, 7, 9)
@@ -35,10 +35,7 @@ IDS = [f"{pos}-{inj}" + ("-first2" if first > 1 else "") for pos, inj, first in 
 
 @pytest.fixture(scope="module")
 def dictionary():
-    d = Dictionary()
-    for i in range(40):
-        d.add_symbol(f"w{i}")
-    return d
+    return small_dictionary(40)
 
 
 def build(dictionary, position, injection, first_layer=1):

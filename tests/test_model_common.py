@@ -9,19 +9,16 @@ from omegaconf import OmegaConf
 
 import fairseq  # noqa: F401
 import sipe_fairseq  # noqa: F401
-from fairseq.data import Dictionary
 from fairseq.models import build_model
 from sipe_fairseq.models._common import build_tag_heads, check_tag_inputs, preset, tag_heads_enabled
 from sipe_fairseq.models.sipe_lm import SiPEDecoderConfig, SiPETransformerXLModel
 from sipe_fairseq.modules import FIRST_TAG_ID
+from conftest import small_dictionary  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def dictionary():
-    d = Dictionary()
-    for i in range(20):
-        d.add_symbol(f"w{i}")
-    return d
+    return small_dictionary(20)
 
 
 def saved_model_cfg(name, **extra):

@@ -19,7 +19,6 @@ import torch
 
 import fairseq  # noqa: F401
 import sipe_fairseq  # noqa: F401
-from fairseq.data import Dictionary
 from sipe_fairseq.data.lm_dataset import tag_targets
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.eval.prefix_tags import PrefixTagScorer, parse_tag_source, score_sentences, summarize, supports_kv_cache
@@ -27,6 +26,7 @@ from sipe_fairseq.eval.scoring import decoder_sentence_scores, token_logprobs
 from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS, encode
 from sipe_fairseq.hexatag.constrained import CLOSED, PAIRS, START, advance
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel
+from conftest import small_dictionary  # noqa: E402
 
 PLACEMENTS = ("first_subword", "last_subword")
 TOL = 1e-6
@@ -34,12 +34,7 @@ TOL = 1e-6
 
 @pytest.fixture(scope="module")
 def dictionary():
-    d = Dictionary()
-    for i in range(12):
-        d.add_symbol(f"\u2581w{i}")
-    for i in range(6):
-        d.add_symbol(f"x{i}")
-    return d
+    return small_dictionary(12, mark="\u2581", n_continuations=6)
 
 
 def make_model(dictionary, injection="position", seed=0, positions=64, position_encoding="relative"):
