@@ -81,6 +81,12 @@ def main(argv=None):
         out, _ = sh([BIN / "fairseq-eval-lm", data, *common, "--path", ckpt, "--gen-subset", "test", "--max-tokens", "4096"])
         m = re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", out)
         results[inj] = {"fairseq_eval_lm_ppl": float(m.group(2)), "ckpt": str(ckpt)}
+        # The honest number: every sentence alone, tags chosen by the model from the prefix (exact p(x)).
+        own = ["--sample-break-mode", "eos"] + (["--inference-tags", "self"] if inj != "none" else [])
+        out, _ = sh([BIN / "fairseq-eval-lm", data, *common, *own, "--path", ckpt, "--gen-subset", "test",
+                     "--max-tokens", "4096"])
+        m = re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", out)
+        results[inj]["self_tags_ppl"] = float(m.group(2))
     print("[4/4] scoring: sipe-eval-lm and agreement minimal pairs", flush=True)
     from sipe_fairseq.checkpoints import load_lm as load
     from sipe_fairseq.cli.eval_lm import evaluate
@@ -102,6 +108,8 @@ def main(argv=None):
     print("| | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))
     cells = " | ".join(f"{results[n]['fairseq_eval_lm_ppl']:.3f}" for n in names)
     print("| fairseq-eval-lm perplexity, p(x | tags) | " + cells + " |")
+    cells = " | ".join(f"{results[n]['self_tags_ppl']:.3f}" for n in names)
+    print("| fairseq-eval-lm perplexity, tags from the prefix (--inference-tags self; exact p(x)) | " + cells + " |")
     print("| training time (s) | " + " | ".join(f"{times[n]:.0f}" for n in names) + " |")
     uids = sorted(k for k in acc[names[0]] if k != "overall") + ["overall"]
     for uid in uids:

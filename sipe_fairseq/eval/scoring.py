@@ -143,9 +143,9 @@ def perplexity_markdown(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
     names = list(results)
     lines = ["| score | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     labels = [
-        ("lm", "ppl p(x|tags) per token (fairseq-eval-lm)"),
+        ("lm", "ppl p(x \\| tags) per token (fairseq-eval-lm)"),
         ("joint", "ppl joint -log p(x,tags) per token (bound on p(x))"),
-        ("lm.per_word", "ppl p(x|tags) per word"),
+        ("lm.per_word", "ppl p(x \\| tags) per word"),
         ("joint.per_word", "ppl joint per word"),
         ("lm.eos", "bits/token at </s>"),
         ("lm.word_initial", "bits/token at word-initial subwords"),
