@@ -135,6 +135,12 @@ class SiPEDataMixin:
             logger.info(f"evaluation batches: --required-batch-size-multiple {required_batch_size_multiple} -> 1 "
                         "(fairseq would drop the last partial batch)")
             required_batch_size_multiple = 1
+        if not kwargs.get("num_workers") and kwargs.get("data_buffer_size"):
+            # fairseq's BufferedIterator collates ahead in a daemon thread; with in-process loading
+            # (--num-workers 0) that gains little, and when training stops mid-epoch (--max-update) with
+            # no validation after it, the interpreter could exit while that thread was inside a torch op:
+            # "terminate called without an active exception", exit status 134 after a finished run.
+            kwargs["data_buffer_size"] = 0
         return super().get_batch_iterator(dataset, *args, required_batch_size_multiple=required_batch_size_multiple,
                                           disable_iterator_cache=disable_iterator_cache, **kwargs)
 
