@@ -56,6 +56,26 @@ def small_dictionary(n_words: int = 40, mark: str = "", n_continuations: int = 0
     return d
 
 
+def tiny_transformer_lm(dictionary):
+    """A 2-layer ``sipe_transformer_lm`` (d 32, dropout 0) on ``dictionary``, built as fairseq builds it."""
+    from argparse import Namespace
+    from dataclasses import fields
+    from types import SimpleNamespace
+
+    from sipe_fairseq.models.sipe_transformer_lm import (SiPETransformerLanguageModel, SiPETransformerLMConfig,
+                                                         sipe_transformer_lm_tiny)
+
+    defaults = SiPETransformerLMConfig()
+    args = Namespace(**{f.name: getattr(defaults, f.name) for f in fields(defaults)})
+    args.__dict__.update(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=4,
+                         decoder_input_dim=32, decoder_output_dim=32, dropout=0.0, attention_dropout=0.0,
+                         activation_dropout=0.0, tokens_per_sample=64, max_target_positions=64, add_bos_token=False,
+                         tpu=False, decoder_learned_pos=True)
+    sipe_transformer_lm_tiny(args)
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    return SiPETransformerLanguageModel.build_model(args, task)
+
+
 def shared_path(*parts) -> Path:
     """A path under ../shared, or skip the test with a reason when it is absent."""
     path = SHARED.joinpath(*parts)

@@ -9,10 +9,7 @@ import math
 import os
 import subprocess
 import sys
-from argparse import Namespace
-from dataclasses import fields
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -27,10 +24,8 @@ from sipe_fairseq.hexatag import encode
 from sipe_fairseq.hexatag.constrained import CLOSED, PAIRS, START, advance, allowed_pairs, is_valid
 from sipe_fairseq.hexatag.tree import check_tree
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel
-from sipe_fairseq.models.sipe_transformer_lm import SiPETransformerLanguageModel, SiPETransformerLMConfig
-from sipe_fairseq.models.sipe_transformer_lm import sipe_transformer_lm_tiny
 from sipe_fairseq.models.tag_generation import TagChoosingLM, TaggedSequenceGenerator, pair_logprobs, tag_ids, wrap_for_generation
-from conftest import small_dictionary  # noqa: E402
+from conftest import small_dictionary, tiny_transformer_lm  # noqa: E402
 
 MARK = "\u2581"
 ARCHS = ("relative-position", "rotary-input", "fairseq-input")
@@ -45,15 +40,7 @@ def make_model(dictionary, arch="relative-position", seed=0):
     torch.manual_seed(seed)
     position, injection = arch.split("-")
     if position == "fairseq":
-        defaults = SiPETransformerLMConfig()
-        args = Namespace(**{f.name: getattr(defaults, f.name) for f in fields(defaults)})
-        args.__dict__.update(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=4,
-                             decoder_input_dim=32, decoder_output_dim=32, dropout=0.0, attention_dropout=0.0,
-                             activation_dropout=0.0, tokens_per_sample=64, max_target_positions=64, add_bos_token=False,
-                             tpu=False, decoder_learned_pos=True)
-        sipe_transformer_lm_tiny(args)
-        model = SiPETransformerLanguageModel.build_model(args, SimpleNamespace(source_dictionary=dictionary,
-                                                                                target_dictionary=dictionary))
+        model = tiny_transformer_lm(dictionary)
         with torch.no_grad():
             model.decoder.embed_tokens.tags.terminal.normal_(std=1.0)
             model.decoder.embed_tokens.tags.nonterminal.normal_(std=1.0)

@@ -8,9 +8,6 @@ number of new positions per step (left padding would shift absolute positions --
 fairseq's learned positions -- and let real tokens attend to pads). Comparisons are made at the
 real positions only.
 """
-from argparse import Namespace
-from dataclasses import fields
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,11 +16,9 @@ import torch.nn.functional as F
 import fairseq  # noqa: F401
 import sipe_fairseq  # noqa: F401  (registers the models)
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig
-from sipe_fairseq.models.sipe_transformer_lm import SiPETransformerLanguageModel, SiPETransformerLMConfig
-from sipe_fairseq.models.sipe_transformer_lm import sipe_transformer_lm_tiny
 from sipe_fairseq.modules import FIRST_TAG_ID, RotaryPhase
 from sipe_fairseq.modules.assembly import INJECTION_CHOICES
-from conftest import small_dictionary  # noqa: E402
+from conftest import small_dictionary, tiny_transformer_lm  # noqa: E402
 
 NOTAG = FIRST_TAG_ID - 1
 LENGTHS = (11, 7, 9)
@@ -41,15 +36,7 @@ def dictionary():
 def build(dictionary, position, injection, first_layer=1):
     torch.manual_seed(0)
     if position == "fairseq":
-        defaults = SiPETransformerLMConfig()
-        args = Namespace(**{f.name: getattr(defaults, f.name) for f in fields(defaults)})
-        args.__dict__.update(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=4,
-                             decoder_input_dim=32, decoder_output_dim=32, dropout=0.0, attention_dropout=0.0,
-                             activation_dropout=0.0, tokens_per_sample=64, max_target_positions=64, add_bos_token=False,
-                             tpu=False, decoder_learned_pos=True)
-        sipe_transformer_lm_tiny(args)
-        task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-        model = SiPETransformerLanguageModel.build_model(args, task).decoder
+        model = tiny_transformer_lm(dictionary).decoder
         with torch.no_grad():  # non-zero tag tables' effect is the point; learned positions differ per position
             model.embed_positions.weight.normal_(std=0.5)
     else:
