@@ -13,11 +13,11 @@ import logging
 import sys
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
-from sipe_fairseq.eval import attention, blimp, report, sweep_plot, syntaxgym
+from sipe_fairseq.eval import attention, blimp, report, seeds, sweep_plot, syntaxgym
 from sipe_fairseq.eval.progress import add_progress_argument, configure
 
 SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot,
-               "attention": attention}
+               "attention": attention, "seeds": seeds}
 LONG_RUNNING = {"blimp", "syntaxgym", "report", "attention"}  # these get progress bars and --no-progress
 
 

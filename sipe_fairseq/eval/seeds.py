@@ -1,0 +1,134 @@
+"""Mean and spread over seeds of ``sipe-eval-lm --json`` reports (issue 12, section 5).
+
+    sipe-eval seeds runs/ewt/section5/*.json [--per word] [--markdown table.md] [--json table.json]
+
+Every report holds one or more named rows (``--path NAME=CKPT``). Rows whose names differ only by a
+seed suffix (``NAME-s1``, ``NAME-s2``, ...; ``--seed-suffix`` sets the pattern) form one group; for each
+group and score the table shows ``mean ± sd`` (sample standard deviation over seeds) and, beside it,
+``[min, max]`` and the number of seeds. Scores:
+
+* ``blocks p(x|tags)``: the conditional perplexity of ``sipe-eval-lm`` without ``--tags`` (blocks of
+  complete sentences, what ``fairseq-eval-lm`` prints);
+* one column per tag source of ``--tags`` (every sentence scored alone): ``given`` (conditional),
+  ``given-joint`` (joint bound), ``self`` (exact), ``beam:K`` (bound), as
+  :func:`~sipe_fairseq.eval.prefix_tags.markdown_tag_sources` names them.
+
+A group missing a score in some seeds shows the seeds it has (n); a report that cannot be read is one
+line naming the file and exit status 2.
+"""
+import argparse
+import json
+import logging
+import re
+import statistics
+from collections import OrderedDict
+from typing import Dict, List, Sequence
+
+logger = logging.getLogger(__name__)
+
+HELP = "mean and spread over seeds of sipe-eval-lm --json reports"
+BLOCKS = "blocks p(x|tags)"
+
+
+class SeedsError(ValueError):
+    pass
+
+
+def read_reports(paths: Sequence[str]) -> "OrderedDict[str, dict]":
+    """``{row name: row}`` over all reports, in the order given; a name seen twice is an error."""
+    rows = OrderedDict()
+    for path in paths:
+        try:
+            with open(path) as f:
+                report = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise SeedsError(f"{path}: not a sipe-eval-lm --json report ({e})") from None
+        if not isinstance(report, dict) or not all(isinstance(r, dict) for r in report.values()):
+            raise SeedsError(f"{path}: not a sipe-eval-lm --json report (expected {{name: scores}})")
+        for name, row in report.items():
+            if name in rows:
+                raise SeedsError(f"{path}: row {name!r} also in an earlier report")
+            rows[name] = row
+    return rows
+
+
+def row_scores(row: dict, per: str = "token") -> Dict[str, float]:
+    """Perplexities of one ``sipe-eval-lm`` row: ``BLOCKS`` and one per tag source."""
+    out = {}
+    key = "lm" if per == "token" else "lm.per_word"
+    if key in row and isinstance(row[key], dict):
+        out[BLOCKS] = row[key]["ppl"]
+    for source, r in (row.get("tag_sources") or {}).items():
+        out[source] = r["ppl"] if per == "token" else r["ppl_per_word"]
+    return out
+
+
+def group_by_seed(names: Sequence[str], suffix: str = r"-s(\d+)$") -> "OrderedDict[str, List[str]]":
+    """``{"position": ["position-s1", "position-s2"], ...}``; a name without the suffix is its own group."""
+    pattern = re.compile(suffix)
+    groups = OrderedDict()
+    for name in names:
+        groups.setdefault(pattern.sub("", name), []).append(name)
+    return groups
+
+
+def aggregate(rows: "OrderedDict[str, dict]", per: str = "token", suffix: str = r"-s(\d+)$") -> "OrderedDict[str, dict]":
+    """``{group: {score: {"mean", "sd", "min", "max", "n", "seeds"}}}``; ``sd`` is nan for one seed."""
+    out = OrderedDict()
+    for group, names in group_by_seed(list(rows), suffix).items():
+        per_score = OrderedDict()
+        for name in names:
+            for score, value in row_scores(rows[name], per).items():
+                per_score.setdefault(score, []).append((name, value))
+        out[group] = OrderedDict()
+        for score, pairs in per_score.items():
+            values = [v for _, v in pairs]
+            out[group][score] = {"mean": statistics.fmean(values),
+                                 "sd": statistics.stdev(values) if len(values) > 1 else float("nan"),
+                                 "min": min(values), "max": max(values), "n": len(values),
+                                 "seeds": [n for n, _ in pairs]}
+    return out
+
+
+def _cell(s: dict) -> str:
+    if s["n"] == 1:
+        return f"{s['mean']:.2f} (1 seed)"
+    return f"{s['mean']:.2f} ± {s['sd']:.2f} [{s['min']:.2f}, {s['max']:.2f}] (n={s['n']})"
+
+
+def markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:
+    scores = []
+    for group in table.values():
+        scores += [s for s in group if s not in scores]
+    lines = [f"| perplexity per {per} | " + " | ".join(scores) + " |", "|---|" + "---:|" * len(scores)]
+    for name, group in table.items():
+        lines.append(f"| {name} | " + " | ".join(_cell(group[s]) if s in group else "-" for s in scores) + " |")
+    lines.append("")
+    lines.append("mean ± sample sd over seeds [min, max] (n seeds). "
+                 f"{BLOCKS}: blocks of complete sentences; the tag-source columns score every sentence alone.")
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser):
+    p.add_argument("reports", nargs="+", help="sipe-eval-lm --json files (rows named NAME-sSEED)")
+    p.add_argument("--per", choices=("token", "word"), default="token", help="perplexity per token or per word")
+    p.add_argument("--seed-suffix", default=r"-s(\d+)$", help="regex removed from a row name to find its group")
+    p.add_argument("--markdown", help="also write the table here")
+    p.add_argument("--json", help="also write the aggregated numbers here")
+
+
+def run(args) -> int:
+    try:
+        table = aggregate(read_reports(args.reports), args.per, args.seed_suffix)
+    except SeedsError as e:
+        logger.error("%s", e)
+        return 2
+    text = markdown(table, args.per)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text + "\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(table, f, indent=2)
+    return 0

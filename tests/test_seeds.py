@@ -1,0 +1,46 @@
+"""sipe-eval seeds: grouping by seed suffix, mean/sd/min/max against numpy, exit status on bad input."""
+import json
+
+import numpy as np
+
+from sipe_fairseq.cli.eval import main
+
+
+def _row(lm, per_word, sources):
+    return {"lm": {"ppl": lm}, "lm.per_word": {"ppl": per_word},
+            "tag_sources": {s: {"ppl": v, "ppl_per_word": 2 * v} for s, v in sources.items()}}
+
+
+def test_seeds_groups_and_statistics(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    values = {f"position-s{s}": rng.uniform(50, 200, size=3) for s in (1, 2, 3)}
+    values["none-s1"] = rng.uniform(50, 200, size=3)
+    files = []
+    for name, (lm, self_, beam) in values.items():
+        f = tmp_path / f"{name}.json"
+        f.write_text(json.dumps({name: _row(lm, lm * 3, {"self": self_, "beam:4": beam})}))
+        files.append(str(f))
+    out = tmp_path / "agg.json"
+    assert main(["seeds", *files, "--json", str(out), "--per", "word"]) == 0
+    table = json.loads(out.read_text())
+    assert list(table) == ["position", "none"]
+    pos = np.array([values[f"position-s{s}"] for s in (1, 2, 3)])
+    got = table["position"]
+    assert got["blocks p(x|tags)"]["n"] == 3 and got["self"]["seeds"] == ["position-s1", "position-s2", "position-s3"]
+    np.testing.assert_allclose(got["blocks p(x|tags)"]["mean"], (3 * pos[:, 0]).mean())
+    np.testing.assert_allclose(got["self"]["mean"], (2 * pos[:, 1]).mean())
+    np.testing.assert_allclose(got["beam:4"]["sd"], (2 * pos[:, 2]).std(ddof=1))
+    np.testing.assert_allclose(got["beam:4"]["max"], (2 * pos[:, 2]).max())
+    assert table["none"]["self"]["n"] == 1
+    text = capsys.readouterr().out
+    assert "(1 seed)" in text and "(n=3)" in text
+
+
+def test_seeds_bad_report_is_one_line(tmp_path, caplog):
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    assert main(["seeds", str(bad)]) == 2
+    assert len(caplog.records) == 1 and "bad.json" in caplog.records[0].getMessage()
+    dup = tmp_path / "a.json"
+    dup.write_text(json.dumps({"x-s1": _row(1.0, 2.0, {})}))
+    assert main(["seeds", str(dup), str(dup)]) == 2
