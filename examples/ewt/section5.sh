@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 12, section 5: the EWT walkthrough setting (train_one.sh) for several injections, placements and
 # seeds, two runs at a time (one thread each), then every checkpoint scored with tags from the prefix.
-# Usage: bash examples/ewt/section5.sh [train|eval|all]   (SEEDS="1 2 3", RUNS="none input position ...")
+# Usage: bash examples/ewt/section5.sh [train|eval|all]   (SEEDS="1 2 3", RUNS="none input position ...",
+#        TAGS=..., MAX_SENTENCES=N: score the first N test sentences only, PARALLEL=2 evaluations at a time)
 # Data: runs/ewt/data-bin from run.sh. Writes runs/ewt/checkpoints-NAME-sSEED/, runs/ewt/section5/*.json.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -9,6 +10,7 @@ WORK=${WORK:-runs/ewt}
 SEEDS=${SEEDS:-"1 2 3"}
 RUNS=${RUNS:-"none input position input-last position-last"}
 TAGS=${TAGS:-"given,self,beam:1,beam:4,beam:16"}
+PARALLEL=${PARALLEL:-2}
 export WORK
 args_for() {  # run name -> fairseq-train arguments
   case $1 in
@@ -33,8 +35,8 @@ eval_all() {
     out="$WORK/section5/$r-s$s.json"
     [ -f "$out" ] && continue
     OMP_NUM_THREADS=1 .venv/bin/sipe-eval-lm "$WORK/data-bin" --gen-subset test --path "$r=$WORK/checkpoints-$r-s$s/checkpoint_best.pt" \
-      --tags "$TAGS" ${UNCONSTRAINED:+--tags-unconstrained} --json "$out" > "$WORK/section5/$r-s$s.md" 2>&1 &
-    while [ "$(jobs -r | wc -l)" -ge 2 ]; do sleep 5; done
+      --tags "$TAGS" ${UNCONSTRAINED:+--tags-unconstrained} ${MAX_SENTENCES:+--tags-max-sentences $MAX_SENTENCES} --json "$out" > "$WORK/section5/$r-s$s.md" 2>&1 &
+    while [ "$(jobs -r | wc -l)" -ge "$PARALLEL" ]; do sleep 5; done
   done; done
   wait
 }
