@@ -131,10 +131,13 @@ def scoring_rows(runs, sources, n_sentences):
     rows = []
     for label, source in sources:
         res = runs[label]
+        if label == "none":
+            rows.append(["none", source, f"{n_sentences / median(res['cpu']):,.1f}", "(reference)", "(reference)"])
+            continue
         cpu, rng = speed_ratio(res, runs["none"], "cpu")
         wall, _ = speed_ratio(res, runs["none"], "wall")
         rows.append([label.split(" ")[0], source, f"{n_sentences / median(res['cpu']):,.1f}",
-                     f"{cpu:.3f}x{fmt_range(rng, 3)}", f"{wall:.3f}x"])
+                     f"{cpu:.3g}x{fmt_range(rng, '.3g')}", f"{wall:.3g}x"])
     return rows
 
 

@@ -3,7 +3,7 @@
 training tensor memory, and beam-over-graphs scoring speed; prints a markdown table.
 
     .venv/bin/python scripts/bench_gilt.py DATA_DIR [--arch-size tiny|small] [--rounds 8]
-        [--beams 300:5 20:5 1:1] [--sentences 5] [--score-rounds 3]
+        [--beams 300:5 20:5 1:1] [--sentences 10] [--score-rounds 3]
 
 DATA_DIR: a ``sipe-preprocess`` directory (with arcs), e.g. the demo's toy data. Both models are
 built once in this process with one fixed ``gilt_lm`` batch of the valid split (the ``none`` model
@@ -113,7 +113,7 @@ def table(size, rounds, train, mem, scoring, n_sentences, score_rounds):
         cpu, _ = speed_ratio(scoring[label], scoring["none"], "cpu")
         lines.append(f"| scoring {n_sentences} sentences x {score_rounds} rounds, sentences/s (GiLT: {label}; none: one "
                      f"forward) | {none_rate:.1f} | {n_sentences / median(scoring[label]['wall']):.2f} | "
-                     f"{wall:.3f}{fmt_range(rng, 3)} ({cpu:.3f}) |")
+                     f"{wall:.3g}{fmt_range(rng, '.3g')} ({cpu:.3g}) |")
     return "\n".join(lines)
 
 
@@ -123,7 +123,7 @@ def main():
     p.add_argument("data")
     p.add_argument("--arch-size", default="tiny", choices=("tiny", "small"))
     p.add_argument("--rounds", type=int, default=8, help="measured train-step rounds (after 2 unmeasured)")
-    p.add_argument("--sentences", type=int, default=5, help="valid sentences scored per round")
+    p.add_argument("--sentences", type=int, default=10, help="valid sentences scored per round")
     p.add_argument("--beams", nargs="+", default=["300:5", "20:5", "1:1"],
                    help="BEAM:COUNT_BEAM settings of the beam over graphs (paper: 300:5)")
     p.add_argument("--score-rounds", type=int, default=3, help="measured scoring rounds (after 1 unmeasured run)")

@@ -292,8 +292,9 @@ def ratio(a, b):
     return a / b if b > 0 else float("nan")
 
 
-def fmt_range(rng, digits=2):
-    return f" [{rng[0]:.{digits}f}-{rng[1]:.{digits}f}]" if rng else ""
+def fmt_range(rng, spec=".2f"):
+    """`` [lo-hi]`` of a (min, max) pair formatted with ``spec`` (e.g. ``.3g`` for ratios far below 1); "" for None."""
+    return f" [{rng[0]:{spec}}-{rng[1]:{spec}}]" if rng else ""
 
 
 def add_common_arguments(p, vocab_help: str) -> None:

@@ -108,7 +108,8 @@ def test_paired_runs_slots_and_speed_ratio(bench):
     slow = {"wall": [1.0, 3.0, 1.0], "slots": [[0, 0], [1, 0], [2, 0]]}
     slow_beam = {"wall": [12.0, 4.0, 4.0], "slots": [[1, 0], [0, 0], [2, 0]]}  # another order: pairs by slot
     assert bench.speed_ratio(slow_beam, slow, "wall")[0] == pytest.approx(0.25)
-    assert bench.fmt_range([0.0123, 0.0456], 3) == " [0.012-0.046]" and bench.fmt_range(None) == ""
+    assert bench.fmt_range([0.00123, 0.0456], ".3g") == " [0.00123-0.0456]" and bench.fmt_range([1, 2]) == " [1.00-2.00]"
+    assert bench.fmt_range(None) == ""
 
 
 def test_generate_random_sentences_are_tagged_trees():
@@ -141,8 +142,8 @@ def test_generate_scoring_rows():
     runs = {"none": {"wall": [1.0, 2.0, 1.0], "cpu": [1.0, 1.0, 1.0], "slots": slots},
             "position [beam:4]": {"wall": [10.0, 20.0, 10.0], "cpu": [5.0, 4.0, 5.0], "slots": slots}}
     rows = gen.scoring_rows(runs, [("none", "plain"), ("position [beam:4]", "beam:4")], 8)
-    assert rows[0] == ["none", "plain", "8.0", "1.000x [1.000-1.000]", "1.000x"]
-    assert rows[1] == ["position", "beam:4", "1.6", "0.200x [0.200-0.250]", "0.100x"]
+    assert rows[0] == ["none", "plain", "8.0", "(reference)", "(reference)"]
+    assert rows[1] == ["position", "beam:4", "1.6", "0.2x [0.2-0.25]", "0.1x"]
 
 
 def test_generate_scoring_part_runs(capsys):
@@ -181,4 +182,4 @@ def test_gilt_parse_beams_and_table():
     assert lines[2] == "| train step (median of 2 rounds), s | 1.500 | 4.500 | 3.00 [3.00-3.00] (2.00) |"
     assert lines[3] == "| peak training tensor memory, MB | 1.0 | 3.0 | 3.00 |"
     assert lines[4] == (f"| scoring 5 sentences x 3 rounds, sentences/s (GiLT: {label}; none: one forward) | 25.0 | 0.50 | "
-                        "0.010 [0.005-0.030] (0.010) |")
+                        "0.01 [0.005-0.03] (0.01) |")
