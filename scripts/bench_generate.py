@@ -1,8 +1,10 @@
 #!/usr/bin/env python
 """Generation speed of the SiPE decoders: KV-cache (incremental) vs uncached decoding, and each
-injection's cached sampling throughput relative to ``none``; prints a markdown table.
+injection's cached sampling throughput relative to ``none``; and scoring with tags from the prefix
+(``beam:K``, ``self``) against ``none``'s plain scoring; prints markdown tables.
 
-    .venv/bin/python scripts/bench_generate.py [--quick] [--batches 1 8] [--tokens 256] [--repeats 3]
+    .venv/bin/python scripts/bench_generate.py [--quick] [--parts sampling scoring] [--batches 1 8] [--tokens 256]
+        [--repeats 3] [--score-sentences 8] [--score-words 20] [--score-sources self beam:1 beam:4 beam:16]
 
 What is measured: sampling ``--tokens`` new tokens after one ``</s>`` from a randomly initialised
 model (eval mode, no grad, dropout off), B sequences at once. Every model has the tag heads (also
@@ -17,6 +19,16 @@ per-round ratio (cached/uncached speed-up: of the same configuration; injection:
 same family and batch size). Times are this process's CPU time (one thread: robust to other
 processes' load on a shared machine), wall-clock ratios in brackets as a cross-check. Targets
 (issue 12): speed-up >= 5x at 256 tokens; every injection's cached tokens/s >= 0.8x ``none``.
+
+Scoring part (``--parts scoring``; issue 12 section 5): ``--score-sentences`` random sentences (word
+counts uniform around ``--score-words``, 1-3 subwords per word, the hexatags of a random tree on
+word starts) scored by :class:`~sipe_fairseq.eval.prefix_tags.PrefixTagScorer` -- ``none`` (no tags:
+one forward per sentence, "plain") and a ``position`` decoder of the same size under ``given`` (one
+forward with the data's tags), ``self`` and each ``beam:K``, the last two through the KV cache.
+One process, one unmeasured run, then ``--score-rounds`` rounds running every configuration in an
+order rotated each round (``benchlib.paired_runs``); sentences/s from the median CPU time; ratio =
+median over rounds of the per-round throughput ratio to ``none`` (``benchlib.speed_ratio``), with
+its min-max, the wall-clock ratio beside it.
 """
 import argparse
 import statistics
@@ -192,7 +204,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="tiny sizes (d 64, 2 layers, 64 tokens, 1 round): a smoke test")
     p.add_argument("--parts", nargs="+", default=["sampling", "scoring"], choices=("sampling", "scoring"),
                    help="sampling: the KV-cache/injection table; scoring: beam:K prefix-tag scoring vs none")
-    p.add_argument("--score-sentences", type=int, default=16, help="scoring: random sentences per round")
+    p.add_argument("--score-sentences", type=int, default=8, help="scoring: random sentences per round")
     p.add_argument("--score-words", type=int, default=20, help="scoring: mean words per sentence (1-3 subwords each)")
     p.add_argument("--score-sources", nargs="+", default=["self", "beam:1", "beam:4", "beam:16"],
                    help="scoring: tag sources of the position decoder besides given")

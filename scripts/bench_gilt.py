@@ -16,14 +16,16 @@ sum of allocator events plus the tensors alive before (parameters, Adam state, b
 first ``--sentences`` sentences of the valid split, sentences/s of ``eval/gilt_scoring.py``'s beam
 over graphs for every ``--beams BEAM:COUNT_BEAM`` (the paper's default is 300:5; SyntaxGym and GLUE
 parsing use 20:5) against the ``none`` model's plain scoring of the same sentences (one forward of
-``</s>`` + the sentence each): every round runs all of them in rotated order after one unmeasured
-run, ratios paired by round as for the train step. Wall clock, CPU-time ratios as a cross-check.
+``</s>`` + the sentence each, log-softmax, the targets' log-probabilities): every round runs all
+of them in rotated order after one unmeasured run, ratios paired by round as for the train step.
+Wall clock, CPU-time ratios as a cross-check.
 """
 import argparse
 import sys
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib
 
@@ -153,9 +155,11 @@ def main():
     eos = task.dictionary.eos()
     gilt, none = built["gilt"][1], built["none"][1]
 
-    def score_none():
+    def score_none():  # as PrefixTagScorer's plain scoring: one forward, log-softmax, the targets' log-probs
         for words, _ in sents:
-            none(torch.tensor([[eos] + [t for w in words for t in w]]))
+            toks = torch.tensor([eos] + [t for w in words for t in w] + [eos])
+            logits = none(toks[None, :-1])[0]
+            float(F.log_softmax(logits[0].double(), -1).gather(-1, toks[1:, None]).sum())
 
     def score_beam(beam, count_beam):
         for words, _ in sents:
