@@ -183,3 +183,12 @@ def test_gilt_parse_beams_and_table():
     assert lines[3] == "| peak training tensor memory, MB | 1.0 | 3.0 | 3.00 |"
     assert lines[4] == (f"| scoring 5 sentences x 3 rounds, sentences/s (GiLT: {label}; none: one forward) | 25.0 | 0.50 | "
                         "0.01 [0.005-0.03] (0.01) |")
+
+
+@pytest.mark.parametrize("bad", ["given", "beam:0", "nope"])
+def test_generate_rejects_bad_score_sources(monkeypatch, capsys, bad):
+    gen = _load("bench_generate")
+    monkeypatch.setattr("sys.argv", ["bench_generate.py", "--parts", "scoring", "--score-sources", "self", bad])
+    with pytest.raises(SystemExit) as exc:
+        gen.main()
+    assert exc.value.code == 2 and f"--score-sources {bad}" in capsys.readouterr().err
