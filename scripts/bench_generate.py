@@ -1,8 +1,10 @@
 #!/usr/bin/env python
 """Generation speed of the SiPE decoders: KV-cache (incremental) vs uncached decoding, and each
-injection's cached sampling throughput relative to ``none``; prints a markdown table.
+injection's cached sampling throughput relative to ``none``; and scoring with tags from the prefix
+(``beam:K``, ``self``) against ``none``'s plain scoring; prints markdown tables.
 
-    .venv/bin/python scripts/bench_generate.py [--quick] [--batches 1 8] [--tokens 256] [--repeats 3]
+    .venv/bin/python scripts/bench_generate.py [--quick] [--parts sampling scoring] [--batches 1 8] [--tokens 256]
+        [--repeats 3] [--score-sentences 8] [--score-words 20] [--score-sources self beam:1 beam:4 beam:16]
 
 What is measured: sampling ``--tokens`` new tokens after one ``</s>`` from a randomly initialised
 model (eval mode, no grad, dropout off), B sequences at once. Every model has the tag heads (also
@@ -17,6 +19,16 @@ per-round ratio (cached/uncached speed-up: of the same configuration; injection:
 same family and batch size). Times are this process's CPU time (one thread: robust to other
 processes' load on a shared machine), wall-clock ratios in brackets as a cross-check. Targets
 (issue 12): speed-up >= 5x at 256 tokens; every injection's cached tokens/s >= 0.8x ``none``.
+
+Scoring part (``--parts scoring``; issue 12 section 5): ``--score-sentences`` random sentences (word
+counts uniform around ``--score-words``, 1-3 subwords per word, the hexatags of a random tree on
+word starts) scored by :class:`~sipe_fairseq.eval.prefix_tags.PrefixTagScorer` -- ``none`` (no tags:
+one forward per sentence, "plain") and a ``position`` decoder of the same size under ``given`` (one
+forward with the data's tags), ``self`` and each ``beam:K``, the last two through the KV cache.
+One process, one unmeasured run, then ``--score-rounds`` rounds running every configuration in an
+order rotated each round (``benchlib.paired_runs``); sentences/s from the median CPU time; ratio =
+median over rounds of the per-round throughput ratio to ``none`` (``benchlib.speed_ratio``), with
+its min-max, the wall-clock ratio beside it.
 """
 import argparse
 import statistics
@@ -27,6 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib
 
 INJECTIONS = ("none", "input", "position", "disentangled", "attention-bias", "input+attention-bias", "position+attention-bias")
 FAMILIES = ("sipe_txl", "sipe_rope", "sipe_transformer_lm")
@@ -86,6 +99,91 @@ def sample(model, batch, new_tokens, cached, seed):
     return (time.process_time() - cpu, time.perf_counter() - wall), tokens
 
 
+def random_sentences(n, words, dictionary, seed, max_subwords=3):
+    """``n`` sentences ``(tokens x_1 .. x_m </s>, terminals, nonterminals)``: a word count uniform in
+    [words/2, 3 words/2], 1..``max_subwords`` subwords per word (random non-special symbols), and on each
+    word's first subword the hexatags of a random dependency tree (random attachment order, lifted if
+    non-projective) -- only the word starts matter to ``self``/``beam:K``; ``given`` scores with them."""
+    import random
+
+    import torch
+    from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
+    from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS
+    from sipe_fairseq.hexatag.tags import encode_tree
+
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        m = rng.randint(max(1, words // 2), max(1, (3 * words) // 2))
+        order = list(range(1, m + 1))
+        rng.shuffle(order)
+        heads = [0] * (m + 1)
+        for k, w in enumerate(order[1:], 1):  # order[0] is the root
+            heads[w] = order[rng.randrange(k)]
+        tags = encode_tree(heads[1:])[0]
+        toks, terms, nts = [], [], []
+        for t, nt in tags:
+            for j in range(rng.randint(1, max_subwords)):
+                toks.append(rng.randrange(dictionary.nspecial, len(dictionary)))
+                terms.append(FIRST_TAG_ID + TERMINALS.index(t) if j == 0 else NOTAG_ID)
+                nts.append(FIRST_TAG_ID + NONTERMINALS.index(nt) if j == 0 else NOTAG_ID)
+        toks.append(dictionary.eos())
+        terms.append(NOTAG_ID)
+        nts.append(NOTAG_ID)
+        out.append((torch.tensor(toks), torch.tensor(terms), torch.tensor(nts)))
+    return out
+
+
+def scoring_rows(runs, sources, n_sentences):
+    """Table rows of the scoring part from :func:`benchlib.paired_runs` results (``runs[label]``, ``none`` the
+    reference): label, tag source, sentences/s (CPU), its ratio to ``none`` [min-max of the paired ratios],
+    the wall-clock ratio. Ratios are of throughput (``none``'s time / the row's, paired by round)."""
+    from benchlib import fmt_range, median, speed_ratio
+
+    rows = []
+    for label, source in sources:
+        res = runs[label]
+        if label == "none":
+            rows.append(["none", source, f"{n_sentences / median(res['cpu']):,.1f}", "(reference)", "(reference)"])
+            continue
+        cpu, rng = speed_ratio(res, runs["none"], "cpu")
+        wall, _ = speed_ratio(res, runs["none"], "wall")
+        rows.append([label.split(" ")[0], source, f"{n_sentences / median(res['cpu']):,.1f}",
+                     f"{cpu:.3g}x{fmt_range(rng, '.3g')}", f"{wall:.3g}x"])
+    return rows
+
+
+def run_scoring(a, dictionary):
+    """The scoring part: ``none``'s plain scoring vs a ``position`` decoder under ``given``, ``self`` and
+    ``beam:K`` (:class:`~sipe_fairseq.eval.prefix_tags.PrefixTagScorer`, KV cache), timed in one process by
+    :func:`benchlib.paired_runs`; prints its table."""
+    from benchlib import markdown_table, paired_runs
+    from sipe_fairseq.eval.prefix_tags import PrefixTagScorer
+    from sipe_fairseq.models.sipe_lm import SiPETransformerXLModel
+
+    a = argparse.Namespace(**{**vars(a), "tokens": max(a.tokens, 3 * ((3 * a.score_words) // 2) + 2)})  # longest sentence
+    models = {inj: SiPETransformerXLModel(build("sipe_txl", inj, a, dictionary)).eval() for inj in ("none", "position")}
+    sents = random_sentences(a.score_sentences, a.score_words, dictionary, a.seed)
+    sources = [("none", "plain")] + [(f"position [{src}]", src) for src in ["given"] + a.score_sources]
+    scorers = {lab: PrefixTagScorer(models["none" if lab == "none" else "position"], "given" if src == "plain" else src,
+                                    eos=dictionary.eos(), pad=dictionary.pad()) for lab, src in sources}
+    assert not scorers["none"].sees_tags and all(s.cache for lab, s in scorers.items() if lab != "none")
+    fns = {lab: (lambda sc=sc: sc.score_batch(sents)) for lab, sc in scorers.items()}
+    for fn in fns.values():  # first-call costs out of the measurement
+        fn()
+    runs = paired_runs(fns, a.score_rounds)
+    n_tokens = sum(len(t) for t, _, _ in sents)
+    print(f"\n### Scoring with prefix tags: d {a.embed_dim} x {a.layers} layers ({a.heads} heads, FFN {a.ffn}), vocab "
+          f"{a.vocab}, {len(sents)} random sentences ({n_tokens} tokens incl. </s>, about {a.score_words} words each), "
+          f"{a.threads} thread(s), {a.score_rounds} rounds\n")
+    print(markdown_table(["model", "tags", "sentences/s (CPU)", "vs none plain, CPU [range]", "vs none, wall"],
+                         scoring_rows(runs, sources, len(sents)), align="llrrr"))
+    print("\nnone plain = one forward per sentence (no tags); position: given = the data's tags, one forward; self and "
+          "beam:K through the KV cache (PrefixTagScorer). Ratio = median over rounds of the per-round throughput ratio "
+          "to none plain (same round, same process, order rotated each round); [range] = their min-max.")
+    return runs
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -104,18 +202,44 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny sizes (d 64, 2 layers, 64 tokens, 1 round): a smoke test")
+    p.add_argument("--parts", nargs="+", default=["sampling", "scoring"], choices=("sampling", "scoring"),
+                   help="sampling: the KV-cache/injection table; scoring: beam:K prefix-tag scoring vs none")
+    p.add_argument("--score-sentences", type=int, default=8, help="scoring: random sentences per round")
+    p.add_argument("--score-words", type=int, default=20, help="scoring: mean words per sentence (1-3 subwords each)")
+    p.add_argument("--score-sources", nargs="+", default=["self", "beam:1", "beam:4", "beam:16"],
+                   help="scoring: tag sources of the position decoder besides given")
+    p.add_argument("--score-rounds", type=int, default=3, help="scoring: measured rounds (after one unmeasured run)")
     a = p.parse_args()
     if a.quick:
         a.embed_dim, a.ffn, a.layers, a.tokens, a.repeats, a.warmup = 64, 256, 2, 64, 1, 0
+        a.score_sentences, a.score_words, a.score_rounds = 4, 8, 2
 
     import torch
     import sipe_fairseq  # noqa: F401  (registers the models)
     from fairseq.data import Dictionary
 
+    from sipe_fairseq.eval.prefix_tags import parse_tag_source
+
+    for src in a.score_sources:
+        try:
+            if parse_tag_source(src)[0] == "given":
+                raise ValueError("given is always run")
+        except ValueError as e:
+            p.error(f"--score-sources {src}: {e}")
     torch.set_num_threads(a.threads)
     dictionary = Dictionary()
     for i in range(a.vocab - len(dictionary)):
         dictionary.add_symbol(f"w{i}")
+    if "sampling" in a.parts:
+        run_sampling(a, dictionary)
+    if "scoring" in a.parts:
+        run_scoring(a, dictionary)
+
+
+def run_sampling(a, dictionary):
+    """The sampling part (the module docstring): prints its table."""
+    import torch
+
     configs = []  # (family, injection, cached)
     for family in a.families:
         for inj in (("input",) if family == "sipe_transformer_lm" else INJECTIONS):

@@ -292,8 +292,9 @@ def ratio(a, b):
     return a / b if b > 0 else float("nan")
 
 
-def fmt_range(rng):
-    return f" [{rng[0]:.2f}-{rng[1]:.2f}]" if rng else ""
+def fmt_range(rng, spec=".2f"):
+    """`` [lo-hi]`` of a (min, max) pair formatted with ``spec`` (e.g. ``.3g`` for ratios far below 1); "" for None."""
+    return f" [{rng[0]:{spec}}-{rng[1]:{spec}}]" if rng else ""
 
 
 def add_common_arguments(p, vocab_help: str) -> None:
@@ -326,6 +327,30 @@ def paired_times(fns, repeats: int, clock=time.perf_counter):
             fns[name]()
             out[name].append(clock() - start)
     return out
+
+
+def paired_runs(fns, repeats: int, clocks=None):
+    """:func:`paired_times` timed by several clocks at once (default ``wall``: ``time.perf_counter``, ``cpu``:
+    ``time.process_time``): returns name -> ``{clock: [seconds per run], "slots": [[run, 0], ...]}``, the shape
+    :func:`paired_ratio` pairs (the k-th runs of all names share slot ``[k, 0]``)."""
+    clocks = clocks or {"wall": time.perf_counter, "cpu": time.process_time}
+    names = list(fns)
+    out = {name: {**{c: [] for c in clocks}, "slots": []} for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            start = {c: clock() for c, clock in clocks.items()}
+            fns[name]()
+            for c, clock in clocks.items():
+                out[name][c].append(clock() - start[c])
+            out[name]["slots"].append([r, 0])
+    return out
+
+
+def speed_ratio(res, ref_res, key):
+    """Throughput of ``res`` relative to ``ref_res`` (time ratio inverted) from paired samples: the median of the
+    per-pair ``ref / res`` and their min-max (None when nothing pairs)."""
+    paired = paired_ratios(ref_res, res, key)
+    return paired_ratio(ref_res, res, key), ([min(paired), max(paired)] if paired else None)
 
 
 def markdown_table(header, rows, align=None) -> str:

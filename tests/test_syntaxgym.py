@@ -448,3 +448,46 @@ def test_end_to_end_on_sample_suites(data_dir, tmp_path, train_checkpoint):
                                  "--parser", "none", "--json", str(tmp_path / "none.json")]) == 0
     none = json.loads((tmp_path / "none.json").read_text())
     assert none["suites"]["mvrr"]["scores"]["stock"]["passed"] == report["suites"]["mvrr"]["scores"]["stock"]["passed"]
+
+
+def test_prefix_differences_count_tags_and_heads_separately(tmp_path):
+    """Issue 12's sample counts (number_prep 4/19 with heads vs 3/19 with tags): two parses of the
+    same prefix can differ in heads that point at or past the critical region while every hexatag
+    before it is the same (the model's input there is identical: not a tag difference), or differ in
+    the tags themselves. Item 1 mirrors number_prep item 6 under spaCy, item 2 number_prep item 3."""
+    import torch
+    from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS
+    from sipe_fairseq.hexatag.tags import encode_tree
+
+    regions = {1: [["The", "customer", "across from", "the", "athletes", "enjoys", "playing tennis"],
+                   ["The", "customer", "across from", "the", "athletes", "enjoy", "playing tennis"]],
+               2: [["The", "doctors", "in front of", "the", "guard", "interests", "people"],
+                   ["The", "doctors", "in front of", "the", "guard", "interest", "people"]]}
+    heads = {(1, "a"): [2, 7, 2, 3, 6, 4, 0, 7, 8], (1, "b"): [2, 8, 2, 3, 6, 4, 8, 0, 8],
+             (2, "a"): [2, 8, 2, 3, 4, 7, 8, 0, 8], (2, "b"): [2, 0, 2, 3, 4, 9, 8, 9, 5]}
+    data = {"meta": {"name": "np", "metric": "sum"}, "region_meta": {},
+            "predictions": [{"type": "formula", "formula": "(6;%a%) < (6;%b%)"}],
+            "items": [{"item_number": i, "conditions": [
+                {"condition_name": c, "regions": [{"region_number": k + 1, "content": t} for k, t in enumerate(regs)]}
+                for c, regs in zip("ab", conds)]} for i, conds in regions.items()]}
+    path = tmp_path / "np.json"
+    path.write_text(json.dumps(data))
+    suites, sentences = sg.read_suites([path])
+    prefix_tags = {}
+    for s in sentences:
+        s.heads = heads[(s.item, s.condition.name)]
+        tags = encode_tree(s.heads)[0]
+        n = len(tags)
+        s.encoded = (torch.arange(n + 1), torch.tensor([FIRST_TAG_ID + TERMINALS.index(t) for t, _ in tags] + [4]),
+                     torch.tensor([FIRST_TAG_ID + NONTERMINALS.index(nt) for _, nt in tags] + [4]), list(range(n)))
+        before = sum(len(r.words) for r in s.condition.regions[:5])  # the words before region 6
+        prefix_tags.setdefault(s.item, set()).add(tuple(tags[:before]))
+    assert [len(prefix_tags[i]) for i in (1, 2)] == [1, 2]  # item 1: same tags, other heads; item 2: tags differ
+    diff = sg.prefix_tag_differences(suites, sentences)
+    assert (diff["compared"], diff["differ"], diff["heads_differ"]) == (2, 1, 2)
+    assert diff["suites"]["np"]["heads_differ"] == 2
+    assert [(d["item"], d["first_differing_word"], d["word"]) for d in diff["list"]] == [(2, 5, "of")]
+    md = sg.report_markdown({"models": [], "suites": {}, "overall": {}, "unit": "bits", "parser": "x",
+                             "equality": {"atol": 0.001, "rtol": 1e-5}, "prefix_tag_differences": diff})
+    assert "in 1 of 2 items" in md and "dependency heads of those words differ in 2 of the 2 items;" in md
+    assert "| np | 6 | 2 | 1 | 2 | 1 |" in md

@@ -37,16 +37,22 @@ def report_markdown(report: dict) -> str:
             lines.append(f"| {sname} | {n} | {u['item']} | {u['condition']} | {u['reason']} |")
     diff = report.get("prefix_tag_differences")
     if diff:
-        lines += ["", f"Given tags before the critical region: {diff['differ']} of {diff['compared']} items (conditions with "
-                  "identical words there) have different parser tags on those words, i.e. the tags carry information "
-                  f"from the critical region on ({diff['not_compared']} items with no two such conditions). More broadly, "
-                  f"{diff.get('common_prefix_differ', 0)} of {diff['items']} items have two conditions that tag their "
-                  "shared initial words differently.", "",
-                  "| suite | critical region | items compared | tags differ | shared initial words tagged differently |",
-                  "|---|---:|---:|---:|---:|"]
+        heads = diff.get("heads_differ")
+        heads_note = "" if heads is None else (
+            f" The parser's dependency heads of those words differ in {heads} of the {diff['compared']} items; the two "
+            "need not go together (a head at or after the critical region changes no tag before it, while a later "
+            "word's attachment can change an earlier word's tags), and the model sees only the tags.")
+        lines += ["", f"Given tags before the critical region: in {diff['differ']} of {diff['compared']} items, conditions "
+                  "with identical words before the critical region have different hexatags (terminal, non-terminal) on "
+                  "those words, the tags the model has been given when it predicts the region's first token, i.e. the "
+                  f"tags carry information from the critical region on ({diff['not_compared']} items have no two such "
+                  f"conditions).{heads_note} More broadly, {diff.get('common_prefix_differ', 0)} of {diff['items']} items "
+                  "have two conditions that tag their shared initial words differently.", "",
+                  "| suite | critical region | items compared | tags differ | heads differ | shared initial words tagged "
+                  "differently |", "|---|---:|---:|---:|---:|---:|"]
         for sname, r in diff["suites"].items():
             lines.append(f"| {sname} | {r['critical_region']} | {r['compared']} | {r['differ']} | "
-                         f"{r.get('common_prefix_differ', 0)} |")
+                         f"{r.get('heads_differ', '-')} | {r.get('common_prefix_differ', 0)} |")
         shown = 20
         for d in diff["list"][:shown]:
             lines.append(f"- {d['suite']} item {d['item']} ({', '.join(d['conditions'])}): first at word "

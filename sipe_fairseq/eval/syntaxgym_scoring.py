@@ -127,20 +127,22 @@ def critical_region(suite: Suite) -> Optional[int]:
 
 
 def _prefix(sentence: Sentence, critical: int):
-    """(words, tag pairs per word) of the regions before ``critical`` in the condition's order,
-    or None when the condition lacks that region or the sentence has no encoding."""
+    """(words, tag pairs per word, parser heads per word or None) of the regions before ``critical``
+    in the condition's order, or None when the condition lacks that region or the sentence has no
+    encoding."""
     regions = [r.number for r in sentence.condition.regions]
     if critical not in regions or sentence.encoded is None:
         return None
     _, terms, nts, firsts = sentence.encoded
     n = sum(len(r.words) for r in sentence.condition.regions[:regions.index(critical)])
-    return tuple(sentence.words[:n]), tuple((int(terms[q]), int(nts[q])) for q in firsts[:n])
+    heads = None if sentence.heads is None else tuple(sentence.heads[:n])
+    return tuple(sentence.words[:n]), tuple((int(terms[q]), int(nts[q])) for q in firsts[:n]), heads
 
 
 def _common_prefix_differs(prefixes) -> bool:
     """Whether two of the ``(words, tags)`` prefixes tag their longest common initial words differently."""
-    for i, (wa, ta) in enumerate(prefixes):
-        for wb, tb in prefixes[i + 1:]:
+    for i, (wa, ta, _) in enumerate(prefixes):
+        for wb, tb, _ in prefixes[i + 1:]:
             n = 0
             while n < min(len(wa), len(wb)) and wa[n] == wb[n]:
                 n += 1
@@ -156,21 +158,33 @@ def prefix_tag_differences(suites: Sequence[Suite], sentences: Sequence[Sentence
     Returns counts per suite and the list (suite, item, the conditions, the first differing word).
     Conditions are grouped by their prefix words; items without a critical region, and
     conditions that lack it or could not be encoded, are counted as not compared.
+
+    What ``differ`` compares: the hexatag pair (terminal, non-terminal) of each word before the
+    critical region's first word -- the tags the model has been given when it predicts the
+    region's first token. ``heads_differ`` counts, among the same compared items, those where
+    the parser's dependency heads of those words differ. The two need not go together: a head at
+    or after the critical region (a subject attached to the verb, or to a later word) changes no
+    tag before it, so the model's input before the region can be identical while the parses
+    differ; and a later word's attachment can change an earlier word's tags with its head unchanged.
     ``common_prefix_differ`` counts more broadly the items where some two conditions tag a shared
     initial run of words (before the critical region, however long) differently."""
     by_key = {(s.suite, s.item, s.condition.name): s for s in sentences}
-    out = {"items": 0, "compared": 0, "differ": 0, "not_compared": 0, "common_prefix_differ": 0, "suites": {}, "list": []}
+    out = {"items": 0, "compared": 0, "differ": 0, "heads_differ": 0, "not_compared": 0, "common_prefix_differ": 0,
+           "suites": {}, "list": []}
     for suite in suites:
         crit = critical_region(suite)
-        row = {"items": len(suite.items), "compared": 0, "differ": 0, "common_prefix_differ": 0, "critical_region": crit}
+        row = {"items": len(suite.items), "compared": 0, "differ": 0, "heads_differ": 0, "common_prefix_differ": 0,
+               "critical_region": crit}
         for item in suite.items:
             out["items"] += 1
             groups: Dict[tuple, List[Tuple[str, tuple]]] = {}
+            heads: Dict[tuple, set] = {}
             prefixes = []
             for cname in item.conditions:
                 pre = None if crit is None else _prefix(by_key[(suite.name, item.number, cname)], crit)
                 if pre is not None:
                     groups.setdefault(pre[0], []).append((cname, pre[1]))
+                    heads.setdefault(pre[0], set()).add(pre[2])
                     prefixes.append(pre)
             if _common_prefix_differs(prefixes):
                 row["common_prefix_differ"] += 1
@@ -179,6 +193,7 @@ def prefix_tag_differences(suites: Sequence[Suite], sentences: Sequence[Sentence
                 out["not_compared"] += 1
                 continue
             row["compared"] += 1
+            row["heads_differ"] += any(len(heads[w]) > 1 for w, g in groups.items() if len(g) > 1)
             for words, g in ((w, g) for w, g in groups.items() if len(g) > 1):
                 if len({tags for _, tags in g}) > 1:
                     first = min(k for k in range(len(words)) if len({tags[k] for _, tags in g}) > 1)
@@ -187,7 +202,7 @@ def prefix_tag_differences(suites: Sequence[Suite], sentences: Sequence[Sentence
                                         "prefix": " ".join(words), "first_differing_word": first + 1,
                                         "word": words[first]})
                     break
-        for key in ("compared", "differ", "common_prefix_differ"):
+        for key in ("compared", "differ", "heads_differ", "common_prefix_differ"):
             out[key] += row[key]
         out["suites"][suite.name] = row
     return out
