@@ -282,7 +282,8 @@ def score_source(model, words: Words, eos: int, source: str, count_beam: int = 5
       hypothesis's ``log p(x | G) + sum log pi(c)``.
 
     ``extra``: ``arcs`` (the graph scored: gold, greedy or the best hypothesis's), ``prefix_logp``
-    (beam: running logsumexp after each word and after </s>), ``hypotheses``."""
+    (the prefix log-probability after each word and after </s>: beam, the running logsumexp; given and
+    self, the summed per-token log-probs), ``hypotheses``."""
     from .prefix_tags import SentenceScore as SourceScore
     from .prefix_tags import parse_tag_source
 
@@ -304,9 +305,14 @@ def score_source(model, words: Words, eos: int, source: str, count_beam: int = 5
         s = score_sentence(model, words, eos, beam=k, count_beam=count_beam)
         logprob, per_token = s.logp, s.token_logprobs
         joint = s.lm_logp + s.count_logp
+    prefix = s.prefix_logp
+    if kind != "beam":  # the prefix log-probability of the scored graph: LM only, after each word and after </s>
+        types, cum = s.position_types, torch.tensor(per_token, dtype=torch.float64).cumsum(0).tolist()
+        n = len(types)
+        prefix = [cum[t] for t in range(n) if t + 1 < n and types[t + 1] in ("word_initial", "eos")] + [cum[-1]]
     return SourceScore(source, logprob, list(per_token), s.position_types, [], list(s.word_costs),
                        is_tree(s.best_arcs, len(words)), joint,
-                       extra={"arcs": list(s.best_arcs), "prefix_logp": s.prefix_logp, "hypotheses": s.hypotheses})
+                       extra={"arcs": list(s.best_arcs), "prefix_logp": prefix, "hypotheses": s.hypotheses})
 
 
 def arc_f1(pred: Sequence, gold: Sequence) -> Dict[str, float]:
