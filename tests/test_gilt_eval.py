@@ -264,6 +264,7 @@ def test_blimp_with_each_source(gilt, pairs, caplog):
         correct = sum(independent[src][p.good] > independent[src][p.bad] for p in read)
         assert report["overall"]["correct"][label] == correct
 
+    gilt["results"]["blimp_self"] = report["overall"]["accuracy"]["gilt [self]"]
     caplog.clear()
     assert eval_main(base[:-4] + ["--parser", "none", "--tags", "given", "--batch-size", "8"]) == 2
     assert any("needs the sentence's graph" in r.getMessage() for r in caplog.records)
@@ -342,3 +343,17 @@ def test_syntaxgym_with_each_source(gilt, chain_parser, tmp_path):
     assert checked == 12 and differ > 0
     for label in report["models"]:
         assert report["overall"][label]["accuracy"] is not None
+
+
+def test_report_for_a_gilt_checkpoint(gilt, pairs, tmp_path):
+    """``sipe-eval report --tags given,self``: the GiLT row's [self] perplexity is sipe-eval-lm's
+    self number (every sentence alone), its [self] BLiMP sipe-eval blimp's."""
+    if "self_ppl" not in gilt["results"] or "blimp_self" not in gilt["results"]:
+        pytest.skip("needs the sipe-eval-lm and BLiMP tests of this module")
+    out = tmp_path / "report.json"
+    assert eval_main(["report", "--data", str(gilt["data"]), "--path", f"gilt={gilt['ck']}", "--blimp", str(pairs["pairs"]),
+                      "--trees", str(pairs["trees"]), "--split", "valid", "--tags", "given,self", "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["ppl@self"] == pytest.approx(gilt["results"]["self_ppl"], rel=1e-9)
+    assert row["blimp@self"] == pytest.approx(gilt["results"]["blimp_self"])
+    assert math.isfinite(row["ppl"]) and row["ppl_word@self"] > row["ppl@self"]

@@ -326,7 +326,9 @@ def markdown(report: dict) -> str:
         notes.append("Column groups [self] / [beam:K]: tags from the prefix only (eval/prefix_tags.py), every sentence "
                      "scored alone: [self] = exact perplexity and sentence log-probabilities with the model's own tag "
                      "choices, [beam:K] = the beam's bound on log p(x) (tags paid for); BLiMP/SyntaxGym score the "
-                     "sentences under the same source.")
+                     "sentences under the same source. GiLT rows (gilt_txl): graphs instead of tags (given: gold graphs, "
+                     "the data's arcs for PPL and the tree source's trees for BLiMP/SyntaxGym; [self]: the greedy graph; "
+                     "[beam:K]: the beam over graphs; eval/structure_sources.py).")
     left_out = [f"{r['model']} {r.get('blimp_skipped') or 0} skipped + {r.get('blimp_unscored') or 0} unscored "
                 f"of {r.get('blimp_pairs')}" for r in report["rows"] if r.get("blimp_skipped") or r.get("blimp_unscored")]
     if left_out:
