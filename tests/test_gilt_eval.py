@@ -180,6 +180,25 @@ def test_fairseq_eval_lm_inference_tags_self_equals_sipe_eval_lm_self(gilt):
     assert abs(math.log(honest["perplexity"]) - math.log(given["perplexity"])) > 1e-4
 
 
+def test_bad_input_is_one_line(gilt, tmp_path, capsys):
+    """--gilt-count-beam 0: usage error (exit 2); --inference-tags self with blocks of several
+    sentences: fairseq-eval-lm stops with the one-line EvaluationError."""
+    from fairseq import options
+    from fairseq_cli.eval_lm import main
+
+    from sipe_fairseq.tasks.sipe_data import EvaluationError
+
+    with pytest.raises(SystemExit) as e:
+        eval_lm_main([str(gilt["data"]), "--path", str(gilt["ck"]), "--tags", "beam:2", "--gilt-count-beam", "0"])
+    assert e.value.code == 2 and "--gilt-count-beam" in capsys.readouterr().err
+    parser = options.get_eval_lm_parser()
+    args = options.parse_args_and_arch(parser, [str(gilt["data"]), "--path", str(gilt["ck"]), "--user-dir", PLUGIN,
+                                                "--task", "gilt_lm", "--gen-subset", "valid", "--sample-break-mode",
+                                                "complete", "--inference-tags", "self", "--cpu", "--num-workers", "0"])
+    with pytest.raises(EvaluationError, match="sample-break-mode eos"):
+        main(args)
+
+
 def test_gilt_and_sipe_side_by_side(gilt, train_checkpoint, tmp_path, capsys):
     """One ``sipe-eval-lm`` call with a GiLT and a SiPE checkpoint: a row per model and source, the
     SiPE numbers those of its own scorer (eval/prefix_tags.py), arc F1 only for GiLT."""

@@ -367,6 +367,8 @@ def self_graph_sample(model, sample: dict, dictionary) -> dict:
     from ..data.arcs import per_word
     from ..data.gilt_dataset import MATRIX_KEYS, block_graph
 
+    if getattr(model.decoder, "arc_scorer", None) is None:
+        raise ValueError("the gilt_txl model has no arc scorer (trained with --no-gilt-arc-scorer): it cannot choose a graph")
     net = sample["net_input"]
     src, target = net["src_tokens"], sample["target"]
     eos, pad = dictionary.eos(), dictionary.pad()

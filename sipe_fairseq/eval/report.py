@@ -401,6 +401,8 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
         sources = parse_tag_sources(getattr(args, "tags", None) or "given")
     except ValueError as e:
         raise ReportError(f"--tags: {e}") from e
+    if getattr(args, "gilt_count_beam", 5) < 1:
+        raise ReportError("--gilt-count-beam: expected an integer >= 1")
     sources = ["given"] + [x for x in sources if x != "given"]  # Table 2's given columns always; then a group per source
     extra = sources[1:]
 
