@@ -64,13 +64,14 @@ def read_checkpoint(path: str, arg_overrides: Optional[dict] = None) -> dict:
 
 def load_lm(path: str, data: str, context_window: int = 0):
     """(model, task) for a checkpoint, scored on ``data``: a ``hexatag_lm`` task for decoders
-    (``hexatag_lm`` and stock ``language_modeling`` checkpoints), a ``hexatag_mlm`` task for
+    (``hexatag_lm`` and stock ``language_modeling`` checkpoints; ``gilt_lm`` for GiLT ones), a ``hexatag_mlm`` task for
     masked-LM encoders (``hexatag_mlm`` and stock ``masked_lm`` ones, e.g. fairseq ``roberta``),
     built from the checkpoint's own task settings; the encoder task's dictionary is ``dict.txt``
     with ``<mask>`` appended, as in training."""
     from fairseq import checkpoint_utils
     from omegaconf import OmegaConf
 
+    from ..tasks.gilt_lm import GiltLanguageModelingTask, GiltLMConfig
     from ..tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
     from ..tasks.hexatag_mlm import HexatagMaskedLMTask, HexatagMLMConfig
 
@@ -81,6 +82,10 @@ def load_lm(path: str, data: str, context_window: int = 0):
         if context_window:
             raise ValueError(f"{path}: a masked-LM encoder ({saved['_name']} checkpoint) has no --context-window")
         config, task_cls = HexatagMLMConfig, HexatagMaskedLMTask
+    elif saved.get("_name") == "gilt_lm":  # GiLT decoders read the gold graphs ({split}.arcs), not hexatags
+        if context_window:
+            raise ValueError(f"{path}: a gilt_lm checkpoint scores whole sentences: no --context-window")
+        config, task_cls = GiltLMConfig, GiltLanguageModelingTask
     else:
         config, task_cls = HexatagLMConfig, HexatagLanguageModelingTask
     fields = set(config.__dataclass_fields__)

@@ -2,7 +2,10 @@
 one or several checkpoints on the same ``sipe-preprocess`` directory, side by side; with ``--tags
 given,self,beam:K`` also every sentence scored alone under each tag source (conditional and joint
 bound with the given tags, ``self`` exact, ``beam:K`` bound), per token and per word, each with its
-position-type breakdown (:mod:`sipe_fairseq.eval.prefix_tags`).
+position-type breakdown (:mod:`sipe_fairseq.eval.prefix_tags`). GiLT checkpoints (``gilt_txl``,
+task ``gilt_lm``) take the same options: their structure is a graph (given: the data's ``{split}.arcs``;
+self: the greedy graph; beam:K: the beam over graphs with ``--gilt-count-beam`` counts per hypothesis;
+:mod:`sipe_fairseq.eval.structure_sources`), with the arc F1 of their own graphs against the gold one.
 
     sipe-eval-lm DATA --path none=ckpt_none/checkpoint_best.pt --path position=ckpt_pos/checkpoint_best.pt
 
@@ -29,19 +32,20 @@ logger = logging.getLogger(__name__)
 
 
 def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None, tags=None,
-             constrained=True, max_sentences=None):
+             constrained=True, max_sentences=None, count_beam=5):
     """:func:`~sipe_fairseq.eval.scoring.score_split` of one checkpoint (loaded once by
     :func:`~sipe_fairseq.checkpoints.load.load_lm`); with ``tags`` (tag sources), also
     ``tag_sources``: every sentence scored alone under each
-    (:func:`~sipe_fairseq.eval.prefix_tags.score_split_tag_sources`)."""
+    (:func:`~sipe_fairseq.eval.structure_sources.score_split_sources`: hexatags for SiPE checkpoints,
+    graphs for GiLT ones, ``count_beam`` counts per GiLT beam hypothesis)."""
     model, task = load_lm(path, data, context_window)
     rows = score_split(model, task, split, context_window, max_tokens, batch_size)
     if tags:
-        from sipe_fairseq.eval.prefix_tags import score_split_tag_sources
+        from sipe_fairseq.eval.structure_sources import score_split_sources
 
         if context_window:  # the tag sources score sentences alone: a task without the context-window shortening
             model, task = load_lm(path, data)
-        rows["tag_sources"] = score_split_tag_sources(model, task, split, tags, constrained, max_sentences)
+        rows["tag_sources"] = score_split_sources(model, task, split, tags, constrained, max_sentences, count_beam)
     return rows
 
 
@@ -61,6 +65,8 @@ def main(argv=None):
                         "(eval/prefix_tags.py), e.g. given,self,beam:4")
     p.add_argument("--tags-unconstrained", action="store_true", help="self/beam: any tag pair, not only valid prefixes")
     p.add_argument("--tags-max-sentences", type=int, default=None, help="score the first N sentences only with --tags")
+    p.add_argument("--gilt-count-beam", type=int, default=5, metavar="C",
+                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (gilt-facts.md section 4; default 5)")
     add_progress_argument(p)
     args = p.parse_args(argv)
     configure(args)
@@ -72,12 +78,14 @@ def main(argv=None):
             sources = parse_tag_sources(args.tags)
         except ValueError as e:
             p.error(f"--tags: {e}")  # exit status 2
+    if args.gilt_count_beam < 1:
+        p.error("--gilt-count-beam: expected an integer >= 1")  # exit status 2
     if args.threads:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
     try:
         results = {name: evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size,
-                                  sources, not args.tags_unconstrained, args.tags_max_sentences)
+                                  sources, not args.tags_unconstrained, args.tags_max_sentences, args.gilt_count_beam)
                    for name, path in checkpoint_specs(args.path).items()}
         print(perplexity_markdown({name: {k: v for k, v in r.items() if k != "tag_sources"} for name, r in results.items()}))
         if sources:  # issue 12: tags from the prefix only, per checkpoint side by side

@@ -63,6 +63,7 @@ import os
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -77,7 +78,8 @@ REQUIRED_FIELDS = ("sentence_good", "sentence_bad")
 USAGE_ERROR = 2  # exit status for bad input or usage (as argparse)
 TAGS_NOTE = ("tags: a column named by its model alone scores with the tree source's tags (given: a parse of the whole "
              "sentence); `[self]`: tags the model chose from the prefix (exact log q(x)); `[beam:K]`: the beam's bound on "
-             "log p(x) (tags paid for)")
+             "log p(x) (tags paid for); GiLT checkpoints: the same with graphs (given: the tree as arcs; self: the greedy "
+             "graph; beam:K: the beam over graphs)")
 
 
 class BlimpError(ValueError):
@@ -170,6 +172,7 @@ class Prepared:
     counts: Counter
     tree_source: Dict[str, object]
     seconds: float
+    heads: Dict[str, List[int]] = dc_field(default_factory=dict)  # text -> its tree's HEAD column (GiLT's given graph)
 
 
 def prepare(pairs: Sequence[BlimpPair], source, encoder, parse_batch: int = 1024) -> Prepared:
@@ -194,6 +197,7 @@ def prepare(pairs: Sequence[BlimpPair], source, encoder, parse_batch: int = 1024
         raise KeyError(f"{msg}{where}") from None
     counts = Counter(sentences=len(texts))
     encoded: Dict[str, tuple] = {}
+    tree_heads: Dict[str, List[int]] = {}
     unk = encoder.dictionary.unk()
     for text, parse in zip(todo, parses):
         if isinstance(parse, ParseError):
@@ -213,12 +217,14 @@ def prepare(pairs: Sequence[BlimpPair], source, encoder, parse_batch: int = 1024
             skipped[text] = "encodes to no token"
             continue
         encoded[text] = (tokens, terms, nts)
+        if heads is not None:
+            tree_heads[text] = [int(h) for h in heads]
         counts["words"] += len(words)
         counts["tokens"] += len(tokens)
         counts["unk_tokens"] += int((tokens == unk).sum())
     counts["skipped"] = len(skipped)
     counts["encoded"] = len(encoded)
-    return Prepared(encoded, skipped, counts, tree_source_stats(source), time.perf_counter() - t0)
+    return Prepared(encoded, skipped, counts, tree_source_stats(source), time.perf_counter() - t0, tree_heads)
 
 
 # ------------------------------------------------------------------------------------ scoring
@@ -253,20 +259,23 @@ def score_sentences(model, prepared: Prepared, dictionary, batch_size: int = 64,
 
 
 def score_sentences_tags(model, prepared: Prepared, dictionary, source: str = "given", batch_size: int = 64,
-                         joint: bool = False, placement: str = "first_subword") -> Dict[str, float]:
+                         joint: bool = False, placement: str = "first_subword", count_beam: int = 5) -> Dict[str, float]:
     """:func:`score_sentences` under tag ``source`` (``--tags``): ``given`` = the tree source's
     tags (:func:`score_sentences`, ``joint`` as ``--score``); ``self``/``beam:K`` = tags from the
-    prefix only (:func:`~sipe_fairseq.eval.prefix_tags.score_sentences`): the sentence's exact
-    ``log q(x)`` (self) or the beam's bound on ``log p(x)`` (already joint), decoders only."""
-    if source == "given":
-        return score_sentences(model, prepared, dictionary, batch_size, joint, placement)
-    from .prefix_tags import score_sentences as prefix_scores
+    prefix only: the sentence's exact ``log q(x)`` (self) or the beam's bound on ``log p(x)``
+    (already joint), decoders only. GiLT checkpoints get graphs instead of tags under every source
+    (given: the tree source's tree as arcs, ``joint`` adding the arcs' cost; ``count_beam`` counts per
+    beam hypothesis), all through :func:`~sipe_fairseq.eval.structure_sources.score_encoded`."""
+    from .structure_sources import is_gilt, score_encoded
 
+    if source == "given" and not is_gilt(model):
+        return score_sentences(model, prepared, dictionary, batch_size, joint, placement)
     skip = unscorable(model, prepared)
     texts = [t for t in prepared.encoded if t not in skip]
-    scores = prefix_scores(model, [prepared.encoded[t] for t in texts], source, placement, dictionary=dictionary,
-                           eos=dictionary.eos(), pad=dictionary.pad(), batch_sentences=batch_size)
-    return {t: s.logprob for t, s in zip(texts, scores)}
+    heads = [prepared.heads.get(t) for t in texts]
+    scores = score_encoded(model, [prepared.encoded[t] for t in texts], source, dictionary, placement, heads=heads,
+                           count_beam=count_beam, batch_size=batch_size)
+    return {t: (s.joint if joint and source == "given" else s.logprob) for t, s in zip(texts, scores)}
 
 
 def _row(meta: Optional[Dict[str, str]] = None) -> dict:
@@ -337,20 +346,24 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
 
 def evaluate(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Prepared, dictionary,
              batch_size: int = 64, joint: bool = False, placements: Optional[Dict[str, str]] = None,
-             tags: Sequence[str] = ("given",)) -> dict:
+             tags: Optional[Sequence[str]] = ("given",), count_beam: int = 5) -> dict:
     """Score every prepared sentence under every model and tag source; the :func:`compute_report`
     tables, one column per model and source (:func:`~sipe_fairseq.eval.prefix_tags.source_label`).
-    ``placements``: each model's ``--tag-head-placement`` (default first_subword)."""
+    ``placements``: each model's ``--tag-head-placement`` (default first_subword); ``tags`` None:
+    each model's default source (:func:`~sipe_fairseq.eval.structure_sources.default_sources`: given,
+    for GiLT self)."""
     from .prefix_tags import source_label
+    from .structure_sources import sources_for
 
     scores, seconds, unscored = {}, {}, {}
     for name, model in models.items():
         placement = (placements or {}).get(name, "first_subword")
-        for source in tags:
+        for source in sources_for(model, tags):
             t0 = time.perf_counter()
             label = source_label(name, source)
             unscored[label] = unscorable(model, prepared)
-            scores[label] = score_sentences_tags(model, prepared, dictionary, source, batch_size, joint, placement)
+            scores[label] = score_sentences_tags(model, prepared, dictionary, source, batch_size, joint, placement,
+                                                 count_beam)
             seconds[label] = time.perf_counter() - t0
     report = compute_report(pairs, scores, prepared.skipped, unscored)
     report["seconds"] = {"trees": prepared.seconds, "scoring": seconds}
@@ -411,10 +424,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="lm: log p(x | tags), summed over tokens incl. </s> (default; encoders: the pseudo-log-"
                         "likelihood over the sentence's tokens, not </s>); joint: plus the tag heads' log p(tags), "
                         "i.e. log p(x, tags) (encoders: of each masked word's tags given the rest)")
-    p.add_argument("--tags", default="given", metavar="SOURCES",
-                   help="where a decoder's tags come from, comma-separated (one column per model and source): given (the "
-                        "tree source's, default), self (the model's own choice from the prefix: exact log q(x)), beam:K "
-                        "(bound on log p(x)); see eval/prefix_tags.py")
+    p.add_argument("--tags", default=None, metavar="SOURCES",
+                   help="where a decoder's structure comes from, comma-separated (one column per model and source): given "
+                        "(the tree source's tags; GiLT: its tree as arcs), self (the model's own choice from the prefix: "
+                        "exact log q(x)), beam:K (bound on log p(x)); default: given, for GiLT checkpoints self; see "
+                        "eval/structure_sources.py")
+    p.add_argument("--gilt-count-beam", type=int, default=5, metavar="C",
+                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=64,
                    help="sentences per forward pass for decoders, masked copies for encoders (one sentence's copies "
                         "are never split) (default: %(default)s)")
@@ -454,7 +470,9 @@ def run(args) -> int:
     from .prefix_tags import parse_tag_sources
 
     try:
-        args.tag_sources = parse_tag_sources(getattr(args, "tags", None) or "given")
+        args.tag_sources = parse_tag_sources(args.tags) if getattr(args, "tags", None) else None  # None: per model
+        if getattr(args, "gilt_count_beam", 5) < 1:
+            raise ValueError("--gilt-count-beam: expected an integer >= 1")
         checkpoints = checkpoint_specs(args.path)
         pairs = read_blimp(args.blimp)
     except (ValueError, FileNotFoundError) as e:
@@ -488,12 +506,12 @@ def _run(args, checkpoints: Dict[str, str], pairs: List[BlimpPair]) -> int:
         placements[name] = tag_head_placement(task)
     try:
         report = evaluate(pairs, models, prepared, encoder.dictionary, args.batch_size, joint=args.score == "joint",
-                          placements=placements, tags=args.tag_sources)
+                          placements=placements, tags=args.tag_sources, count_beam=getattr(args, "gilt_count_beam", 5))
     except ValueError as e:  # e.g. --tags self with an encoder or a model without tag heads
         logger.error("%s", e)
         return USAGE_ERROR
     add_metadata(report, prepared, args.score, checkpoints, args.data, args.blimp)
-    report["tags"] = list(args.tag_sources)
+    report["tags"] = list(args.tag_sources) if args.tag_sources else "default (given; GiLT: self)"
     log_excluded(report, args.show_skipped)
     table = markdown(report)
     print(table, end="")

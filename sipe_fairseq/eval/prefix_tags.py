@@ -675,6 +675,8 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
             label, pays = _source_label(source)
             shows_acc = "terminal_acc" in r and "given" not in source
             acc = f"{r['terminal_acc']:.1f} / {r['nonterminal_acc']:.1f}" if shows_acc else "-"
+            if "arc_f1" in r:  # a GiLT model: its graph (greedy or best hypothesis) against the gold arcs
+                acc = f"arc F1 {r['arc_f1']:.1f}"
             tag_bits = r.get("bits.tags_per_word", float("nan"))
             tag_bits = f"{tag_bits:.3f}" if pays and not math.isnan(tag_bits) else "-"
             lines.append(f"| {name} | {label} | {r['ppl']:.2f} | {r['ppl_per_word']:.2f} | {r['bits.eos']:.3f} | "
@@ -689,11 +691,17 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
                                 ("bits.word_initial", "bits/token word-initial", "{:.3f}"),
                                 ("bits.continuation", "bits/token continuation", "{:.3f}")):
             lines.append(f"| {label} | " + " | ".join(fmt.format(results[n][s][key]) for n, s in cols) + " |")
+        if any("arc_f1" in results[n][s] for n, s in cols):
+            lines.append("| arc F1 vs gold (GiLT) | " + " | ".join(
+                f"{results[n][s]['arc_f1']:.1f}" if "arc_f1" in results[n][s] else "-" for n, s in cols) + " |")
     lines.append("\nEvery sentence scored alone. given: the data's tags (whole-sentence parse), conditional p(x|tags) "
                  "and the joint bound -log p(x, tags) (a word's tag bits counted at its word-initial subword); self: "
                  "exact perplexity with tags chosen by the model from the prefix; beam:K: bound log p(x) >= "
                  "logsumexp_beam log p(x, T). For beam the position-type bits are the running bound's increments "
-                 "(tag costs included).")
+                 "(tag costs included). GiLT models (gilt_txl): given = the gold graph ({split}.arcs; joint: the gold "
+                 "arcs paid for, their bits per word in the tag column), self = the greedy graph (exact), beam:K = the "
+                 "beam over graphs (section 4 of gilt-facts.md; count bits of the best hypothesis in the tag column); "
+                 "'valid trees' counts graphs that form one tree; arc F1 against the gold graph.")
     return "\n".join(lines)
 
 
@@ -731,12 +739,3 @@ def self_tagged_sample(model, sample: dict, dictionary, placement: str = "first_
         _, a, b = scorer._rows(tokens, starts, [[_PAIR_INDEX[p] for p in score.tags]], lengths[i])
         new_terms[i, :lengths[i]], new_nts[i, :lengths[i]] = a[0].to(new_terms.device), b[0].to(new_nts.device)
     return dict(sample, net_input=dict(net, src_terminals=new_terms, src_nonterminals=new_nts))
-
-
-def _register_inference_tagger() -> None:
-    from ..tasks.hexatag_lm import INFERENCE_TAGGERS
-
-    INFERENCE_TAGGERS["self"] = self_tagged_sample
-
-
-_register_inference_tagger()

@@ -326,7 +326,9 @@ def markdown(report: dict) -> str:
         notes.append("Column groups [self] / [beam:K]: tags from the prefix only (eval/prefix_tags.py), every sentence "
                      "scored alone: [self] = exact perplexity and sentence log-probabilities with the model's own tag "
                      "choices, [beam:K] = the beam's bound on log p(x) (tags paid for); BLiMP/SyntaxGym score the "
-                     "sentences under the same source.")
+                     "sentences under the same source. GiLT rows (gilt_txl): graphs instead of tags (given: gold graphs, "
+                     "the data's arcs for PPL and the tree source's trees for BLiMP/SyntaxGym; [self]: the greedy graph; "
+                     "[beam:K]: the beam over graphs; eval/structure_sources.py).")
     left_out = [f"{r['model']} {r.get('blimp_skipped') or 0} skipped + {r.get('blimp_unscored') or 0} unscored "
                 f"of {r.get('blimp_pairs')}" for r in report["rows"] if r.get("blimp_skipped") or r.get("blimp_unscored")]
     if left_out:
@@ -391,13 +393,16 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
     from ..data.encode import SentenceEncoder
     from . import blimp, syntaxgym
     from ..parsing import tree_source_from_args, tree_source_stats
-    from .prefix_tags import parse_tag_sources, score_split_tag_sources, source_label
+    from .prefix_tags import parse_tag_sources, source_label
+    from .structure_sources import score_split_sources
     from .scoring import score_split
 
     try:
         sources = parse_tag_sources(getattr(args, "tags", None) or "given")
     except ValueError as e:
         raise ReportError(f"--tags: {e}") from e
+    if getattr(args, "gilt_count_beam", 5) < 1:
+        raise ReportError("--gilt-count-beam: expected an integer >= 1")
     sources = ["given"] + [x for x in sources if x != "given"]  # Table 2's given columns always; then a group per source
     extra = sources[1:]
 
@@ -446,7 +451,8 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
             if "ppl" in todo[name]:
                 rows = score_split(model, task, args.split, args.context_window, args.max_tokens)
                 if extra:  # every sentence of the split scored alone under each other tag source
-                    rows["tag_sources"] = score_split_tag_sources(model, task, args.split, extra)
+                    rows["tag_sources"] = score_split_sources(model, task, args.split, extra,
+                                                              count_beam=getattr(args, "gilt_count_beam", 5))
                 ppl_rows[name] = rows
                 collected.put(name, "ppl", ppl_values({name: rows})[name], "scored")
             if "blimp" in todo[name]:
@@ -456,12 +462,13 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
                     blimp_unscored[label] = blimp.unscorable(model, prepared)
                     blimp_scores[label] = blimp.score_sentences_tags(model, prepared, encoder.dictionary, src,
                                                                      args.batch_size, joint=args.blimp_score == "joint",
-                                                                     placement=blimp.tag_head_placement(task))
+                                                                     placement=blimp.tag_head_placement(task),
+                                                                     count_beam=getattr(args, "gilt_count_beam", 5))
                 blimp_seconds[name] = time.perf_counter() - t1
             if "syntaxgym" in todo[name]:
                 d = encoder.dictionary
-                rep = syntaxgym.evaluate_suites(suites, sentences, syntaxgym.tag_source_columns(name, model, task, d, sources),
-                                                args.batch_size, args.eq_atol, args.eq_rtol)
+                columns = syntaxgym.tag_source_columns(name, model, task, d, sources, getattr(args, "gilt_count_beam", 5))
+                rep = syntaxgym.evaluate_suites(suites, sentences, columns, args.batch_size, args.eq_atol, args.eq_rtol)
                 sg_reports.append(rep)
                 collected.put_columns("syntaxgym", {k: {"syntaxgym": v} for k, v in syntaxgym_values(rep).items()}, "scored")
         except ReportError:
@@ -505,7 +512,8 @@ def add_input_arguments(p: argparse.ArgumentParser, blimp_inputs: bool = True) -
     g = p.add_argument_group("checkpoints to score")
     g.add_argument("--data", help="the sipe-preprocess data directory the checkpoints were trained on")
     g.add_argument("--path", action="append", default=[], metavar="[NAME=]CKPT",
-                   help="checkpoint (repeatable, one row each): hexatag_lm or stock language_modeling; loaded once")
+                   help="checkpoint (repeatable, one row each): hexatag_lm, gilt_lm or stock language_modeling; "
+                        "loaded once")
     if blimp_inputs:
         g.add_argument("--blimp", nargs="+", action="extend", metavar="FILE_OR_DIR",
                        help="BLiMP JSONL file(s) or folder(s) of *.jsonl to score the checkpoints on")
@@ -520,7 +528,11 @@ def add_input_arguments(p: argparse.ArgumentParser, blimp_inputs: bool = True) -
     g.add_argument("--tags", default="given", metavar="SOURCES",
                    help="tag sources, comma-separated: given (Table 2's columns, always shown) plus one column group per "
                         "other source, self and/or beam:K (BLiMP, PPL per word and per token, SyntaxGym with tags from the "
-                        "prefix only; eval/prefix_tags.py)")
+                        "prefix only; eval/prefix_tags.py). GiLT checkpoints: given = gold graphs (the data's arcs for "
+                        "PPL, the tree source's trees as arcs for BLiMP/SyntaxGym), self = the greedy graph, beam:K = the "
+                        "beam over graphs (eval/structure_sources.py)")
+    g.add_argument("--gilt-count-beam", type=int, default=5, metavar="C",
+                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
     g.add_argument("--context-window", type=int, default=0, help="as sipe-eval-lm --context-window")
     g.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch for the perplexities")
     g.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (BLiMP, SyntaxGym)")

@@ -64,15 +64,19 @@ def accepts_tags(model) -> bool:
 @torch.no_grad()
 def score_batches(model, batches: Iterable[dict], eos: int, pad: int) -> Dict[str, float]:
     """Sum NLLs (nats) over batches of a ``hexatag_lm`` dataset; returns sums and counts."""
+    from ..modules.arc_scorer import arc_losses
+
     model.eval()
     use_tags = accepts_tags(model)
+    named = set(inspect.signature(getattr(model, "decoder", model).forward).parameters)  # e.g. GiLT's src_words
     sums = defaultdict(float)
     for sample in progress(batches, desc="perplexity"):
         if "net_input" not in sample:
             continue
         net = dict(sample["net_input"])
         if not use_tags:
-            net = {k: v for k, v in net.items() if not k.startswith("src_") or k in ("src_tokens", "src_lengths")}
+            net = {k: v for k, v in net.items()
+                   if not k.startswith("src_") or k in ("src_tokens", "src_lengths") or k in named}
         out = model(**net)
         lprobs = model.get_normalized_probs(out, log_probs=True, sample=sample)
         target = sample["target"]
@@ -88,6 +92,11 @@ def score_batches(model, batches: Iterable[dict], eos: int, pad: int) -> Dict[st
         for name, mask in kinds.items():
             sums[f"lm_nll.{name}"] += nll[mask].sum().item()
             sums[f"tokens.{name}"] += int(mask.sum())
+        arcs = out[1].get("arcs") if isinstance(out[1], dict) else None
+        if arcs is not None and "gilt_head" in sample:  # GiLT: the gold graph paid for, -log P_arcs(G_gold)
+            bce, _, _, n_words, *_ = arc_losses(arcs, sample["gilt_head"], sample["gilt_dep"])
+            sums["arcs_nll"] += float(bce)
+            sums["arcs_count"] += n_words
         for kind, n in TAG_HEADS:
             logits = out[1].get(f"{kind}_logits") if use_tags else None
             if logits is None:
@@ -128,7 +137,7 @@ def summarize(sums: Dict[str, float]) -> Dict[str, Dict[str, float]]:
     words = sums.get("tokens.word_initial", 0) + sums.get("tokens.eos", 0)
     rows["lm.per_word"] = row(sums["lm_nll"], words)
     tag_nll = 0.0
-    for kind, _ in TAG_HEADS:
+    for kind in [k for k, _ in TAG_HEADS] + ["arcs"]:  # arcs: a GiLT model's gold graph (bits per word)
         if sums.get(f"{kind}_count"):
             rows[kind] = row(sums[f"{kind}_nll"], sums[f"{kind}_count"])
             tag_nll += sums[f"{kind}_nll"]
@@ -152,6 +161,7 @@ def perplexity_markdown(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
         ("lm.continuation", "bits/token at continuation subwords"),
         ("terminal", "bits/tag terminal"),
         ("nonterminal", "bits/tag non-terminal"),
+        ("arcs", "bits/word gold arcs (GiLT)"),
     ]
     for key, label in labels:
         cells = []
@@ -165,7 +175,8 @@ def perplexity_markdown(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
                 cells.append(f"{r['bits']:.3f}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     counts = {n: results[n]["lm"]["count"] for n in names}
-    lines.append(f"\ntokens scored: {counts}; a model without tag heads has joint = LM (it sees no tags).")
+    lines.append(f"\ntokens scored: {counts}; a model without tag heads has joint = LM (it sees no tags); a GiLT model's "
+                 "p(x | tags) is p(x | gold graph) and its joint pays for the gold arcs.")
     return "\n".join(lines)
 
 

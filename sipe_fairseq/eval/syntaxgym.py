@@ -70,10 +70,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suites", nargs="+", action="extend", required=True, metavar="FILE_OR_DIR",
                    help="SyntaxGym suite JSON file(s) or folder(s) of *.json (repeatable)")
     add_tree_arguments(p)
-    p.add_argument("--tags", default="given", metavar="SOURCES",
-                   help="where a decoder's tags come from, comma-separated (one column per model and source): given (the "
-                        "parser's, default; also counts the items whose prefix tags differ between conditions), self "
-                        "(the model's own choice from the prefix), beam:K (the running bound's per-token increments)")
+    p.add_argument("--tags", default=None, metavar="SOURCES",
+                   help="where a decoder's structure comes from, comma-separated (one column per model and source): given "
+                        "(the parser's tags, GiLT: its tree as arcs; also counts the items whose prefix tags differ between "
+                        "conditions), self (the model's own choice from the prefix), beam:K (the running bound's "
+                        "per-token increments); default: given, for GiLT checkpoints self")
+    p.add_argument("--gilt-count-beam", type=int, default=5, metavar="C",
+                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (default: %(default)s)")
     p.add_argument("--eq-atol", type=float, default=EQUALITY_ATOL,
                    help="'=' holds when |a-b| <= atol + rtol*|b|: absolute tolerance in bits "
@@ -86,20 +89,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads")
 
 
-def tag_source_columns(name: str, model, task, dictionary, sources) -> dict:
+def tag_source_columns(name: str, model, task, dictionary, sources, count_beam: int = 5) -> dict:
     """``{column: (model, eos, pad, logprob_fn)}`` for :func:`evaluate_suites`: one column per tag
-    source (:func:`~sipe_fairseq.eval.prefix_tags.source_label`); ``given`` = the parser's tags
-    (:func:`~sipe_fairseq.eval.scoring.token_logprobs`), ``self``/``beam:K`` = the per-token
-    log-probs of :func:`~sipe_fairseq.eval.prefix_tags.tag_source_logprob_fn` at the checkpoint's
-    own ``--tag-head-placement``."""
-    from .prefix_tags import source_label, tag_source_logprob_fn
-    from .scoring import token_logprobs
+    source (:func:`~sipe_fairseq.eval.prefix_tags.source_label`; ``sources`` None: the model's default,
+    given, for GiLT self), the per-token log-probs of
+    :func:`~sipe_fairseq.eval.structure_sources.sentence_logprob_fn` at the checkpoint's own
+    ``--tag-head-placement``: ``given`` = the parser's tags (GiLT: its tree as arcs), ``self`` =
+    the model's own choice from the prefix, ``beam:K`` = the increments of the beam's running
+    logsumexp (GiLT: ``count_beam`` counts per hypothesis), so a region's surprisal is the
+    difference of the prefix marginal at its boundaries."""
+    from .prefix_tags import source_label
+    from .structure_sources import sentence_logprob_fn, sources_for
 
     placement = str(getattr(getattr(task, "args", None), "tag_head_placement", "first_subword"))
     d = dictionary
     return {source_label(name, src): (model, d.eos(), d.pad(),
-                                      token_logprobs if src == "given" else tag_source_logprob_fn(src, d, placement))
-            for src in sources}
+                                      sentence_logprob_fn(model, src, d, placement, count_beam=count_beam))
+            for src in sources_for(model, sources)}
 
 
 def _checkpoints(specs: Iterable[str]) -> Dict[str, str]:
@@ -134,9 +140,12 @@ def _run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
     try:
-        sources = parse_tag_sources(getattr(args, "tags", None) or "given")
+        sources = parse_tag_sources(args.tags) if getattr(args, "tags", None) else None  # None: each model's default
     except ValueError as e:
         raise SyntaxGymError(f"--tags: {e}") from e
+    count_beam = getattr(args, "gilt_count_beam", 5)
+    if count_beam < 1:
+        raise SyntaxGymError("--gilt-count-beam: expected an integer >= 1")
     checkpoints = _checkpoints(args.path)
     suites, sentences = read_suites(args.suites)  # fails fast on bad formulae and references
     source = tree_source_from_args(args)
@@ -151,15 +160,16 @@ def _run(args: argparse.Namespace) -> int:
             raise SyntaxGymError(f"{path}: its dictionary ({len(task.source_dictionary)} symbols) is not "
                                  f"{args.data}'s ({len(d)})")
         try:
-            reports.append(evaluate_suites(suites, sentences, tag_source_columns(name, model, task, d, sources),
+            reports.append(evaluate_suites(suites, sentences,
+                                           tag_source_columns(name, model, task, d, sources, count_beam),
                                            args.batch_size, args.eq_atol, args.eq_rtol))
         except ValueError as e:  # e.g. --tags self with a model without tag heads
             raise SyntaxGymError(f"{path}: {e}") from e
         del model, task
     report = merge_reports(reports)
     report.update(parser=source.spec, tree_source=tree_source_stats(source), data=args.data, checkpoints=checkpoints,
-                  tags=sources)
-    if "given" in sources:
+                  tags=sources if sources else "default (given; GiLT: self)")
+    if sources is None or "given" in sources:
         report["prefix_tag_differences"] = prefix_tag_differences(suites, sentences)
     table = report_markdown(report)
     print(table, end="")

@@ -26,14 +26,16 @@ def region_surprisals(sentence: Sentence, logprobs) -> Dict[int, float]:
 def score_sentences(model, sentences: Sequence[Sentence], eos: int, pad: int,
                     batch_size: int = 32, logprob_fn: Optional[Callable] = None):
     """Region surprisals per sentence (``None`` with a reason for those it cannot score):
-    returns ``(surprisals, failures)`` as lists aligned with ``sentences``."""
+    returns ``(surprisals, failures)`` as lists aligned with ``sentences``. A ``logprob_fn`` with
+    ``wants_heads`` (GiLT ``given``: the parse as a graph) also gets each sentence's tree (``heads=``)."""
     from .scoring import too_long
 
     if logprob_fn is None:
         from .scoring import token_logprobs as logprob_fn
     failures = [s.failure if s.failure is not None else too_long(model, s.encoded[0]) for s in sentences]
     todo = [k for k, f in enumerate(failures) if f is None]
-    lps = logprob_fn(model, [sentences[k].encoded[:3] for k in todo], eos, pad, batch_size) if todo else []
+    kwargs = {"heads": [sentences[k].heads for k in todo]} if getattr(logprob_fn, "wants_heads", False) else {}
+    lps = logprob_fn(model, [sentences[k].encoded[:3] for k in todo], eos, pad, batch_size, **kwargs) if todo else []
     out: List[Optional[Dict[int, float]]] = [None] * len(sentences)
     for k, lp in zip(todo, lps):
         out[k] = region_surprisals(sentences[k], lp)

@@ -18,8 +18,9 @@ from .sipe_data import EvaluationError, SiPEDataConfig, SiPEDataMixin
 logger = logging.getLogger(__name__)
 
 # --inference-tags source -> fn(model, sample, dictionary, placement) -> the sample with net_input's
-# src_terminals/src_nonterminals replaced by tags chosen from the prefix only; the scorer lives in
-# eval/ (above this layer), which registers "self" on import (sipe_fairseq.register() imports it)
+# structure inputs (hexatags; for gilt_lm the graph) replaced by the model's own choice from the prefix
+# only; the scorer lives in eval/ (above this layer): eval/structure_sources.py registers "self" on
+# import (sipe_fairseq.register() imports it)
 INFERENCE_TAGGERS: Dict[str, Callable] = {}
 
 
@@ -30,9 +31,10 @@ class HexatagLMConfig(LanguageModelingConfig, SiPEDataConfig):
                                                    "word's first subword (paper A.1) or just before the word (most context)"})
     inference_tags: ChoiceEnum(["given", "self"]) = field(
         default="given", metadata={"help": "fairseq-eval-lm: the tags the model reads. given: the data's (a parse of "
-                                           "the whole sentence, p(x | tags)); self: chosen by the model's own tag heads "
-                                           "from the prefix (constrained argmax, eval/prefix_tags.py), so the perplexity "
-                                           "is exact (needs --sample-break-mode eos: every sentence scored alone)"})
+                                           "the whole sentence, p(x | tags); gilt_lm: the gold graph); self: chosen by the "
+                                           "model itself from the prefix (constrained argmax tags, eval/prefix_tags.py; "
+                                           "gilt_lm: the greedy graph, eval/gilt_scoring.py), so the perplexity is exact "
+                                           "(needs --sample-break-mode eos: every sentence scored alone)"})
 
 
 @register_task("hexatag_lm", dataclass=HexatagLMConfig)
