@@ -18,12 +18,15 @@ the word inputs o_w and the arcs chosen so far:
   log p(x_t | x_<t, G_<t), which a full forward with the chosen arcs as the gold graph reproduces,
   and its arcs are those the greedy graph search (``eval/gilt_scoring.py`` with beam 1 and count beam 1)
   finds on the same sentence: both are prefix-determined.
+* ``<s>`` is never generated (log-probability ``-inf``, the others not renormalised): in the
+  training data it is a sentence boundary, a position of no word.
 * The beam is fairseq's, over tokens, ranked by the LM log-probabilities; log pi(c) is reported
   per word (``arc_count_logprobs``), not added (GiLT's own beam over graphs is ``eval/gilt_scoring.py``).
 * A prompt's words get their arcs from the model too, unless the prompt brings arcs
   (``sample["prompt_arcs"]``: per sentence, per word (heads, dependents) among earlier nodes, e.g.
-  a parse of the prompt, ``sipe-generate --prompt-tags``); given arcs that do not fit (a word
-  outside the prompt, a node not yet there) are replaced by the model's (``given_replaced``).
+  a parse of the prompt, ``sipe-generate --prompt-tags``); the model chooses for a word the given
+  arcs do not cover, and for a word whose given arcs reach a node that is not yet there (counted in
+  ``given_replaced``).
 
 Each finished hypothesis gets ``word_starts`` (indices into ``tokens``), ``arcs`` (per word: heads
 among 0..i-1, dependents among 1..i-1), ``arc_origin`` (``model``/``prompt``), ``arc_counts`` and
@@ -114,10 +117,11 @@ class ArcChoosingDecoder(StructureChoosingDecoder):
         given = st["given"][row]
         if given is None or pos > int(st["prompt_len"][row]):
             return None
-        if i <= len(given):
-            heads, deps = given[i - 1]
-            if all(0 <= h < i for h in heads) and all(1 <= v < i for v in deps):
-                return sorted(set(heads)), sorted(set(deps))
+        if i > len(given):  # more words in the prompt's tokens than in its arcs: the model chooses
+            return None
+        heads, deps = given[i - 1]
+        if all(0 <= h < i for h in heads) and all(1 <= v < i for v in deps):
+            return sorted(set(heads)), sorted(set(deps))
         self.given_replaced += 1
         return None
 
@@ -183,7 +187,9 @@ class ArcChoosingDecoder(StructureChoosingDecoder):
         up, low = self.inner.arc_layers()
         st["last"] = torch.stack([extra["inner_states"][up][:, -1], extra["inner_states"][low][:, -1]], 1)
         self.set_state(incremental_state, st)
-        return logits[:, -1:], {"attn": [None]}
+        excluded = torch.zeros(rows, 1, logits.size(-1), dtype=torch.bool, device=logits.device)
+        excluded[..., self.dictionary.bos()] = True  # a boundary inside a sentence: no word there (data/gilt_dataset.py)
+        return logits[:, -1:], {"attn": [None], "excluded": excluded}
 
     # ------------------------------------------------------------------ results
     def row_result(self, incremental_state, row: int, length: int) -> dict:
