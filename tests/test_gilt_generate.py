@@ -209,8 +209,6 @@ def test_dispatch_on_the_model_family(model, dictionary):
 # ------------------------------------------------------------------ end to end through the CLIs
 GILT_TRAIN = ["--user-dir", PLUGIN, "--task", "gilt_lm", "--criterion", "gilt_lm", "--arch", "gilt_txl_tiny",
               "--tokens-per-sample", "64", "--sample-break-mode", "complete"]
-ARCS = re.compile(r"^ARCS-(\S+)\t(.*)$", re.M)
-GRAPH = re.compile(r"^GRAPH-(\S+)\t(.*)$", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -250,11 +248,31 @@ def check_arcs_and_graph(arcs_text, graph_rows):
     return words
 
 
+def arc_blocks(out):
+    """[(id, ARCS text, GRAPH rows)] in output order (a hypothesis's GRAPH rows follow its ARCS line)."""
+    blocks = []
+    for line in out.splitlines():
+        kind, _, rest = line.partition("-")
+        sid, _, text = rest.partition("\t")
+        if kind == "ARCS":
+            blocks.append((sid, text, []))
+        elif kind == "GRAPH":
+            assert blocks and blocks[-1][0] == sid, line
+            blocks[-1][2].append(text)
+    return blocks
+
+
 def generated(out):
-    rows = {}
-    for sid, text in ARCS.findall(out):
-        rows[sid] = (text, [r for s, r in GRAPH.findall(out) if s == sid])
-    hyps = dict(re.findall(r"^H-(\S+)\t\S+\t(.*)$", out, re.M))
+    """{id: (ARCS text, GRAPH rows)} (ids ``sid`` or ``sid.j`` with a beam) and the H lines' pieces by the same ids
+    (fairseq prints the nbest H lines of a sentence under its id, in order)."""
+    rows = {sid: (text, graph) for sid, text, graph in arc_blocks(out)}
+    by_sentence = {}
+    for sid, text in re.findall(r"^H-(\S+)\t\S+\t(.*)$", out, re.M):
+        by_sentence.setdefault(sid, []).append(text)
+    hyps = {}
+    for sid, texts in by_sentence.items():
+        for j, text in enumerate(texts):
+            hyps[f"{sid}.{j}" if f"{sid}.{j}" in rows else sid] = text
     return rows, hyps
 
 
@@ -267,7 +285,7 @@ def test_fairseq_generate_end_to_end(gilt_checkpoint, toy_data, decoding):
                "--max-len-b", "25", "--batch-size", "8", "--num-workers", "0", *decoding], toy_data.parent)
     rows, hyps = generated(out)
     n_hyp = 40 * (2 if "--nbest" in decoding else 1)
-    assert len(hyps) == n_hyp and set(rows) == set(hyps)
+    assert len(hyps) == len(rows) == n_hyp and set(rows) == set(hyps)
     n_arcs = 0
     for sid, (text, graph) in rows.items():
         words = check_arcs_and_graph(text, graph)
@@ -288,11 +306,21 @@ def test_fairseq_interactive_end_to_end(gilt_checkpoint, toy_data):
     """``fairseq-interactive`` continues raw prompts (sentencepiece) with beam 2 and prints arcs and graphs."""
     out = stdout_of([BIN / "fairseq-interactive", toy_data, "--user-dir", PLUGIN, "--task", "gilt_lm", "--path",
                      gilt_checkpoint, "--bpe", "sentencepiece", "--sentencepiece-model", toy_data / "spm.model", "--beam",
-                     "2", "--max-len-b", "20", "--tokens-per-sample", "64"], stdin="the dog\nthe cat saw\n")
-    rows, hyps = generated(out)
-    assert len(rows) == 2 and len(hyps) == 2
-    for text, graph in rows.values():
+                     "2", "--max-len-b", "20", "--tokens-per-sample", "64", "--sample-break-mode", "eos"],
+                    stdin="the dog\nthe cat saw\n")
+    blocks = arc_blocks(out)
+    assert len(blocks) == 4 and len(re.findall(r"^H-", out, re.M)) == 2  # every beam hypothesis's arcs, the best's H
+    for _, text, graph in blocks:
         check_arcs_and_graph(text, graph)
+
+
+def test_fairseq_interactive_without_whole_sentences_is_one_line(gilt_checkpoint, toy_data):
+    """fairseq's default --sample-break-mode none cuts sentences: one line, exit status 1, no traceback."""
+    proc = subprocess.run([str(c) for c in (BIN / "fairseq-interactive", toy_data, "--user-dir", PLUGIN, "--task",
+                                            "gilt_lm", "--path", gilt_checkpoint)],
+                          input="the dog\n", env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "--sample-break-mode" in proc.stderr.splitlines()[-1]
 
 
 def conllu_blocks(text):

@@ -130,7 +130,11 @@ def run(args, prompts: List[str], model, task) -> int:
             parses[i] = parse
     gen_args = argparse.Namespace(beam=args.beam, sampling=args.sampling, sampling_topk=args.sampling_topk,
                                   temperature=args.temperature, max_len_a=0, max_len_b=args.max_len, min_len=1)
-    generator = task.build_generator([model], gen_args)
+    try:
+        generator = task.build_generator([model], gen_args)
+    except ValueError as e:  # a model that cannot choose the tags or arcs it reads (no tag heads, no arc scorer)
+        logger.error(f"{args.path}: {e}")
+        return CHECKPOINT_EXIT_STATUS
     generator.print_structure = False
     torch.manual_seed(args.seed)
     out = sys.stdout

@@ -13,7 +13,7 @@ from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageMode
 
 from ..data.lm_dataset import TAG_KINDS, HexatagContextWindowDataset, HexatagLMDataset, HexatagWindowDataset
 from ..data.tag_dictionary import NOTAG
-from .sipe_data import EvaluationError, SiPEDataConfig, SiPEDataMixin
+from .sipe_data import EvaluationError, OptionError, SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
 
@@ -87,10 +87,13 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
 
         if getattr(args, "score_reference", False):  # scoring the data's sentences: with their own tags
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
-        models, wrapped = wrap_for_generation(models, self.target_dictionary, str(self.args.tag_head_placement),
-                                              bool(getattr(args, "sampling", False)))
+        try:
+            models, wrapped = wrap_for_generation(models, self.target_dictionary, str(self.args.tag_head_placement),
+                                                  bool(getattr(args, "sampling", False)))
+        except ValueError as e:  # a model that cannot choose what it reads: one line (USER_ERRORS), no traceback
+            raise OptionError(f"generation: {e}") from e
         if wrapped and len(models) > 1:
-            raise ValueError("generation with model-chosen tags or arcs takes one model, not an ensemble")
+            raise OptionError("generation with model-chosen tags or arcs takes one model, not an ensemble")
         if wrapped and seq_gen_cls is None:
             seq_gen_cls = StructuredSequenceGenerator
         return super().build_generator(models, args, seq_gen_cls=seq_gen_cls, extra_gen_cls_kwargs=extra_gen_cls_kwargs,
