@@ -24,7 +24,8 @@ from sipe_fairseq.hexatag import encode
 from sipe_fairseq.hexatag.constrained import CLOSED, PAIRS, START, advance, allowed_pairs, is_valid
 from sipe_fairseq.hexatag.tree import check_tree
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel
-from sipe_fairseq.models.tag_generation import TagChoosingLM, TaggedSequenceGenerator, pair_logprobs, tag_ids, wrap_for_generation
+from sipe_fairseq.models.generation import StructuredSequenceGenerator, wrap_for_generation
+from sipe_fairseq.models.tag_generation import TagChoosingLM, pair_logprobs, tag_ids
 from conftest import small_dictionary, tiny_transformer_lm  # noqa: E402
 
 MARK = "\u2581"
@@ -60,7 +61,7 @@ def generate(model, dictionary, bsz=4, beam=1, sampling=False, seed=0, max_len=2
     wrapped = TagChoosingLM(model, dictionary, placement=placement, sample_tags=sampling, constrained=constrained,
                             use_cache=use_cache)
     strategy = search.Sampling(dictionary) if sampling else None
-    gen = TaggedSequenceGenerator([wrapped], dictionary, beam_size=beam, max_len_b=max_len, search_strategy=strategy)
+    gen = StructuredSequenceGenerator([wrapped], dictionary, beam_size=beam, max_len_b=max_len, search_strategy=strategy)
     src = prompt if prompt is not None else torch.full((bsz, 1), dictionary.eos(), dtype=torch.long)
     wrapped.decoder.set_prompt(prompt, *prompt_tags)
     sample = {"net_input": {"src_tokens": src, "src_lengths": torch.full((src.size(0),), src.size(1))}}

@@ -10,7 +10,8 @@ arc scorer runs on every word (teacher forcing) and ``extra["arcs"]`` holds its 
 
 Incremental decoding: pass ``gilt_features`` (B, k, S+k, 3), the feature values of the k new query
 rows against every key, and an ``incremental_state`` (the KV cache of ``sipe_txl``); the arc scorer
-for one word is :meth:`GiltDecoder.score_word` (used by the beam over graphs, ``eval/gilt_scoring.py``).
+for one word is :meth:`ArcScorer.score_word` (used by the beam over graphs, ``eval/gilt_scoring.py``, and by
+generation, :mod:`.gilt_generation`); :func:`top_arcs` picks a word's c best arcs.
 """
 import logging
 from dataclasses import dataclass, field
@@ -41,6 +42,18 @@ def pair_values(src_words: torch.Tensor, pairs: torch.Tensor, rows: slice = slic
     word of each position and the word-level ``pairs`` (B, W+1, W+1, 3)."""
     b = torch.arange(src_words.size(0), device=src_words.device)[:, None, None]
     return pairs[b, src_words[:, rows, None], src_words[:, None, :]]
+
+
+def top_arcs(head: torch.Tensor, dep: torch.Tensor, i: int, c: int):
+    """Word i's c most likely arcs by p_ij (gilt-facts.md section 4; never a tree constraint) from one
+    row of :meth:`ArcScorer.score_word`'s ``head``/``dep`` logits (i+1,): the 2i - 1 candidates
+    v -> i (v = 0..i-1), then i -> v (v = 1..i-1), sorted by logit (stable: ties keep this order).
+    Returns (heads among 0..i-1, dependents among 1..i-1), ascending."""
+    cand = torch.cat([head[:i], dep[1:i]])
+    order = torch.sort(cand, descending=True, stable=True).indices[:c].tolist()
+    heads = sorted(v for v in order if v < i)
+    deps = sorted(v - i + 1 for v in order if v >= i)
+    return heads, deps
 
 
 class GiltDecoder(SiPEDecoder):

@@ -31,32 +31,30 @@ tokens and the tags it chose:
 The per-row tag state (tags so far, automaton state, pair log-probs of the latest anchor) lives in
 ``incremental_state`` next to the decoder's KV cache and follows ``reorder_incremental_state``.
 With ``use_cache=False`` every step runs a full forward over the prefix (same choices, slower).
-:class:`TaggedSequenceGenerator` passes the length limit and attaches to each finished hypothesis
-``tags`` (pairs per word), ``tag_origin`` (``model``/``prompt`` per word), ``tag_logprobs``,
-``word_starts`` (indices into ``tokens``) and ``heads`` (:func:`~sipe_fairseq.hexatag.decode` of
-the tags, ``None`` if they do not form one tree).
+:class:`~.generation.StructuredSequenceGenerator` passes the length limit and attaches to each
+finished hypothesis ``tags`` (pairs per word), ``tag_origin`` (``model``/``prompt`` per word),
+``tag_logprobs``, ``word_starts`` (indices into ``tokens``) and ``heads``
+(:func:`~sipe_fairseq.hexatag.decode` of the tags, ``None`` if they do not form one tree). What the
+model families share (word boundaries, prompts, state reordering, the generator, the dispatch) is
+in :mod:`.generation`.
 """
 import logging
-import math
 from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
-from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel
-from fairseq.sequence_generator import SequenceGenerator
 
-from ..data.preprocess import SPACE_MARK as WORD_MARK  # sentencepiece's word-start mark
 from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from ..hexatag import decode
 from ..hexatag.constrained import CLOSED, PAIRS, START, advance, allowed_pairs, is_valid
 from ..hexatag.tags import NONTERMINALS, TERMINALS
+from .generation import StructureChoosingDecoder, StructureChoosingLM, hypothesis_words
 
 logger = logging.getLogger(__name__)
 
 _PAIR_INDEX = {p: i for i, p in enumerate(PAIRS)}
 _TERM_IDX = torch.tensor([TERMINALS.index(t) for t, _ in PAIRS])
 _NT_IDX = torch.tensor([NONTERMINALS.index(n) for _, n in PAIRS])
-_KEY = "tag_choice"
 MODEL, PROMPT = 1, 2  # tag origins per position (0: no tag)
 
 
@@ -66,11 +64,6 @@ def needs_tags(model) -> bool:
     if hasattr(decoder, "needs_tags"):
         return bool(decoder.needs_tags)
     return getattr(decoder, "terminal_head", None) is not None and hasattr(decoder.embed_tokens, "tags")
-
-
-def word_start_mask(dictionary) -> torch.Tensor:
-    """(V,) bool: the symbols whose piece starts a word (U+2581)."""
-    return torch.tensor([dictionary[i].startswith(WORD_MARK) for i in range(len(dictionary))], dtype=torch.bool)
 
 
 def pair_logprobs(term_logits: torch.Tensor, nt_logits: torch.Tensor) -> torch.Tensor:
@@ -93,32 +86,30 @@ def pair_of_ids(terminal: int, nonterminal: int) -> Optional[int]:
     return _PAIR_INDEX[(TERMINALS[terminal - FIRST_TAG_ID], NONTERMINALS[nonterminal - FIRST_TAG_ID])]
 
 
-class TagChoosingDecoder(FairseqIncrementalDecoder):
+class TagChoosingDecoder(StructureChoosingDecoder):
     """Wraps a tagged decoder; see the module docstring. ``placement``: the task's
     ``--tag-head-placement``; ``sample_tags``: sample each pair (else argmax);
     ``constrained``: the prefix check and the ``</s>``/word-start rules (off: any pair, no masks)."""
 
     def __init__(self, inner, dictionary, placement: str = "first_subword", sample_tags: bool = False,
                  constrained: bool = True, use_cache: bool = True):
-        super().__init__(dictionary)
+        super().__init__(inner, dictionary)
         if placement not in ("first_subword", "last_subword"):
             raise ValueError(f"unknown tag head placement {placement!r}")
         if getattr(inner, "terminal_head", None) is None:
             raise ValueError("this model has no tag heads (--sipe-tag-heads off): it cannot choose tags to generate with")
-        self.inner, self.placement, self.sample_tags = inner, placement, sample_tags
+        self.placement, self.sample_tags = placement, sample_tags
         self.constrained, self.use_cache = constrained, use_cache
-        self.register_buffer("starts_word", word_start_mask(dictionary), persistent=False)
-        self.eos = dictionary.eos()
-        self.max_len: Optional[int] = None  # set per batch by TaggedSequenceGenerator
-        self.prompt = None
-        self.given_replaced = 0
-        self.last_state = None
 
     def set_prompt(self, prefix_tokens: Optional[torch.Tensor], terminals: Optional[torch.Tensor] = None,
                    nonterminals: Optional[torch.Tensor] = None) -> None:
         """The next batch's forced prefix (bsz, P) (pad-padded; ``None``: no prompt) and its tag
         ids (bsz, P) aligned with it (tags on each word's first subword, else ``<notag>``)."""
         self.prompt = None if prefix_tokens is None else (prefix_tokens, terminals, nonterminals)
+
+    def set_prompt_from_sample(self, prompt, sample, bos):
+        """The prompt keeps the sample's tags (:func:`prompt_tags_from_sample`)."""
+        self.set_prompt(prompt, *prompt_tags_from_sample(sample, prompt, bos))
 
     # ------------------------------------------------------------------ state
     def _init_state(self, rows: int, device) -> dict:
@@ -197,7 +188,7 @@ class TagChoosingDecoder(FairseqIncrementalDecoder):
             raise ValueError("TagChoosingDecoder decodes step by step: pass incremental_state (a dict kept across steps)")
         tokens = prev_output_tokens
         rows, pos = tokens.size(0), tokens.size(1) - 1
-        st = self.get_incremental_state(incremental_state, _KEY)
+        st = self.get_state(incremental_state)
         if st is None:
             if pos != 0:
                 raise ValueError(f"TagChoosingDecoder: a new incremental_state must start at position 0, got {pos}")
@@ -210,7 +201,7 @@ class TagChoosingDecoder(FairseqIncrementalDecoder):
             for key in ("terms", "nts", "origin"):
                 st[key] = torch.cat([st[key], torch.zeros_like(new) if key == "origin" else new], 1)
             st["tag_lp"] = torch.cat([st["tag_lp"], torch.zeros(rows, 1, dtype=torch.float64, device=tokens.device)], 1)
-            starts = self.starts_word[tokens[:, pos]] | (pos == 1)
+            starts = self.starts_word_at(tokens)
             for r in starts.nonzero().flatten().tolist():
                 p = self._choose(st, r, pos)
                 st["terms"][r, pos], st["nts"][r, pos] = tag_ids(p)
@@ -229,34 +220,14 @@ class TagChoosingDecoder(FairseqIncrementalDecoder):
         else:  # first_subword: anchors are the sentence start and words' first subwords
             is_start = (self.starts_word[tokens[:, pos]] | (pos == 1))[:, None]
             st["anchor"] = torch.where(is_start, heads, st["anchor"])
-        self.set_incremental_state(incremental_state, _KEY, st)
-        self.last_state = incremental_state  # read by TaggedSequenceGenerator.finalize_hypos
+        self.set_state(incremental_state, st)
         return logits, {"attn": [None], "excluded": self._mask(st, tokens)}
 
-    def get_normalized_probs(self, net_output, log_probs, sample=None):
-        lprobs = F.log_softmax(net_output[0].float() if net_output[0].dtype == torch.half else net_output[0], -1)
-        excluded = (net_output[1] or {}).get("excluded")
-        if excluded is not None:
-            lprobs = lprobs.masked_fill(excluded, -math.inf)
-        return lprobs if log_probs else lprobs.exp()
-
-    def reorder_incremental_state_scripting(self, incremental_state, new_order):
-        st = self.get_incremental_state(incremental_state, _KEY)
-        if st is not None:
-            self.set_incremental_state(incremental_state, _KEY, {k: v.index_select(0, new_order) for k, v in st.items()})
-        self.inner.reorder_incremental_state_scripting(incremental_state, new_order)
-
-    def reorder_incremental_state(self, incremental_state, new_order):
-        self.reorder_incremental_state_scripting(incremental_state, new_order)
-
-    def max_positions(self):
-        return self.inner.max_positions()
-
     # ------------------------------------------------------------------ results
-    def row_tags(self, incremental_state, row: int, length: int) -> dict:
+    def row_result(self, incremental_state, row: int, length: int) -> dict:
         """The tags of ``row`` over input positions ``1 .. length`` (the generated tokens before
         ``</s>``), as attached to a finished hypothesis."""
-        st = self.get_incremental_state(incremental_state, _KEY)
+        st = self.get_state(incremental_state)
         starts, tags, origin, lps = [], [], [], []
         for pos in range(1, length + 1):
             p = pair_of_ids(int(st["terms"][row, pos]), int(st["nts"][row, pos]))
@@ -268,67 +239,16 @@ class TagChoosingDecoder(FairseqIncrementalDecoder):
         return {"tags": tags, "word_starts": starts, "tag_origin": origin, "tag_logprobs": lps,
                 "heads": decode(tags) if tags and is_valid(tags) else None}
 
+    def output_lines(self, hypo: dict, dictionary):
+        """``TAGS``: ``word/terminal,non-terminal`` per word (``*`` marks prompt tags); ``TREE``: the heads."""
+        tags, tree = format_hypothesis(hypo, dictionary)
+        return [("TAGS", tags), ("TREE", tree)]
 
-class TagChoosingLM(FairseqLanguageModel):
+
+class TagChoosingLM(StructureChoosingLM):
     """A tagged decoder LM seen by fairseq's generator as an incremental decoder that chooses its tags."""
 
-    def __init__(self, model, dictionary, **kwargs):
-        super().__init__(TagChoosingDecoder(getattr(model, "decoder", model), dictionary, **kwargs))
-
-    def forward(self, src_tokens, **kwargs):
-        return self.decoder(src_tokens, **kwargs)
-
-    def max_positions(self):
-        return self.decoder.max_positions()
-
-
-class TaggedSequenceGenerator(SequenceGenerator):
-    """fairseq's generator over :class:`TagChoosingLM` models: passes each batch's length limit to
-    the wrappers and attaches the tags to every finished hypothesis (module docstring)."""
-
-    def _wrappers(self) -> List[TagChoosingDecoder]:
-        return [m.decoder for m in self.model.models if isinstance(getattr(m, "decoder", None), TagChoosingDecoder)]
-
-    def _generate(self, sample, prefix_tokens=None, constraints=None, bos_token=None):
-        src_len = sample["net_input"]["src_tokens"].size(1)
-        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
-        for w in self._wrappers():
-            w.max_len = max_len
-        try:
-            return super()._generate(sample, prefix_tokens, constraints, bos_token)
-        finally:
-            for w in self._wrappers():  # a prompt is for one batch
-                w.prompt = None
-
-    def finalize_hypos(self, step, bbsz_idx, eos_scores, tokens, scores, finalized, finished, beam_size, attn,
-                       src_lengths, max_len):
-        wrappers = self._wrappers()
-        before = [len(f) for f in finalized]
-        state = wrappers[0].last_state if wrappers else None
-        toks = tokens.index_select(0, bbsz_idx)[:, 1:step + 2].clone()
-        toks[:, step] = self.eos
-        out = super().finalize_hypos(step, bbsz_idx, eos_scores, tokens, scores, finalized, finished, beam_size, attn,
-                                     src_lengths, max_len)
-        if state is None:
-            return out
-        used = set()
-        for sent, f in enumerate(finalized):
-            for entry in f[before[sent]:]:
-                for i in range(len(bbsz_idx)):  # the row that produced it: same tokens and score
-                    if i not in used and torch.equal(toks[i], entry["tokens"]) and float(eos_scores[i]) == float(entry["score"]):
-                        used.add(i)
-                        entry.update(wrappers[0].row_tags(state, int(bbsz_idx[i]), step))
-                        break
-        return out
-
-
-def wrap_for_generation(models, dictionary, placement: str, sample_tags: bool, constrained: bool = True,
-                        use_cache: bool = True):
-    """Each tagged model wrapped in :class:`TagChoosingLM`; models without tags unchanged. Returns
-    ``(models, any_wrapped)``."""
-    out = [TagChoosingLM(m, dictionary, placement=placement, sample_tags=sample_tags, constrained=constrained,
-                         use_cache=use_cache) if needs_tags(m) else m for m in models]
-    return out, any(isinstance(m, TagChoosingLM) for m in out)
+    decoder_cls = TagChoosingDecoder
 
 
 def prompt_tags_from_sample(sample, prefix_tokens: Optional[torch.Tensor], bos: int):
@@ -356,10 +276,3 @@ def format_hypothesis(hypo: dict, dictionary) -> List[str]:
     heads = hypo["heads"]
     tree = " ".join(f"{i + 1}->{h}" for i, h in enumerate(heads)) if heads is not None else "(tags do not form one tree)"
     return [tags, tree]
-
-
-def hypothesis_words(hypo: dict, dictionary) -> List[str]:
-    """The words of a finished hypothesis (pieces joined at the word starts, U+2581 removed)."""
-    pieces = [dictionary[int(t)] for t in hypo["tokens"]]
-    bounds = hypo["word_starts"] + [len(pieces) - 1]
-    return ["".join(pieces[a:b]).replace(WORD_MARK, "") or "_" for a, b in zip(bounds[:-1], bounds[1:])]

@@ -17,6 +17,7 @@ from fairseq.tasks import register_task
 from ..data.arc_streams import load_arc_stream
 from ..data.gilt_dataset import WHOLE_SENTENCE_BREAK_MODES, GiltLMDataset
 from .hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
+from .sipe_data import OptionError
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ class GiltLanguageModelingTask(HexatagLanguageModelingTask):
 
     def __init__(self, args, dictionary, output_dictionary=None, targets=None):
         if str(args.sample_break_mode) not in WHOLE_SENTENCE_BREAK_MODES:
-            raise ValueError(f"--task gilt_lm needs whole sentences per block: --sample-break-mode "
+            raise OptionError(f"--task gilt_lm needs whole sentences per block: --sample-break-mode "
                              f"{' | '.join(WHOLE_SENTENCE_BREAK_MODES)} (got {args.sample_break_mode})")
         super().__init__(args, dictionary, output_dictionary, targets)
 

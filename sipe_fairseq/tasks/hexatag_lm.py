@@ -13,7 +13,7 @@ from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageMode
 
 from ..data.lm_dataset import TAG_KINDS, HexatagContextWindowDataset, HexatagLMDataset, HexatagWindowDataset
 from ..data.tag_dictionary import NOTAG
-from .sipe_data import EvaluationError, SiPEDataConfig, SiPEDataMixin
+from .sipe_data import EvaluationError, OptionError, SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
 
@@ -77,49 +77,53 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         return model
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, **kwargs):
-        """Prompts for ``fairseq-interactive`` (as ``language_modeling``; no tags: a tagged model
-        chooses the prompt's tags too, see :mod:`sipe_fairseq.models.tag_generation`)."""
+        """Prompts for ``fairseq-interactive`` (as ``language_modeling``; no tags or arcs: the model
+        chooses the prompt's structure too, see :mod:`sipe_fairseq.models.generation`)."""
         return super().build_dataset_for_inference(src_tokens, src_lengths, **kwargs)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
-        """Tagged decoders generate through :class:`~sipe_fairseq.models.tag_generation.TagChoosingLM`
-        (tags chosen per word as the words are generated); plain ones as ``language_modeling``."""
-        from ..models.tag_generation import TaggedSequenceGenerator, wrap_for_generation
+        """Models that read structure generate through a wrapper that chooses it per word as the words
+        are generated (:func:`~sipe_fairseq.models.generation.wrap_for_generation`: tags for a tagged
+        SiPE decoder, arcs for ``gilt_txl``); plain ones as ``language_modeling``."""
+        from ..models.generation import StructuredSequenceGenerator, wrap_for_generation
 
         if getattr(args, "score_reference", False):  # scoring the data's sentences: with their own tags
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
-        models, tagged = wrap_for_generation(models, self.target_dictionary, str(self.args.tag_head_placement),
-                                             bool(getattr(args, "sampling", False)))
-        if tagged and len(models) > 1:
-            raise ValueError("generation with model-chosen tags takes one model, not an ensemble")
-        if tagged and seq_gen_cls is None:
-            seq_gen_cls = TaggedSequenceGenerator
+        try:
+            models, wrapped = wrap_for_generation(models, self.target_dictionary, str(self.args.tag_head_placement),
+                                                  bool(getattr(args, "sampling", False)))
+        except ValueError as e:  # a model that cannot choose what it reads: one line (USER_ERRORS), no traceback
+            raise OptionError(f"generation: {e}") from e
+        if wrapped and len(models) > 1:
+            raise OptionError("generation with model-chosen tags or arcs takes one model, not an ensemble")
+        if wrapped and seq_gen_cls is None:
+            seq_gen_cls = StructuredSequenceGenerator
         return super().build_generator(models, args, seq_gen_cls=seq_gen_cls, extra_gen_cls_kwargs=extra_gen_cls_kwargs,
                                        **kwargs)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        """``language_modeling``'s step; a tagged model's prompt keeps the sample's tags (data
-        directories carry them), and each hypothesis's tags and tree are printed
-        (``TAGS-<id>``/``TREE-<id>`` lines; ``generator.print_tags = False`` silences them)."""
-        from ..models.tag_generation import TaggedSequenceGenerator, format_hypothesis, prompt_tags_from_sample
+        """``language_modeling``'s step; the prompt keeps the structure the sample brings (a tagged
+        model: the data's tags), and each hypothesis's structure is printed: ``TAGS-<id>``/``TREE-<id>``
+        (SiPE) or ``ARCS-<id>`` and one ``GRAPH-<id>`` row per word (GiLT)
+        (``generator.print_structure = False`` silences them)."""
+        from ..models.generation import StructuredSequenceGenerator
 
-        if not isinstance(generator, TaggedSequenceGenerator):
+        if not isinstance(generator, StructuredSequenceGenerator):
             return super().inference_step(generator, models, sample, prefix_tokens, constraints)
         bos = self.source_dictionary.bos() if getattr(self.args, "add_bos_token", False) else self.source_dictionary.eos()
         prompt = prefix_tokens
         if prompt is None and sample["net_input"]["src_tokens"].nelement():
             src = sample["net_input"]["src_tokens"]
             prompt = src[:, 1:] if bool(src[:, 0].eq(bos).all()) else src
-        for m in generator.model.models:
-            m.decoder.set_prompt(prompt, *prompt_tags_from_sample(sample, prompt, bos))
+        wrapper = generator.wrappers()[0]
+        wrapper.set_prompt_from_sample(prompt, sample, bos)
         hypos = super().inference_step(generator, models, sample, prefix_tokens, constraints)
-        if getattr(generator, "print_tags", True):
+        if getattr(generator, "print_structure", True):
             for i, beam in enumerate(hypos):
                 sid = int(sample["id"][i]) if "id" in sample else i
                 for j, hypo in enumerate(beam):
                     tag = f"{sid}" if len(beam) == 1 else f"{sid}.{j}"
-                    tags, tree = format_hypothesis(hypo, self.target_dictionary)
-                    print(f"TAGS-{tag}\t{tags}\nTREE-{tag}\t{tree}")
+                    print("\n".join(f"{kind}-{tag}\t{text}" for kind, text in wrapper.output_lines(hypo, self.target_dictionary)))
         return hypos
 
     def eval_lm_dataloader(self, dataset, max_tokens=36000, batch_size=None, max_positions=None, num_shards=1,

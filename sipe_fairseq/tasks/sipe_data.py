@@ -15,9 +15,9 @@
     per-update dropout seed (``seed + num_updates``, ``Trainer._set_seed``) a run resumed from
     ``checkpoint_last.pt`` logs the same loss at every update as the uninterrupted run.
 
-* User errors (:class:`~sipe_fairseq.data.validate.DataError`, :class:`EvaluationError`) end a
-  fairseq command with one line on stderr, ``sipe_fairseq: error: <file>: <what>``, and exit status
-  1, without a traceback: the plugin installs a ``sys.excepthook`` for these two types only (fairseq
+* User errors (:class:`~sipe_fairseq.data.validate.DataError`, :class:`EvaluationError`,
+  :class:`OptionError`) end a fairseq command with one line on stderr, ``sipe_fairseq: error: <file>: <what>``,
+  and exit status 1, without a traceback: the plugin installs a ``sys.excepthook`` for these types only (fairseq
   runs ``load_dataset`` outside any handler of its own). In Python they are ordinary exceptions.
 """
 import logging
@@ -41,7 +41,12 @@ class EvaluationError(RuntimeError):
     """An evaluation that cannot give a meaningful result (e.g. it scored no token)."""
 
 
-USER_ERRORS = (DataError, EvaluationError)
+class OptionError(ValueError):
+    """Options that cannot work together (e.g. ``--task gilt_lm`` with blocks that cut sentences, or
+    generation with a model that cannot choose the structure it reads)."""
+
+
+USER_ERRORS = (DataError, EvaluationError, OptionError)
 
 
 def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):
