@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.graph_features import N_FEATURES, GraphTape
+from ..models.gilt_lm import top_arcs
 from ..modules.arc_scorer import MAX_COUNT
 
 logger = logging.getLogger(__name__)
@@ -143,7 +144,6 @@ def score_sentence(model, words: Words, eos: int, beam: int = 20, count_beam: in
         n_cand = 2 * i - 1
         # candidates: v -> i for v = 0..i-1, then i -> v for v = 1..i-1
         cand = torch.cat([head[:, :i], dep[:, 1:i]], 1).to(dt)
-        cands = [(v, i) for v in range(i)] + [(i, v) for v in range(1, i)]
         children = []  # (parent row, score, log pi(c), heads, deps)
         if gold is not None:
             heads, deps = gold[i - 1]
@@ -159,12 +159,9 @@ def score_sentence(model, words: Words, eos: int, beam: int = 20, count_beam: in
         else:
             allowed = min(n_cand, MAX_COUNT) + 1
             top_c = count_lp[:, :allowed].topk(min(count_beam, allowed), -1)
-            order = torch.sort(cand, dim=-1, descending=True, stable=True).indices
             for b in range(cand.size(0)):
                 for lpc, c in zip(top_c.values[b].tolist(), top_c.indices[b].tolist()):
-                    chosen = [cands[j] for j in order[b, :c].tolist()]
-                    heads = sorted(h for h, d in chosen if d == i)
-                    deps = sorted(d for h, d in chosen if h == i)
+                    heads, deps = top_arcs(head[b], dep[b], i, c)
                     children.append((b, bs.score[b] + lpc, lpc, heads, deps))
             children.sort(key=lambda ch: -float(ch[1]))  # stable: ties keep the earlier hypothesis/count
             children = children[:beam]
