@@ -15,10 +15,11 @@
     per-update dropout seed (``seed + num_updates``, ``Trainer._set_seed``) a run resumed from
     ``checkpoint_last.pt`` logs the same loss at every update as the uninterrupted run.
 
-* User errors (:class:`~sipe_fairseq.data.validate.DataError`, :class:`EvaluationError`) end a
-  fairseq command with one line on stderr, ``sipe_fairseq: error: <file>: <what>``, and exit status
-  1, without a traceback: the plugin installs a ``sys.excepthook`` for these two types only (fairseq
-  runs ``load_dataset`` outside any handler of its own). In Python they are ordinary exceptions.
+* User errors (:class:`~sipe_fairseq.data.validate.DataError`, :class:`EvaluationError`,
+  :class:`~sipe_fairseq.checkpoints.CheckpointError`) end a fairseq command with one line on stderr,
+  ``sipe_fairseq: error: <file>: <what>``, and exit status 1, without a traceback: the plugin
+  installs a ``sys.excepthook`` for these types only (fairseq runs ``load_dataset`` and
+  ``build_model`` outside any handler of its own). In Python they are ordinary exceptions.
 """
 import logging
 import os
@@ -30,6 +31,7 @@ import numpy as np
 from fairseq.data import BaseWrapperDataset, data_utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
+from ..checkpoints.load import CheckpointError
 from ..data.tag_dictionary import load_tag_dictionary
 from ..data.tag_streams import load_tag_streams
 from ..data.validate import VALIDATION_MODES, DataError, expectations, split_files, validate_split
@@ -41,7 +43,7 @@ class EvaluationError(RuntimeError):
     """An evaluation that cannot give a meaningful result (e.g. it scored no token)."""
 
 
-USER_ERRORS = (DataError, EvaluationError)
+USER_ERRORS = (DataError, EvaluationError, CheckpointError)  # CheckpointError: e.g. gilt_lm's --gilt-init-from
 
 
 def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):
