@@ -1,5 +1,6 @@
-"""Criterion ``gilt_lm``: L = L_LM + lambda_arc BCE + lambda_count CE (gilt-facts.md section 2: the
-released code weights both auxiliary terms 0.4 against the summed LM loss).
+"""Criterion ``gilt_lm``: L = lambda_LM L_LM + lambda_arc BCE + lambda_count CE (gilt-facts.md section 2:
+the released code weights both auxiliary terms 0.4 against the summed LM loss, lambda_LM = 1; the
+post-training weights 5/7, 2/7, 2/7 of section 6 are the defaults of criterion ``gilt_post``).
 
 Logged (base 2 where a loss): ``nll_loss``/``ppl`` = the LM term alone, the gold-graph conditional
 perplexity p(x | G_gold); ``arc_loss`` per candidate pair, ``count_loss`` per word, ``count_acc``,
@@ -23,22 +24,29 @@ from ..modules.arc_scorer import arc_losses
 class GiltLMCriterionConfig(FairseqDataclass):
     arc_weight: float = field(default=0.4, metadata={"help": "weight of the summed arc BCE"})
     count_weight: float = field(default=0.4, metadata={"help": "weight of the summed arc-count CE"})
+    lm_weight: float = field(default=1.0, metadata={"help": "weight of the summed LM loss"})
+    lm_only: bool = field(default=False, metadata={"help": "do not run the arc scorer: the loss is the weighted LM "
+                                                          "term alone (GiLT-GPT2 post-training stage 1)"})
 
 
 @register_criterion("gilt_lm", dataclass=GiltLMCriterionConfig)
 class GiltLMCriterion(FairseqCriterion):
-    def __init__(self, task, arc_weight=0.4, count_weight=0.4):
+    def __init__(self, task, arc_weight=0.4, count_weight=0.4, lm_weight=1.0, lm_only=False):
         super().__init__(task)
         self.arc_weight, self.count_weight = arc_weight, count_weight
+        self.lm_weight, self.lm_only = lm_weight, lm_only
 
     def forward(self, model, sample, reduce=True):
-        net_output = model(**sample["net_input"])
+        net_input = sample["net_input"]
+        if self.lm_only:  # without word positions the model's arc scorer does not run
+            net_input = {k: v for k, v in net_input.items() if k != "gilt_word_pos"}
+        net_output = model(**net_input)
         lprobs = model.get_normalized_probs(net_output, log_probs=True)
         target = model.get_targets(sample, net_output)
         lm = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1), ignore_index=self.padding_idx, reduction="sum")
         ntokens = sample["ntokens"]
         log = {"lm_loss": lm.data, "ntokens": ntokens, "nsentences": sample["target"].size(0), "sample_size": ntokens}
-        loss, joint = lm, lm.data
+        loss, joint = (lm if self.lm_weight == 1 else self.lm_weight * lm), lm.data
         arcs = net_output[1].get("arcs")
         if arcs is not None:
             bce, ce, n_pairs, n_words, correct, tp, n_pred, n_gold = arc_losses(arcs, sample["gilt_head"], sample["gilt_dep"])

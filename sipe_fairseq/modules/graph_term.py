@@ -66,13 +66,18 @@ class GraphFeatureTerm(nn.Module):
         tables = self._tables[0].tables  # (3, 151, 256)
         return torch.einsum("fvk,fdk->fvd", tables, self.proj).reshape(N_FEATURES * N_VALUES, -1)
 
-    def key_offsets(self, w_k: torch.Tensor, num_heads: int) -> torch.Tensor:
-        """W_k P_f e_f[v] per head: (3 * 151, H, d_head)."""
-        keys = torch.matmul(self.feature_vectors(), w_k.t().to(self.proj.dtype))
+    def key_offsets(self, w_k: Optional[torch.Tensor], num_heads: int) -> torch.Tensor:
+        """W_k P_f e_f[v] per head: (3 * 151, H, d_head); ``w_k`` None: P_f e_f[v] itself, added directly
+        to the per-head keys (GiLT-GPT2, gilt-facts.md section 6)."""
+        keys = self.feature_vectors()
+        if w_k is not None:
+            keys = torch.matmul(keys, w_k.t().to(self.proj.dtype))
         return keys.view(keys.size(0), num_heads, -1)
 
-    def pair_scores(self, q_content: torch.Tensor, ctx: GraphContext, w_k: torch.Tensor, scale: float) -> torch.Tensor:
-        """(q_i + u) . W_k d_ij * scale for the query rows of ``q_content`` (B, H, Tq, d_head): (B, H, Tq, Tk)."""
+    def pair_scores(self, q_content: torch.Tensor, ctx: GraphContext, w_k: Optional[torch.Tensor],
+                    scale: float) -> torch.Tensor:
+        """(q_i + u) . W_k d_ij * scale for the query rows of ``q_content`` (B, H, Tq, d_head): (B, H, Tq, Tk)
+        (``w_k`` None: q_i . d_ij * scale)."""
         b, h, tq, _ = q_content.shape
         keys = self.key_offsets(w_k, h).to(q_content.dtype)  # (453, H, d_head)
         per_value = torch.einsum("bhtd,vhd->bhtv", q_content * scale, keys)  # (B, H, Tq, 453)
@@ -87,13 +92,13 @@ class GraphFeatureTerm(nn.Module):
         return out
 
 
-def naive_pair_scores(term: GraphFeatureTerm, q_content: torch.Tensor, values: torch.Tensor, w_k: torch.Tensor,
+def naive_pair_scores(term: GraphFeatureTerm, q_content: torch.Tensor, values: torch.Tensor, w_k: Optional[torch.Tensor],
                       scale: float) -> torch.Tensor:
     """Reference: d_ij = sum_f P_f e_f[v_f(i, j)] materialised as (B, Tq, Tk, d), then W_k d_ij and the dot product."""
     tables = term._tables[0].tables
     d_ij = sum(torch.matmul(tables[f][values[..., f].long()], term.proj[f].t()) for f in range(N_FEATURES))
     b, h, tq, dh = q_content.shape
-    k_ij = torch.matmul(d_ij, w_k.t()).view(b, tq, values.size(2), h, dh)
+    k_ij = (d_ij if w_k is None else torch.matmul(d_ij, w_k.t())).view(b, tq, values.size(2), h, dh)
     return torch.einsum("bhid,bijhd->bhij", q_content, k_ij) * scale
 
 

@@ -52,6 +52,21 @@ class GiltLanguageModelingTask(HexatagLanguageModelingTask):
             targets=ds.targets, add_bos_token=ds.add_bos_token, fixed_pad_length=ds.fixed_pad_length, pad_to_bsz=ds.pad_to_bsz)
         logger.info(f"{split}: {len(ds)} blocks with gold graphs ({int(n_words.sum())} words)")
 
+    def build_model(self, cfg, from_checkpoint=False):
+        """A new model with ``--gilt-init-from CKPT`` (``gilt_transformer_lm``) takes the checkpoint's
+        architecture and weights (:mod:`sipe_fairseq.models.gilt_init`); a model rebuilt from its own
+        checkpoint does not read it again."""
+        from ..models import gilt_init
+
+        path = "" if from_checkpoint else getattr(cfg, "gilt_init_from", "")
+        base = gilt_init.read_base(path) if path else None
+        if base is not None:
+            gilt_init.apply_architecture(cfg, base)
+        model = super().build_model(cfg, from_checkpoint)
+        if base is not None:
+            gilt_init.copy_base(model, base, len(self.target_dictionary))
+        return model
+
     def eval_lm_dataloader(self, dataset, max_tokens=36000, batch_size=None, max_positions=None, num_shards=1,
                            shard_id=0, num_workers=1, data_buffer_size=10, context_window=0):
         if context_window > 0:

@@ -16,9 +16,10 @@
     ``checkpoint_last.pt`` logs the same loss at every update as the uninterrupted run.
 
 * User errors (:class:`~sipe_fairseq.data.validate.DataError`, :class:`EvaluationError`,
-  :class:`OptionError`) end a fairseq command with one line on stderr, ``sipe_fairseq: error: <file>: <what>``,
-  and exit status 1, without a traceback: the plugin installs a ``sys.excepthook`` for these types only (fairseq
-  runs ``load_dataset`` outside any handler of its own). In Python they are ordinary exceptions.
+  :class:`OptionError`, :class:`~sipe_fairseq.checkpoints.CheckpointError`) end a fairseq command with one
+  line on stderr, ``sipe_fairseq: error: <file>: <what>``, and exit status 1, without a traceback: the plugin
+  installs a ``sys.excepthook`` for these types only (fairseq runs ``load_dataset`` and ``build_model``
+  outside any handler of its own). In Python they are ordinary exceptions.
 """
 import logging
 import os
@@ -30,6 +31,7 @@ import numpy as np
 from fairseq.data import BaseWrapperDataset, data_utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
+from ..checkpoints.load import CheckpointError
 from ..data.tag_dictionary import load_tag_dictionary
 from ..data.tag_streams import load_tag_streams
 from ..data.validate import VALIDATION_MODES, DataError, expectations, split_files, validate_split
@@ -46,7 +48,7 @@ class OptionError(ValueError):
     generation with a model that cannot choose the structure it reads)."""
 
 
-USER_ERRORS = (DataError, EvaluationError, OptionError)
+USER_ERRORS = (DataError, EvaluationError, OptionError, CheckpointError)  # CheckpointError: e.g. --gilt-init-from
 
 
 def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):
