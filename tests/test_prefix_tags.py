@@ -127,7 +127,8 @@ def test_parse_tag_source():
     assert parse_tag_source("given") == ("given", 0)
     assert parse_tag_source("self") == ("self", 1)
     assert parse_tag_source("beam:16") == ("beam", 16)
-    for bad in ("beam", "beam:0", "beam:x", "gold"):
+    assert parse_tag_source("beam-word:4") == ("beam-word", 4)
+    for bad in ("beam", "beam:0", "beam:x", "gold", "beam-word", "beam-word:0"):
         with pytest.raises(ValueError):
             parse_tag_source(bad)
 
@@ -216,6 +217,58 @@ def test_beam_equals_enumerated_marginal(model, dictionary, placement, constrain
     k = seqs.index(own.tags) if own.tags in seqs else None
     if k is not None:
         assert abs(own.joint - float(joint[k])) < TOL
+
+
+def word_tag_logprobs(model, toks, a, b, placement):
+    """Per word, log p(word's tags) from the tag heads at its anchor (ascending anchors = word order)."""
+    eos = int(toks[-1])
+    src = torch.cat([toks.new([eos]), toks[:-1]])[None]
+    sa, sb = (torch.cat([x.new([NOTAG_ID]), x[:-1]])[None] for x in (a, b))
+    _, extra = model(src, src_terminals=sa, src_nonterminals=sb)
+    out = 0.0
+    for (kind, n), future in zip((("terminal", 2), ("nonterminal", 5)), (a, b)):
+        lp = torch.log_softmax(extra[f"{kind}_logits"][0].double(), -1)
+        cls = tag_targets(src[0], sa[0], future, (eos,), NOTAG_ID, placement) - FIRST_TAG_ID
+        pos = ((cls >= 0) & (cls < n)).nonzero().squeeze(-1)
+        out = out + lp[pos].gather(-1, cls[pos][:, None]).squeeze(-1)
+    return out
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_beam_word_ranks_before_the_next_word(dictionary, placement):
+    """beam-word:1 = an independent greedy search that ranks word w's pairs by log p(x up to word w's
+    last subword, T_<=w) (the next word's first subword not yet seen), and here differs from beam:1;
+    beam-word:K with K = every sequence is the exact marginal, as beam:K."""
+    model = make_model(dictionary)
+    with torch.no_grad():  # soft tag heads: the LM's scores decide, so where the ranking stops matters
+        model.decoder.terminal_head.weight.mul_(0.02)
+        model.decoder.nonterminal_head.weight.mul_(0.02)
+    pieces = word_pieces(dictionary, [(7, 1), (10, 2), (11, 1), (1, 1)])
+    toks, gold_a, gold_b = encode_sentence(dictionary, pieces, parser_tags(4))
+    starts = [k for k in range(len(toks) - 1) if int(gold_a[k]) >= FIRST_TAG_ID]
+    ends = starts[1:] + [len(toks) - 1]  # word w's step ranks targets < ends[w]
+    chosen = []
+    for w in range(len(starts)):
+        best = None
+        for p in PAIRS:
+            seq = chosen + [p] + [PAIRS[0]] * (len(starts) - w - 1)  # later tags cannot reach these positions
+            t, a, b = encode_sentence(dictionary, pieces, seq)
+            lm, _ = reference(model, [(t, a, b)], placement)
+            rank = float(lm[0, : ends[w]].sum() + word_tag_logprobs(model, t, a, b, placement)[: w + 1].sum())
+            if best is None or rank > best[0]:
+                best = (rank, p)
+        chosen.append(best[1])
+    one = PrefixTagScorer(model, "beam-word:1", placement, constrained=False).score(toks, gold_a, gold_b)
+    assert one.tags == chosen
+    assert PrefixTagScorer(model, "beam:1", placement, constrained=False).score(toks, gold_a, gold_b).tags != chosen
+    _, joint = reference(model, [encode_sentence(dictionary, pieces, chosen)], placement)
+    assert abs(one.logprob - float(joint[0])) < TOL
+    short = word_pieces(dictionary, [(1, 1), (7, 0), (4, 2)])
+    toks, a, b = encode_sentence(dictionary, short, parser_tags(3))
+    seqs = [list(x) for x in itertools.product(PAIRS, repeat=3)]
+    _, joint = reference(model, [encode_sentence(dictionary, short, q) for q in seqs], placement)
+    full = PrefixTagScorer(model, f"beam-word:{len(seqs)}", placement, constrained=False).score(toks, a, b)
+    assert abs(full.logprob - float(torch.logsumexp(joint, 0))) < TOL
 
 
 class OneHotHeads(torch.nn.Module):

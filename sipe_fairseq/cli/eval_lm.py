@@ -62,7 +62,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None, help="torch threads")
     p.add_argument("--tags", default=None, metavar="SOURCES",
                    help="also score every sentence alone under these tag sources, comma-separated: given, self, beam:K "
-                        "(eval/prefix_tags.py), e.g. given,self,beam:4")
+                        "(eval/prefix_tags.py), e.g. given,self,beam:4; beam-word:K (SiPE) ranks the beam before the "
+                        "next word's first subword is scored (a looser bound; issue 12's hand reference)")
     p.add_argument("--tags-unconstrained", action="store_true", help="self/beam: any tag pair, not only valid prefixes")
     p.add_argument("--tags-max-sentences", type=int, default=None, help="score the first N sentences only with --tags")
     p.add_argument("--gilt-count-beam", type=int, default=5, metavar="C",

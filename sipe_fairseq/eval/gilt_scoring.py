@@ -285,6 +285,8 @@ def score_source(model, words: Words, eos: int, source: str, count_beam: int = 5
     from .prefix_tags import parse_tag_source
 
     kind, k = parse_tag_source(source)
+    if kind == "beam-word":
+        raise ValueError(f"tag source {source!r} is a beam over SiPE tags; a GiLT model takes given, self or beam:K")
     if getattr(model.decoder, "arc_scorer", None) is None:
         raise ValueError(f"tag source {source!r}: the gilt_txl model has no arc scorer (trained with --no-gilt-arc-scorer)")
     if kind == "given":

@@ -18,7 +18,12 @@ Three tag sources (``--tags`` / :func:`parse_tag_source`):
   word), and the top K by ``log p(x, T)`` so far (LM log-probabilities plus the tag heads'
   log-probabilities of the chosen tags) are kept; ``log p(x) >= logsumexp`` over the final beam of
   ``log p(x, T)`` (a lower bound on the model's marginal ``sum_T p(x, T)``); K = 1 scores
-  ``p(x, argmax T)``.
+  ``p(x, argmax T)``;
+* ``beam-word:K``: the same beam ranked one position earlier: after word ``w``'s own continuation
+  subwords, before the next word's first subword (or ``</s>``) is scored under ``w``'s tags. The kept
+  hypotheses then carry that position's score too, so the bound is a bound as well; it is looser
+  (the ranking has seen less), and with single-subword words K = 1 keeps the heads' argmax (the
+  ranking of issue 12's hand reference, which reports 344.5 / 216.6 / 182.8 for K = 1 / 4 / 16).
 
 Positions and anchors (``tasks/hexatag_lm.py``, ``data/lm_dataset.py``). The input is
 ``</s> x_1 .. x_{n-1}``, the targets ``x_1 .. x_n`` (``x_n = </s>``); a word's tags sit on its first
@@ -71,15 +76,16 @@ _PAIR_CLASSES = [(TERMINALS.index(t), NONTERMINALS.index(n)) for t, n in PAIRS]
 
 
 def parse_tag_source(spec: str) -> Tuple[str, int]:
-    """``"given"`` -> ("given", 0), ``"self"`` -> ("self", 1), ``"beam:K"`` -> ("beam", K);
+    """``"given"`` -> ("given", 0), ``"self"`` -> ("self", 1), ``"beam:K"`` -> ("beam", K),
+    ``"beam-word:K"`` -> ("beam-word", K);
     raises ``ValueError`` with the accepted forms otherwise."""
     spec = spec.strip()
     if spec in ("given", "self"):
         return spec, 0 if spec == "given" else 1
     kind, sep, k = spec.partition(":")
-    if kind == "beam" and sep and k.isdigit() and int(k) >= 1:
-        return "beam", int(k)
-    raise ValueError(f"tag source {spec!r}: expected given, self or beam:K with K >= 1")
+    if kind in ("beam", "beam-word") and sep and k.isdigit() and int(k) >= 1:
+        return kind, int(k)
+    raise ValueError(f"tag source {spec!r}: expected given, self, beam:K or beam-word:K with K >= 1")
 
 
 def parse_tag_sources(spec: str) -> List[str]:
@@ -93,7 +99,7 @@ def parse_tag_sources(spec: str) -> List[str]:
         if part not in out:
             out.append(part)
     if not out:
-        raise ValueError(f"tag sources {spec!r}: expected a comma-separated list of given, self, beam:K")
+        raise ValueError(f"tag sources {spec!r}: expected a comma-separated list of given, self, beam:K, beam-word:K")
     return out
 
 
@@ -302,7 +308,9 @@ class _Search:
             step_lm = torch.tensor([c.lm[len(c.lm) - (hi - lo + 1):] for c in children], dtype=torch.float64)
             cum = base[:, None] + step_lm.cumsum(-1)
             z = torch.logsumexp(cum, 0).tolist()
-            keep = sc._prune(children, last=self.w == self.n_words)
+            # beam-word: rank without the step's last position (the next word's first subword / </s>)
+            rank = [c.score - (c.lm[-1] if sc.rank_at_word_end else 0.0) for c in children]
+            keep = sc._prune(children, rank, last=self.w == self.n_words)
             z[-1] = float(torch.logsumexp(torch.tensor([children[i].score for i in keep], dtype=torch.float64), 0))
             zprev = float(torch.logsumexp(torch.tensor([h.score for h in self.hyps], dtype=torch.float64), 0))
             self.running.extend(z[j] - (z[j - 1] if j else zprev) for j in range(len(z)))
@@ -340,7 +348,8 @@ class PrefixTagScorer:
         if placement not in PLACEMENTS:
             raise ValueError(f"unknown tag head placement {placement!r} (expected one of {PLACEMENTS})")
         self.model = model
-        self.kind, self.k = parse_tag_source(source)
+        kind, self.k = parse_tag_source(source)
+        self.kind, self.rank_at_word_end = ("beam", kind == "beam-word") if kind.startswith("beam") else (kind, False)
         if getattr(model, "decoder", None) is None:
             raise ValueError(f"tag source {source!r} needs a left-to-right decoder; {type(model).__name__} is not one "
                              "(masked-LM encoders are scored with given tags only)")
@@ -394,10 +403,10 @@ class PrefixTagScorer:
         types[n - 1] = "eos"
         return types
 
-    def _prune(self, children: List[_Hyp], last: bool) -> List[int]:
-        """Indices of the top K children by score (ties: earlier first); before another word, a
+    def _prune(self, children: List[_Hyp], rank: Sequence[float], last: bool) -> List[int]:
+        """Indices of the top K children by ``rank`` (ties: earlier first); before another word, a
         child that no pair can extend (constrained, tree closed by EOS) is dropped."""
-        order = sorted(range(len(children)), key=lambda i: -children[i].score)
+        order = sorted(range(len(children)), key=lambda i: -rank[i])
         if not last and self.constrained:
             order = [i for i in order if children[i].state != CLOSED]
         return order[: self.k]
