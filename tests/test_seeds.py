@@ -44,3 +44,21 @@ def test_seeds_bad_report_is_one_line(tmp_path, caplog):
     dup = tmp_path / "a.json"
     dup.write_text(json.dumps({"x-s1": _row(1.0, 2.0, {})}))
     assert main(["seeds", str(dup), str(dup)]) == 2
+
+
+def test_seed_from_file_name_and_column_order(tmp_path, capsys):
+    """section5.sh writes row 'position' into position-s2.json: the file's seed names the row; columns
+    come in a fixed order (given, given-joint, self, beam:K by K), whatever order the JSON keys have."""
+    files = []
+    for s, v in ((1, 10.0), (2, 20.0)):
+        f = tmp_path / f"position-s{s}.json"
+        sources = {"beam:16": v + 3, "beam:4": v + 2, "given": v, "self": v + 1, "beam-word:4": v + 4}
+        f.write_text(json.dumps({"position": _row(v, v, sources)}))
+        files.append(str(f))
+    out = tmp_path / "agg.json"
+    assert main(["seeds", *files, "--json", str(out)]) == 0
+    table = json.loads(out.read_text())
+    assert list(table) == ["position"] and table["position"]["self"]["seeds"] == ["position-s1", "position-s2"]
+    assert table["position"]["beam:16"]["mean"] == 18.0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.split(" | ")[1:] == ["blocks p(x|tags)", "given", "self", "beam:4", "beam:16", "beam-word:4 |"]

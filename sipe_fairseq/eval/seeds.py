@@ -18,6 +18,7 @@ line naming the file and exit status 2.
 """
 import argparse
 import json
+import os
 import logging
 import re
 import statistics
@@ -34,9 +35,12 @@ class SeedsError(ValueError):
     pass
 
 
-def read_reports(paths: Sequence[str]) -> "OrderedDict[str, dict]":
-    """``{row name: row}`` over all reports, in the order given; a name seen twice is an error."""
+def read_reports(paths: Sequence[str], suffix: str = r"-s(\d+)$") -> "OrderedDict[str, dict]":
+    """``{row name: row}`` over all reports, in the order given; a name seen twice is an error. A row
+    whose name has no seed suffix, in a file whose name has one (``position`` in ``position-s2.json``,
+    as ``examples/ewt/section5.sh`` writes them), takes the file's suffix."""
     rows = OrderedDict()
+    pattern = re.compile(suffix)
     for path in paths:
         try:
             with open(path) as f:
@@ -45,7 +49,11 @@ def read_reports(paths: Sequence[str]) -> "OrderedDict[str, dict]":
             raise SeedsError(f"{path}: not a sipe-eval-lm --json report ({e})") from None
         if not isinstance(report, dict) or not all(isinstance(r, dict) for r in report.values()):
             raise SeedsError(f"{path}: not a sipe-eval-lm --json report (expected {{name: scores}})")
+        stem = re.sub(r"\.json$", "", os.path.basename(path))
+        seed = pattern.search(stem)
         for name, row in report.items():
+            if seed and not pattern.search(name):
+                name = name + seed.group(0)
             if name in rows:
                 raise SeedsError(f"{path}: row {name!r} also in an earlier report")
             rows[name] = row
@@ -96,10 +104,20 @@ def _cell(s: dict) -> str:
     return f"{s['mean']:.2f} ± {s['sd']:.2f} [{s['min']:.2f}, {s['max']:.2f}] (n={s['n']})"
 
 
+def _score_order(score: str):
+    """blocks, given, given-joint, self, then beam:K and beam-word:K by K (the JSON keeps keys sorted)."""
+    fixed = [BLOCKS, "given", "given-joint", "self"]
+    if score in fixed:
+        return (fixed.index(score), 0)
+    kind, _, k = score.partition(":")
+    return (len(fixed) + (kind != "beam"), int(k) if k.isdigit() else 0, score)
+
+
 def markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:
     scores = []
     for group in table.values():
         scores += [s for s in group if s not in scores]
+    scores.sort(key=_score_order)
     lines = [f"| perplexity per {per} | " + " | ".join(scores) + " |", "|---|" + "---:|" * len(scores)]
     for name, group in table.items():
         lines.append(f"| {name} | " + " | ".join(_cell(group[s]) if s in group else "-" for s in scores) + " |")
@@ -119,7 +137,7 @@ def add_arguments(p: argparse.ArgumentParser):
 
 def run(args) -> int:
     try:
-        table = aggregate(read_reports(args.reports), args.per, args.seed_suffix)
+        table = aggregate(read_reports(args.reports, args.seed_suffix), args.per, args.seed_suffix)
     except SeedsError as e:
         logger.error("%s", e)
         return 2
