@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# GiLT-GPT2-style post-training (gilt-facts.md section 6) of a fairseq transformer_lm, end to end on toy data:
+#   base transformer_lm -> stage 1 (gilt_transformer_lm, LM only, new key projections at LR_SCALE x lr)
+#   -> stage 2 (gilt_post: 5/7 LM + 2/7 arc BCE + count CE, key projections and arc scorer at LR_SCALE x lr)
+#   -> fairseq-eval-lm (gold-graph conditional perplexity) and sipe-eval-lm --tags given,self.
+# Usage: bash examples/gilt_post/run.sh [DATA_DIR] [WORKDIR]
+#   DATA_DIR: a sipe-preprocess directory with {split}.arcs.bin/.idx (default: runs/demo/data-bin, the demo's;
+#             if that does not exist, a toy-grammar corpus of TRAIN_SENTENCES sentences is made and preprocessed
+#             under WORKDIR/data-bin, as scripts/demo.py does). WORKDIR default: runs/gilt_post.
+# Sizes and lengths are variables, e.g. BASE_UPDATES=100 STAGE1_UPDATES=30 STAGE2_UPDATES=60 bash examples/gilt_post/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+WORK=${2:-runs/gilt_post}
+DATA=${1:-}
+# base model (fairseq's transformer_lm; GiLT blocks are the upper half: layers LAYERS/2+1..LAYERS)
+LAYERS=${LAYERS:-4}; DIM=${DIM:-64}; FFN=${FFN:-256}; HEADS=${HEADS:-4}
+BASE_UPDATES=${BASE_UPDATES:-300}; BASE_LR=${BASE_LR:-0.002}
+# post-training (paper: stage 1 5k updates, stage 2 the rest of 3 epochs; 3e-5 base, 1.5e-4 new parts = 5x)
+STAGE1_UPDATES=${STAGE1_UPDATES:-100}; STAGE2_UPDATES=${STAGE2_UPDATES:-200}
+POST_LR=${POST_LR:-0.0005}; LR_SCALE=${LR_SCALE:-5}; STAGE2_WD=${STAGE2_WD:-0.0001}
+TOKENS=${TOKENS:-128}; MAX_TOKENS=${MAX_TOKENS:-2048}; SEED=${SEED:-1}
+TRAIN_SENTENCES=${TRAIN_SENTENCES:-5000}   # only when the toy data is made here
+EVAL_SENTENCES=${EVAL_SENTENCES:-100}      # sipe-eval-lm --tags: first N test sentences, one at a time
+BIN=.venv/bin
+mkdir -p "$WORK"
+if [ -z "$DATA" ]; then
+  DATA=runs/demo/data-bin
+  if [ ! -f "$DATA/dict.txt" ]; then
+    DATA=$WORK/data-bin
+    if [ ! -f "$DATA/dict.txt" ]; then
+      echo "[data] toy grammar, $TRAIN_SENTENCES training sentences -> $DATA"
+      $BIN/python -c "import sys; from sipe_fairseq.data import toy_grammar
+toy_grammar.make_corpus(sys.argv[1], n_train=int(sys.argv[2]), n_valid=300, n_test=300, seed=int(sys.argv[3]))" \
+        "$WORK/toy" "$TRAIN_SENTENCES" "$SEED"
+      $BIN/sipe-preprocess --train "$WORK/toy/train.conllu" --valid "$WORK/toy/valid.conllu" \
+        --test "$WORK/toy/test.conllu" --destdir "$DATA" --spm-vocab-size 300 > "$WORK/preprocess.log" 2>&1
+    fi
+  fi
+fi
+for split in train valid test; do
+  [ -f "$DATA/$split.arcs.idx" ] || { echo "$DATA/$split.arcs.idx missing: re-run sipe-preprocess (it writes arcs)" >&2; exit 1; }
+done
+echo "[data] $DATA"
+COMMON=(--user-dir sipe_fairseq --tokens-per-sample "$TOKENS" --sample-break-mode complete --max-tokens "$MAX_TOKENS"
+        --seed "$SEED" --no-epoch-checkpoints --num-workers 0 --log-format simple --log-interval 50)
+GILT=(--task gilt_lm --arch gilt_transformer_lm --optimizer grouped_adam --lr "$POST_LR" --lr-scheduler fixed
+      --warmup-updates 20 --clip-norm 1.0)
+step() {  # $1 = name; the rest: fairseq-train arguments. Skipped when its checkpoint exists.
+  local name=$1; shift
+  if [ -f "$WORK/$name/checkpoint_best.pt" ]; then echo "[$name] $WORK/$name/checkpoint_best.pt exists, skipped"; return; fi
+  local t=$(date +%s)
+  $BIN/fairseq-train "$DATA" "${COMMON[@]}" --save-dir "$WORK/$name" "$@" > "$WORK/train-$name.log" 2>&1
+  echo "[$name] $(( $(date +%s) - t )) s; last valid: $(grep "valid on 'valid'" "$WORK/train-$name.log" | tail -1 | sed 's/.*subset | //')"
+}
+start=$(date +%s)
+step base --task language_modeling --arch transformer_lm --decoder-layers "$LAYERS" --decoder-embed-dim "$DIM" \
+  --decoder-ffn-embed-dim "$FFN" --decoder-attention-heads "$HEADS" --share-decoder-input-output-embed --dropout 0.1 \
+  --optimizer adam --lr "$BASE_LR" --lr-scheduler inverse_sqrt --warmup-updates 50 --clip-norm 1.0 \
+  --max-update "$BASE_UPDATES"
+# stage 1: every base weight copied, new graph key projections (trunc-normal 0.02) at LR_SCALE x, LM loss only
+step stage1 "${GILT[@]}" --criterion gilt_lm --lm-only --lr-scales "gilt=$LR_SCALE" \
+  --gilt-init-from "$WORK/base/checkpoint_best.pt" --max-update "$STAGE1_UPDATES"
+# stage 2: 5/7 LM + 2/7 (arc BCE + count CE); graph projections and arc scorer at LR_SCALE x, weight decay
+step stage2 "${GILT[@]}" --criterion gilt_post --lr-scales "gilt=$LR_SCALE,arc=$LR_SCALE" --weight-decay "$STAGE2_WD" \
+  --gilt-init-from "$WORK/stage1/checkpoint_best.pt" --max-update "$STAGE2_UPDATES"
+echo "training wall time: $(( $(date +%s) - start )) s"
+EVAL=(--user-dir sipe_fairseq --tokens-per-sample "$TOKENS" --sample-break-mode complete --gen-subset test
+      --max-tokens "$MAX_TOKENS" --num-workers 0)
+$BIN/fairseq-eval-lm "$DATA" "${EVAL[@]}" --task language_modeling --path "$WORK/base/checkpoint_best.pt" 2>&1 \
+  | grep -E "Perplexity" | sed "s/^.*| /[base, fairseq-eval-lm test] /"
+$BIN/fairseq-eval-lm "$DATA" "${EVAL[@]}" --task gilt_lm --path "$WORK/stage2/checkpoint_best.pt" 2>&1 \
+  | grep -E "Perplexity" | sed "s/^.*| /[stage2, fairseq-eval-lm test, gold graph] /"
+t=$(date +%s)
+$BIN/sipe-eval-lm "$DATA" --gen-subset test --path base="$WORK/base/checkpoint_best.pt" \
+  --path gilt_post="$WORK/stage2/checkpoint_best.pt" --tags given,self --tags-max-sentences "$EVAL_SENTENCES" \
+  --json "$WORK/scores.json"
+echo "sipe-eval-lm: $(( $(date +%s) - t )) s; total $(( $(date +%s) - start )) s"
