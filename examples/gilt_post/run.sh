@@ -2,7 +2,7 @@
 # GiLT-GPT2-style post-training (gilt-facts.md section 6) of a fairseq transformer_lm, end to end on toy data:
 #   base transformer_lm -> stage 1 (gilt_transformer_lm, LM only, new key projections at LR_SCALE x lr)
 #   -> stage 2 (gilt_post: 5/7 LM + 2/7 arc BCE + count CE, key projections and arc scorer at LR_SCALE x lr)
-#   -> fairseq-eval-lm (gold-graph conditional perplexity) and sipe-eval-lm --tags given,self.
+#   -> fairseq-eval-lm (stage 2: gold-graph conditional perplexity) and sipe-eval-lm (base, stage 1, stage 2 side by side).
 # Usage: bash examples/gilt_post/run.sh [DATA_DIR] [WORKDIR]
 #   DATA_DIR: a sipe-preprocess directory with {split}.arcs.bin/.idx (default: runs/demo/data-bin, the demo's;
 #             if that does not exist, a toy-grammar corpus of TRAIN_SENTENCES sentences is made and preprocessed
@@ -21,7 +21,6 @@ STAGE1_UPDATES=${STAGE1_UPDATES:-100}; STAGE2_UPDATES=${STAGE2_UPDATES:-200}
 POST_LR=${POST_LR:-0.0005}; LR_SCALE=${LR_SCALE:-5}; STAGE2_WD=${STAGE2_WD:-0.0001}
 TOKENS=${TOKENS:-128}; MAX_TOKENS=${MAX_TOKENS:-2048}; SEED=${SEED:-1}
 TRAIN_SENTENCES=${TRAIN_SENTENCES:-5000}   # only when the toy data is made here
-EVAL_SENTENCES=${EVAL_SENTENCES:-100}      # sipe-eval-lm --tags: first N test sentences, one at a time
 BIN=.venv/bin
 mkdir -p "$WORK"
 if [ -z "$DATA" ]; then
@@ -67,12 +66,16 @@ step stage2 "${GILT[@]}" --criterion gilt_post --lr-scales "gilt=$LR_SCALE,arc=$
 echo "training wall time: $(( $(date +%s) - start )) s"
 EVAL=(--user-dir sipe_fairseq --tokens-per-sample "$TOKENS" --sample-break-mode complete --gen-subset test
       --max-tokens "$MAX_TOKENS" --num-workers 0)
-$BIN/fairseq-eval-lm "$DATA" "${EVAL[@]}" --task language_modeling --path "$WORK/base/checkpoint_best.pt" 2>&1 \
-  | grep -E "Perplexity" | sed "s/^.*| /[base, fairseq-eval-lm test] /"
-$BIN/fairseq-eval-lm "$DATA" "${EVAL[@]}" --task gilt_lm --path "$WORK/stage2/checkpoint_best.pt" 2>&1 \
-  | grep -E "Perplexity" | sed "s/^.*| /[stage2, fairseq-eval-lm test, gold graph] /"
+for name in base stage2; do
+  task=gilt_lm; [ "$name" = base ] && task=language_modeling
+  $BIN/fairseq-eval-lm "$DATA" "${EVAL[@]}" --task $task --path "$WORK/$name/checkpoint_best.pt" 2>&1 \
+    | grep -E "Perplexity" | sed "s/^.*eval_lm[:|] */[$name, fairseq-eval-lm --task $task, test] /"
+done
+# Side by side on one hexatag_lm view of the test split (same blocks and tokens for every model). Not --tags
+# given,self: sipe-eval-lm's per-sentence structure sources know gilt_txl only (eval/structure_sources.is_gilt)
+# and fail on a gilt_transformer_lm checkpoint ("needs its graph features").
 t=$(date +%s)
 $BIN/sipe-eval-lm "$DATA" --gen-subset test --path base="$WORK/base/checkpoint_best.pt" \
-  --path gilt_post="$WORK/stage2/checkpoint_best.pt" --tags given,self --tags-max-sentences "$EVAL_SENTENCES" \
-  --json "$WORK/scores.json"
-echo "sipe-eval-lm: $(( $(date +%s) - t )) s; total $(( $(date +%s) - start )) s"
+  --path stage1="$WORK/stage1/checkpoint_best.pt" --path stage2="$WORK/stage2/checkpoint_best.pt" \
+  --json "$WORK/scores.json" 2> "$WORK/sipe-eval-lm.log"
+echo "sipe-eval-lm: $(( $(date +%s) - t )) s; total $(( $(date +%s) - start )) s (log: $WORK/sipe-eval-lm.log)"
