@@ -2,7 +2,8 @@
 # GiLT-GPT2-style post-training (gilt-facts.md section 6) of a fairseq transformer_lm, end to end on toy data:
 #   base transformer_lm -> stage 1 (gilt_transformer_lm, LM only, new key projections at LR_SCALE x lr)
 #   -> stage 2 (gilt_post: 5/7 LM + 2/7 arc BCE + count CE, key projections and arc scorer at LR_SCALE x lr)
-#   -> fairseq-eval-lm (stage 2: gold-graph conditional perplexity) and sipe-eval-lm (base, stage 1, stage 2 side by side).
+#   control: the base trained on for as many updates without graphs (the paper's Post-GPT2)
+#   -> fairseq-eval-lm (stage 2: gold-graph conditional perplexity) and sipe-eval-lm (all four side by side).
 # Usage: bash examples/gilt_post/run.sh [DATA_DIR] [WORKDIR]
 #   DATA_DIR: a sipe-preprocess directory with {split}.arcs.bin/.idx (default: runs/demo/data-bin, the demo's;
 #             if that does not exist, a toy-grammar corpus of TRAIN_SENTENCES sentences is made and preprocessed
@@ -53,9 +54,9 @@ step() {  # $1 = name; the rest: fairseq-train arguments. Skipped when its check
   echo "[$name] $(( $(date +%s) - t )) s; last valid: $(grep "valid on 'valid'" "$WORK/train-$name.log" | tail -1 | sed 's/.*subset | //')"
 }
 start=$(date +%s)
-step base --task language_modeling --arch transformer_lm --decoder-layers "$LAYERS" --decoder-embed-dim "$DIM" \
-  --decoder-ffn-embed-dim "$FFN" --decoder-attention-heads "$HEADS" --share-decoder-input-output-embed --dropout 0.1 \
-  --optimizer adam --lr "$BASE_LR" --lr-scheduler inverse_sqrt --warmup-updates 50 --clip-norm 1.0 \
+BASE_ARCH=(--task language_modeling --arch transformer_lm --decoder-layers "$LAYERS" --decoder-embed-dim "$DIM"
+           --decoder-ffn-embed-dim "$FFN" --decoder-attention-heads "$HEADS" --share-decoder-input-output-embed --dropout 0.1)
+step base "${BASE_ARCH[@]}" --optimizer adam --lr "$BASE_LR" --lr-scheduler inverse_sqrt --warmup-updates 50 --clip-norm 1.0 \
   --max-update "$BASE_UPDATES"
 # stage 1: every base weight copied, new graph key projections (trunc-normal 0.02) at LR_SCALE x, LM loss only
 step stage1 "${GILT[@]}" --criterion gilt_lm --lm-only --lr-scales "gilt=$LR_SCALE" \
@@ -63,11 +64,15 @@ step stage1 "${GILT[@]}" --criterion gilt_lm --lm-only --lr-scales "gilt=$LR_SCA
 # stage 2: 5/7 LM + 2/7 (arc BCE + count CE); graph projections and arc scorer at LR_SCALE x, weight decay
 step stage2 "${GILT[@]}" --criterion gilt_post --lr-scales "gilt=$LR_SCALE,arc=$LR_SCALE" --weight-decay "$STAGE2_WD" \
   --gilt-init-from "$WORK/stage1/checkpoint_best.pt" --max-update "$STAGE2_UPDATES"
+# control (the paper's Post-GPT2): the base trained on for the same STAGE1+STAGE2 updates at POST_LR, no graphs
+step nograph "${BASE_ARCH[@]}" --finetune-from-model "$WORK/base/checkpoint_best.pt" \
+  --optimizer adam --lr "$POST_LR" --lr-scheduler fixed --warmup-updates 20 --clip-norm 1.0 \
+  --max-update $(( STAGE1_UPDATES + STAGE2_UPDATES ))
 echo "training wall time: $(( $(date +%s) - start )) s"
 EVAL=(--user-dir sipe_fairseq --tokens-per-sample "$TOKENS" --sample-break-mode complete --gen-subset test
       --max-tokens "$MAX_TOKENS" --num-workers 0)
-for name in base stage2; do
-  task=gilt_lm; [ "$name" = base ] && task=language_modeling
+for name in base nograph stage2; do
+  task=language_modeling; [ "$name" = stage2 ] && task=gilt_lm
   $BIN/fairseq-eval-lm "$DATA" "${EVAL[@]}" --task $task --path "$WORK/$name/checkpoint_best.pt" 2>&1 \
     | grep -E "Perplexity" | sed "s/^.*eval_lm[:|] */[$name, fairseq-eval-lm --task $task, test] /"
 done
@@ -76,6 +81,6 @@ done
 # and fail on a gilt_transformer_lm checkpoint ("needs its graph features").
 t=$(date +%s)
 $BIN/sipe-eval-lm "$DATA" --gen-subset test --path base="$WORK/base/checkpoint_best.pt" \
-  --path stage1="$WORK/stage1/checkpoint_best.pt" --path stage2="$WORK/stage2/checkpoint_best.pt" \
+  --path nograph="$WORK/nograph/checkpoint_best.pt" --path stage1="$WORK/stage1/checkpoint_best.pt" --path stage2="$WORK/stage2/checkpoint_best.pt" \
   --json "$WORK/scores.json" 2> "$WORK/sipe-eval-lm.log"
 echo "sipe-eval-lm: $(( $(date +%s) - t )) s; total $(( $(date +%s) - start )) s (log: $WORK/sipe-eval-lm.log)"
