@@ -17,7 +17,7 @@ DATA=${1:-}
 # base model (fairseq's transformer_lm; GiLT blocks are the upper half: layers LAYERS/2+1..LAYERS)
 LAYERS=${LAYERS:-4}; DIM=${DIM:-64}; FFN=${FFN:-256}; HEADS=${HEADS:-4}
 BASE_UPDATES=${BASE_UPDATES:-300}; BASE_LR=${BASE_LR:-0.002}
-# post-training (paper: stage 1 5k updates, stage 2 the rest of 3 epochs; 3e-5 base, 1.5e-4 new parts = 5x)
+# post-training (paper: 3 epochs of BLLIP-LG in all, stage 1 = 5k updates; 3e-5 pre-trained, 1.5e-4 new parts = 5x)
 STAGE1_UPDATES=${STAGE1_UPDATES:-100}; STAGE2_UPDATES=${STAGE2_UPDATES:-200}
 POST_LR=${POST_LR:-0.0005}; LR_SCALE=${LR_SCALE:-5}; STAGE2_WD=${STAGE2_WD:-0.0001}
 TOKENS=${TOKENS:-128}; MAX_TOKENS=${MAX_TOKENS:-2048}; SEED=${SEED:-1}
@@ -46,11 +46,13 @@ COMMON=(--user-dir sipe_fairseq --tokens-per-sample "$TOKENS" --sample-break-mod
         --seed "$SEED" --no-epoch-checkpoints --num-workers 0 --log-format simple --log-interval 50)
 GILT=(--task gilt_lm --arch gilt_transformer_lm --optimizer grouped_adam --lr "$POST_LR" --lr-scheduler fixed
       --warmup-updates 20 --clip-norm 1.0)
-step() {  # $1 = name; the rest: fairseq-train arguments. Skipped when its checkpoint exists.
+step() {  # $1 = name; the rest: fairseq-train arguments. Skipped when its checkpoint exists (delete WORK/NAME to redo;
+          # a retrained base or stage 1 needs the later steps deleted too)
   local name=$1; shift
   if [ -f "$WORK/$name/checkpoint_best.pt" ]; then echo "[$name] $WORK/$name/checkpoint_best.pt exists, skipped"; return; fi
   local t=$(date +%s)
-  $BIN/fairseq-train "$DATA" "${COMMON[@]}" --save-dir "$WORK/$name" "$@" > "$WORK/train-$name.log" 2>&1
+  $BIN/fairseq-train "$DATA" "${COMMON[@]}" --save-dir "$WORK/$name" "$@" > "$WORK/train-$name.log" 2>&1 \
+    || { echo "[$name] fairseq-train failed; the end of $WORK/train-$name.log:" >&2; tail -5 "$WORK/train-$name.log" >&2; exit 1; }
   echo "[$name] $(( $(date +%s) - t )) s; last valid: $(grep "valid on 'valid'" "$WORK/train-$name.log" | tail -1 | sed 's/.*subset | //')"
 }
 start=$(date +%s)
