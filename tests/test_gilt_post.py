@@ -294,3 +294,39 @@ def test_two_stage_post_training_end_to_end(bases, toy_data, tmp_path):
                "--gen-subset", "valid", "--max-tokens", "1024", "--num-workers", "0"], cwd=tmp_path)
     bits = float(re.search(r"Loss \(base 2\): ([\d.]+)", out).group(1))
     assert bits == pytest.approx(float(valid[-1][1]), abs=0.01)
+
+
+@torch.no_grad()
+def test_structure_sources_score_a_post_trained_model(bases, toy_data):
+    """The beam over graphs (``sipe-eval-lm --tags``, BLiMP, SyntaxGym) on ``gilt_transformer_lm``: fairseq's
+    decoder takes one new token per cached call and its o_w embedding carries the position's embedding.
+    ``self`` equals an independent greedy loop of full forwards (test_gilt_eval.greedy_loop), ``given``
+    one full forward on the gold graph, ``beam:1`` with one count pays the counts on top of ``self``."""
+    from test_gilt_eval import greedy_loop, per_token
+
+    from sipe_fairseq.eval import gilt_scoring, structure_sources
+
+    task, model, _ = build(toy_data, "--gilt-init-from", bases["transformer_lm"], "--gilt-proj-init-std", "0.5")
+    model = model.double()
+    assert structure_sources.is_gilt(model) and structure_sources.default_sources(model) == ["self"]
+    n = 6
+    res = structure_sources.score_split_sources(model, task, "valid", ["given", "self", "beam:1"], max_sentences=n,
+                                                count_beam=1)
+    sentences = gilt_scoring.read_sentences(str(toy_data), "valid", task.source_dictionary)[:n]
+    lm, counts, cond = 0.0, 0.0, 0.0
+    for words, gold in sentences:
+        _, token_lp, count_lp = greedy_loop(model, words)
+        lm, counts, cond = lm - sum(token_lp), counts - count_lp, cond - sum(per_token(model, words, gold))
+    assert res["self"]["sentences"] == n
+    assert res["self"]["nll"] == pytest.approx(lm, rel=1e-7)
+    assert res["beam:1"]["nll"] == pytest.approx(lm + counts, rel=1e-7) and counts > 1.0
+    assert res["given"]["nll"] == pytest.approx(cond, rel=1e-7)
+    assert abs(res["given"]["nll"] - res["self"]["nll"]) > 1e-3  # the graph matters
+
+
+def test_hexatag_input_model_is_refused_by_structure_sources(bases, toy_data):
+    from sipe_fairseq.eval import structure_sources
+
+    task, model, _ = build(toy_data, "--gilt-init-from", bases["sipe_transformer_lm"])
+    with pytest.raises(ValueError, match="reads hexatags as input"):  # before any forward
+        structure_sources.score_split_sources(model, task, "valid", ["self"], max_sentences=1)

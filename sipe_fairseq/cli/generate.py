@@ -109,7 +109,7 @@ def run(args, prompts: List[str], model, task) -> int:
     from sipe_fairseq.data.encode import SentenceEncoder
     from sipe_fairseq.data.tag_dictionary import NOTAG_ID
     from sipe_fairseq.models.generation import hypothesis_words
-    from sipe_fairseq.models.gilt_generation import is_gilt
+    from sipe_fairseq.models.gilt_lm import is_gilt
     from sipe_fairseq.parsing import BackendLoadError, get_parser as get_backend, parse_each, split_words
 
     model.eval()

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.graph_features import N_FEATURES, GraphTape
-from ..models.gilt_lm import top_arcs
+from ..models.gilt_lm import check_prefix_decodable, top_arcs
 from ..modules.arc_scorer import MAX_COUNT
 
 logger = logging.getLogger(__name__)
@@ -90,15 +90,20 @@ class _Beam:
             table = torch.cat([torch.zeros(b, 1, N_FEATURES, dtype=torch.long), rows[:, :, 1:].transpose(1, 2)], 1)  # 0: no word
             keys = torch.tensor(self.word_of_pos)
             feats[:] = table[:, keys][:, None]
-        logits, extra = self.dec(prefix, gilt_features=feats.to(device), incremental_state=self.state)
+        feats = feats.to(device)
+        if self.dec.one_token_per_call:  # fairseq's TransformerDecoder: one new token per incremental call
+            steps = [self.dec(prefix[:, : n - k + j + 1], gilt_features=feats[:, j:j + 1, : n - k + j + 1],
+                              incremental_state=self.state) for j in range(k)]
+            logits, extra = torch.cat([s[0] for s in steps], 1), steps[-1][1]
+        else:
+            logits, extra = self.dec(prefix, gilt_features=feats, incremental_state=self.state)
         lp = F.log_softmax(logits.double(), -1).cpu()
-        up, low = self.dec.arc_layers()
-        self.last = (extra["inner_states"][up][:, -1], extra["inner_states"][low][:, -1])
+        self.last = self.dec.arc_states(extra)
         return lp
 
     def reorder(self, order: torch.Tensor):
         self.dec.reorder_incremental_state(self.state, order.to(self.o.device))
-        self.last = tuple(t.index_select(0, order.to(t.device)) for t in self.last)
+        self.last = self.last.index_select(0, order.to(self.last.device))
         self.o = self.o.index_select(0, order.to(self.o.device))
 
 
@@ -114,7 +119,7 @@ def score_sentence(model, words: Words, eos: int, beam: int = 20, count_beam: in
     bs.score = torch.zeros(1, dtype=dt)
     lm = torch.zeros(1, 0, dtype=dt)  # per hypothesis, per scored target
     counts = torch.zeros(1, 0, dtype=dt)  # per hypothesis, per word: log pi(c)
-    bs.o = torch.zeros(1, 1, 3 * dec.cfg.decoder_embed_dim, dtype=dec.embed_tokens.weight.dtype,
+    bs.o = torch.zeros(1, 1, 3 * dec.arc_dim, dtype=dec.embed_tokens.weight.dtype,
                        device=dec.embed_tokens.weight.device)
     running, prefix, types, z = [], [], [], 0.0
     arc_costs: List[float] = []
@@ -133,8 +138,8 @@ def score_sentence(model, words: Words, eos: int, beam: int = 20, count_beam: in
     for i, pieces in enumerate(words, 1):
         first = pieces[0]
         advance(lp[:, -1, first], "word_initial")
-        emb = dec.embed_tokens.weight[first] * dec.embed_scale
-        o_w = torch.cat([bs.last[0], bs.last[1], emb.expand(bs.o.size(0), -1)], -1)
+        emb = dec.arc_embedding(torch.tensor([bs.tokens + [first]], device=bs.o.device))
+        o_w = torch.cat([bs.last[:, 0], bs.last[:, 1], emb.expand(bs.o.size(0), -1)], -1)
         o_nodes = torch.cat([bs.o, o_w[:, None]], 1)
         prev = torch.stack([torch.from_numpy(t.row()).T for t in bs.tapes])  # (B, i, 3) over nodes 0..i-1
         prev = torch.cat([prev, prev.new_zeros(prev.size(0), 1, N_FEATURES)], 1)
@@ -287,8 +292,7 @@ def score_source(model, words: Words, eos: int, source: str, count_beam: int = 5
     kind, k = parse_tag_source(source)
     if kind == "beam-word":
         raise ValueError(f"tag source {source!r} is a beam over SiPE tags; a GiLT model takes given, self or beam:K")
-    if getattr(model.decoder, "arc_scorer", None) is None:
-        raise ValueError(f"tag source {source!r}: the gilt_txl model has no arc scorer (trained with --no-gilt-arc-scorer)")
+    check_prefix_decodable(model)
     if kind == "given":
         if gold is None:
             raise ValueError("tag source 'given' for a GiLT model needs the sentence's graph (a data directory's arcs, "
@@ -366,8 +370,7 @@ def self_graph_sample(model, sample: dict, dictionary) -> dict:
     from ..data.arcs import per_word
     from ..data.gilt_dataset import MATRIX_KEYS, block_graph
 
-    if getattr(model.decoder, "arc_scorer", None) is None:
-        raise ValueError("the gilt_txl model has no arc scorer (trained with --no-gilt-arc-scorer): it cannot choose a graph")
+    check_prefix_decodable(model)
     net = sample["net_input"]
     src, target = net["src_tokens"], sample["target"]
     eos, pad = dictionary.eos(), dictionary.pad()
@@ -440,8 +443,10 @@ def main(argv=None) -> int:
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return CHECKPOINT_EXIT_STATUS
-    if getattr(model.decoder, "arc_scorer", None) is None:
-        print(f"error: checkpoint {args.path}: not a gilt_txl model with an arc scorer", file=sys.stderr)
+    try:
+        check_prefix_decodable(model)
+    except ValueError as e:
+        print(f"error: checkpoint {args.path}: {e}", file=sys.stderr)
         return CHECKPOINT_EXIT_STATUS
     try:
         sentences = read_sentences(args.data, args.split, task.dictionary, args.max_sentences)

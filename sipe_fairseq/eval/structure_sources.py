@@ -22,18 +22,12 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
+from ..models.gilt_lm import is_gilt
 from . import gilt_scoring, prefix_tags
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_COUNT_BEAM = 5  # counts each GiLT hypothesis branches on (gilt-facts.md section 4: scorebeamsize 5)
-
-
-def is_gilt(model) -> bool:
-    """Whether ``model`` is a GiLT decoder (``gilt_txl``), whose structure is a graph of arcs."""
-    from ..models.gilt_lm import GiltDecoder
-
-    return isinstance(getattr(model, "decoder", None), GiltDecoder)
 
 
 def default_sources(model) -> List[str]:

@@ -167,12 +167,13 @@ class StructuredSequenceGenerator(SequenceGenerator):
 
 def wrap_for_generation(models, dictionary, placement: str, sample_structure: bool, constrained: bool = True,
                         use_cache: bool = True):
-    """Each model wrapped for its family: a ``gilt_txl`` model (arc scorer) in
+    """Each model wrapped for its family: a GiLT model (``gilt_txl``, ``gilt_transformer_lm``) in
     :class:`~.gilt_generation.ArcChoosingLM`, a tagged decoder in :class:`~.tag_generation.TagChoosingLM`;
     a plain LM unchanged. ``placement``: the task's ``--tag-head-placement`` (SiPE); ``sample_structure``:
     sample the tags / arc counts (else argmax); ``constrained``, ``use_cache``: SiPE's options.
     Returns ``(models, any_wrapped)``."""
-    from .gilt_generation import ArcChoosingLM, is_gilt
+    from .gilt_generation import ArcChoosingLM
+    from .gilt_lm import is_gilt
     from .tag_generation import TagChoosingLM, needs_tags
 
     out = []

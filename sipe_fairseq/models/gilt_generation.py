@@ -43,18 +43,12 @@ import torch.nn.functional as F
 from ..data.graph_features import N_FEATURES, GraphTape
 from ..modules.arc_scorer import MAX_COUNT
 from .generation import StructureChoosingDecoder, StructureChoosingLM, hypothesis_words
-from .gilt_lm import top_arcs
+from .gilt_lm import check_prefix_decodable, top_arcs
 
 logger = logging.getLogger(__name__)
 
 MODEL, PROMPT = 1, 2  # arc origins per word
 WordArcs = Tuple[List[int], List[int]]  # (heads among 0..i-1, dependents among 1..i-1)
-
-
-def is_gilt(model) -> bool:
-    """Whether a decoder LM is a GiLT model (it reads graph features: ``gilt_txl``)."""
-    decoder = getattr(model, "decoder", model)
-    return hasattr(decoder, "graph_tables") and hasattr(decoder, "arc_scorer")
 
 
 class ArcChoosingDecoder(StructureChoosingDecoder):
@@ -63,9 +57,7 @@ class ArcChoosingDecoder(StructureChoosingDecoder):
 
     def __init__(self, inner, dictionary, sample_counts: bool = False):
         super().__init__(inner, dictionary)
-        if getattr(inner, "arc_scorer", None) is None:
-            raise ValueError("this gilt_txl model has no arc scorer (--gilt-arc-scorer false): it cannot choose arcs "
-                             "to generate with")
+        check_prefix_decodable(inner)
         self.sample_counts = sample_counts
 
     def set_prompt(self, prefix_tokens: Optional[torch.Tensor], arcs: Optional[Sequence[Optional[Sequence[WordArcs]]]] = None):
@@ -78,7 +70,7 @@ class ArcChoosingDecoder(StructureChoosingDecoder):
 
     # ------------------------------------------------------------------ state
     def _init_state(self, rows: int, device) -> dict:
-        d = self.inner.cfg.decoder_embed_dim
+        d = self.inner.arc_dim
         dtype = self.inner.embed_tokens.weight.dtype
         st = {"words": torch.zeros(rows, dtype=torch.long, device=device),  # words so far
               "wpos": torch.zeros(rows, 1, dtype=torch.long, device=device),  # word of each input position
@@ -125,12 +117,13 @@ class ArcChoosingDecoder(StructureChoosingDecoder):
         self.given_replaced += 1
         return None
 
-    def _add_word(self, st, row: int, pos: int, token: int) -> None:
-        """Word i = words + 1 starts at input ``pos`` of ``row``: choose its arcs, grow the graph."""
+    def _add_word(self, st, row: int, pos: int, tokens: torch.Tensor) -> None:
+        """Word i = words + 1 starts at input ``pos`` of ``row`` (``tokens``: the row's inputs 0..pos):
+        choose its arcs, grow the graph."""
         dec = self.inner
         i = int(st["words"][row]) + 1
         dt = torch.float64 if dec.embed_tokens.weight.dtype == torch.float64 else torch.float32
-        emb = dec.embed_tokens.weight[token] * dec.embed_scale
+        emb = dec.arc_embedding(tokens[None])[0]
         o_w = torch.cat([st["last"][row, 0], st["last"][row, 1], emb])
         o_nodes = torch.cat([st["o"][row, :i], o_w[None]])[None]  # (1, i+1, 3d), node 0: the root
         tape = st["tapes"][row]
@@ -179,13 +172,12 @@ class ArcChoosingDecoder(StructureChoosingDecoder):
             new = tokens[:, pos]
             starts = self.starts_word_at(tokens) & new.ne(self.eos) & new.ne(self.dictionary.pad())
             for r in starts.nonzero().flatten().tolist():
-                self._add_word(st, r, pos, int(new[r]))
+                self._add_word(st, r, pos, tokens[r, :pos + 1])
             st["wpos"] = torch.cat([st["wpos"], st["words"][:, None]], 1)
         # the new query row: each key position's word's value in the row's newest tape row (0: no word)
         feats = st["table"].gather(1, st["wpos"][:, :, None].expand(-1, -1, N_FEATURES))[:, None]
         logits, extra = self.inner(tokens, gilt_features=feats, incremental_state=incremental_state)
-        up, low = self.inner.arc_layers()
-        st["last"] = torch.stack([extra["inner_states"][up][:, -1], extra["inner_states"][low][:, -1]], 1)
+        st["last"] = self.inner.arc_states(extra)
         self.set_state(incremental_state, st)
         excluded = torch.zeros(rows, 1, logits.size(-1), dtype=torch.bool, device=logits.device)
         excluded[..., self.dictionary.bos()] = True  # a boundary inside a sentence: no word there (data/gilt_dataset.py)

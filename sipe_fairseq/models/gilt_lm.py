@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from fairseq.models import FairseqLanguageModel, register_model, register_model_architecture
 
-from ..modules.arc_scorer import ArcScorer, word_inputs
+from ..modules.arc_scorer import ArcScorer, arc_layer_indices, word_inputs
 from ..modules.graph_term import GraphContext, GraphFeatureTables, attach_graph_terms
 from ._common import log_parameters
 from ._common import preset
@@ -34,7 +34,9 @@ class GiltConfig(SiPEDecoderConfig):
     gilt_first_layer: int = field(default=1, metadata={"help": "graph-feature term in attention layers K..L (GiLT: all)"})
     gilt_proj_init_std: float = field(default=0.02, metadata={"help": "init std of the per-layer feature projections (0: "
                                                                      "the model starts as plain Transformer-XL)"})
-    gilt_arc_scorer: bool = field(default=True, metadata={"help": "build the arc scorer and count head (section 2)"})
+    gilt_arc_scorer: bool = field(default=True, metadata={
+        "help": "build the arc scorer and count head (section 2); on by default: the flag --gilt-arc-scorer turns it "
+                "off (fairseq's rule for a default-True field)"})
 
 
 def pair_values(src_words: torch.Tensor, pairs: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor:
@@ -42,6 +44,27 @@ def pair_values(src_words: torch.Tensor, pairs: torch.Tensor, rows: slice = slic
     word of each position and the word-level ``pairs`` (B, W+1, W+1, 3)."""
     b = torch.arange(src_words.size(0), device=src_words.device)[:, None, None]
     return pairs[b, src_words[:, rows, None], src_words[:, None, :]]
+
+
+def is_gilt(model) -> bool:
+    """Whether ``model`` (or its decoder) reads graph features and predicts arcs: ``gilt_txl`` and
+    ``gilt_transformer_lm`` (both expose :class:`GiltDecoder`'s scoring interface: ``arc_scorer``,
+    ``arc_states``, ``arc_embedding``, ``arc_dim``, ``one_token_per_call``)."""
+    decoder = getattr(model, "decoder", model)
+    return hasattr(decoder, "graph_tables") and hasattr(decoder, "arc_scorer")
+
+
+def check_prefix_decodable(model) -> None:
+    """ValueError unless a GiLT model can build its graph from the prefix alone (beam over graphs,
+    generation): it needs its arc scorer, and reads no hexatags (``gilt_transformer_lm
+    --gilt-hexatag-input``, post-trained from a ``sipe_transformer_lm``, does)."""
+    decoder = getattr(model, "decoder", model)
+    if getattr(decoder, "arc_scorer", None) is None:
+        raise ValueError("this GiLT model has no arc scorer (trained with the flag --gilt-arc-scorer, which turns the "
+                         "default-on scorer off): it cannot choose a graph")
+    if getattr(decoder, "hexatag_input", False):
+        raise ValueError("this gilt_transformer_lm reads hexatags as input (--gilt-hexatag-input, a sipe_transformer_lm "
+                         "base): its structure cannot be chosen from the prefix alone")
 
 
 def top_arcs(head: torch.Tensor, dep: torch.Tensor, i: int, c: int):
@@ -100,10 +123,25 @@ class GiltDecoder(SiPEDecoder):
             extra["arcs"] = self.arc_scorer(o, gilt_local, gilt_sent, gilt_prev)
         return x, extra
 
-    def arc_layers(self):
-        """Indices into ``inner_states`` feeding o_w: layers L/2+1 and L-1 (gilt-facts.md section 2)."""
-        n = len(self.layers)
-        return min(n, n // 2 + 1), max(0, n - 1)
+    # the interface the beam over graphs (eval/gilt_scoring.py) and generation (gilt_generation.py) use,
+    # shared with gilt_transformer_lm's decoder
+    one_token_per_call = False  # incremental calls may feed k > 1 new tokens
+
+    @property
+    def arc_dim(self) -> int:
+        """d of each of o_w's three parts."""
+        return self.cfg.decoder_embed_dim
+
+    def arc_states(self, extra) -> torch.Tensor:
+        """(B, 2, d): the last position's outputs of layers L/2+1 and L-1 (o_w's first two parts for the
+        next word) from a forward's ``extra``."""
+        up, low = arc_layer_indices(len(self.layers))
+        return torch.stack([extra["inner_states"][up][:, -1], extra["inner_states"][low][:, -1]], 1)
+
+    def arc_embedding(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, d): o_w's third part for the last token of ``tokens`` (B, S), as the arc scorer reads it in
+        training (the scaled token embedding; Transformer-XL has no absolute positions)."""
+        return self.embed_tokens(tokens[:, -1]) * self.embed_scale
 
 
 class GiltLanguageModel(FairseqLanguageModel):

@@ -27,6 +27,7 @@ the full prefix, or ``gilt_features`` (B, 1, S, 3)).
 import logging
 from dataclasses import dataclass, field
 
+import torch
 import torch.nn as nn
 from fairseq.dataclass import ChoiceEnum
 from fairseq.distributed import fsdp_wrap
@@ -38,7 +39,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from ..modules import tag_pair_classes
-from ..modules.arc_scorer import ArcScorer, word_inputs
+from ..modules.arc_scorer import ArcScorer, arc_layer_indices, word_inputs
 from ..modules.graph_key_attention import GraphKeyAttention
 from ..modules.graph_term import GraphContext, GraphFeatureTables, GraphFeatureTerm
 from ._common import check_tag_inputs, log_parameters, preset
@@ -59,7 +60,9 @@ class GiltTransformerLMConfig(TransformerLanguageModelConfig):
         "help": "init of the new per-layer projections: trunc_normal (std --gilt-proj-init-std, cut at 2 std; "
                 "GiLT-GPT2) or zero (the model starts as the base LM exactly)"})
     gilt_proj_init_std: float = field(default=0.02, metadata={"help": "std of --gilt-proj-init trunc_normal"})
-    gilt_arc_scorer: bool = field(default=True, metadata={"help": "build the arc scorer and count head (section 2)"})
+    gilt_arc_scorer: bool = field(default=True, metadata={
+        "help": "build the arc scorer and count head (section 2); on by default: the flag --gilt-arc-scorer turns it "
+                "off (fairseq's rule for a default-True field)"})
     gilt_hexatag_input: bool = field(default=False, metadata={
         "help": "hexatag input injection of a sipe_transformer_lm base (set by --gilt-init-from)"})
     gilt_init_from: str = field(default="", metadata={
@@ -115,6 +118,33 @@ class GiltTransformerDecoder(TransformerDecoder):
         if cfg.checkpoint_activations:
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
+
+    # the scoring interface of gilt_lm.GiltDecoder (beam over graphs, generation)
+    one_token_per_call = True  # fairseq's incremental contract: one new token per call
+
+    @property
+    def arc_dim(self) -> int:
+        return self.embed_dim
+
+    def arc_states(self, extra) -> torch.Tensor:
+        """(B, 2, d): the last position's outputs of layers L/2+1 and L-1 (``inner_states`` are T x B x C)."""
+        up, low = arc_layer_indices(len(self.layers))
+        return torch.stack([extra["inner_states"][up][-1], extra["inner_states"][low][-1]], 1)
+
+    def arc_embedding(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, d): o_w's third part for the last token of ``tokens`` (B, S), what the arc scorer reads in
+        training (``inner_states[0]``: scaled token embedding + its position's embedding, as fairseq's
+        ``extract_features`` builds it; no dropout in eval)."""
+        x = self.embed_scale * self.embed_tokens(tokens[:, -1:])
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        if self.embed_positions is not None:
+            x = x + self.embed_positions(tokens)[:, -1:]
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        return self.dropout_module(x)[:, 0]
 
     def graph_attentions(self):
         """The attentions that carry a graph term, lowest layer first."""

@@ -170,15 +170,21 @@ def arc_losses(out: dict, gold_head: torch.Tensor, gold_dep: torch.Tensor):
     return bce, ce, int(hm.sum() + dm.sum()), int(wm.sum()), correct, tp, n_pred, n_gold
 
 
+def arc_layer_indices(n_layers: int):
+    """Indices into a decoder's inner states (0 = embeddings, i = output of layer i) that feed o_w:
+    layers L/2+1 and L-1 (gilt-facts.md section 2)."""
+    return min(n_layers, n_layers // 2 + 1), max(0, n_layers - 1)
+
+
 def word_inputs(inner, tokens_embedded: torch.Tensor, word_pos: torch.Tensor, sent: torch.Tensor):
     """o_w = [h^(L/2+1)_(k-1); h^(L-1)_(k-1); emb(x_k)] (B, W+1, 3d) from the decoder's inner states
     (index 0 = embeddings, i = output of layer i) and the scaled embeddings of the input positions."""
-    n_layers = len(inner) - 1
-    upper, lower = inner[min(n_layers, n_layers // 2 + 1)], inner[max(0, n_layers - 1)]
+    up, low = arc_layer_indices(len(inner) - 1)
+    upper, lower = inner[up], inner[low]
     prev = (word_pos - 1).clamp(min=0)
     take = lambda x, pos: x.gather(1, pos[..., None].expand(-1, -1, x.size(-1)))  # noqa: E731
     o = torch.cat([take(upper, prev), take(lower, prev), take(tokens_embedded, word_pos)], dim=-1)
     return o * (sent >= 0)[..., None].to(o.dtype)
 
 
-__all__ = ["ArcScorer", "MAX_COUNT", "arc_losses", "sinusoid", "word_inputs"]
+__all__ = ["ArcScorer", "MAX_COUNT", "arc_layer_indices", "arc_losses", "sinusoid", "word_inputs"]
