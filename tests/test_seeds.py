@@ -62,3 +62,39 @@ def test_seed_from_file_name_and_column_order(tmp_path, capsys):
     assert table["position"]["beam:16"]["mean"] == 18.0
     header = capsys.readouterr().out.splitlines()[0]
     assert header.split(" | ")[1:] == ["blocks p(x|tags)", "given", "self", "beam:4", "beam:16", "beam-word:4 |"]
+
+
+def test_blimp_and_syntaxgym_reports_join_the_model_rows(tmp_path, capsys):
+    """BLiMP reports (compute_report's own output) and SyntaxGym reports add each column's overall accuracy
+    to the row of its model and seed: 'position [self]' -> row position-sN, score 'BLiMP self'."""
+    from sipe_fairseq.eval.blimp import BlimpPair, compute_report
+
+    pairs = [BlimpPair(f"good {i}", f"bad {i}", "uid", str(i), "f", "t", f"x:{i}") for i in range(4)]
+    files = []
+    for seed, n_right in ((1, 3), (2, 1)):  # 'position' gets n_right of 4 pairs right, 'position [self]' all 4
+        scores = {"position": {p.good: float(k < n_right) for k, p in enumerate(pairs)},
+                  "position [self]": {p.good: 1.0 for p in pairs}}
+        for name in scores:
+            scores[name].update({p.bad: 0.5 for p in pairs})
+        blimp = tmp_path / f"blimp-s{seed}.json"
+        blimp.write_text(json.dumps(compute_report(pairs, scores, {})))
+        gym = tmp_path / f"syntaxgym-s{seed}.json"
+        gym.write_text(json.dumps({"suites": {}, "overall": {
+            "position": {"accuracy": 0.25 * seed, "suites": 2, "suites_unscored": 0},
+            "position [self]": {"accuracy": None, "suites": 0, "suites_unscored": 2}}}))
+        lm = tmp_path / f"position-s{seed}.json"
+        lm.write_text(json.dumps({"position": _row(10.0 * seed, 1.0, {"self": 20.0 * seed})}))
+        files += [str(lm), str(blimp), str(gym)]
+    out = tmp_path / "agg.json"
+    assert main(["seeds", *files, "--json", str(out)]) == 0
+    got = json.loads(out.read_text())["position"]
+    np.testing.assert_allclose(got["BLiMP given"]["mean"], np.mean([75.0, 25.0]))
+    np.testing.assert_allclose(got["BLiMP given"]["sd"], np.std([75.0, 25.0], ddof=1))
+    assert got["BLiMP self"]["min"] == got["BLiMP self"]["max"] == 100.0
+    np.testing.assert_allclose(got["SyntaxGym given"]["mean"], 37.5)
+    assert "SyntaxGym self" not in got  # no suite scored: no number
+    assert got["self"]["mean"] == 30.0 and got["self"]["n"] == 2
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.split(" | ")[1:] == ["blocks p(x|tags)", "self", "BLiMP given", "BLiMP self", "SyntaxGym given |"]
+    # the same accuracy twice for one model and seed is refused
+    assert main(["seeds", files[1], files[1]]) == 2

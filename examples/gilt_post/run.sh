@@ -3,7 +3,8 @@
 #   base transformer_lm -> stage 1 (gilt_transformer_lm, LM only, new key projections at LR_SCALE x lr)
 #   -> stage 2 (gilt_post: 5/7 LM + 2/7 arc BCE + count CE, key projections and arc scorer at LR_SCALE x lr)
 #   control: the base trained on for as many updates without graphs (the paper's Post-GPT2)
-#   -> fairseq-eval-lm (stage 2: gold-graph conditional perplexity) and sipe-eval-lm (all four side by side).
+#   -> fairseq-eval-lm (stage 2: gold-graph conditional perplexity) and sipe-eval-lm (all four side by side;
+#   then nograph vs stage 2 sentence by sentence with structure sources given, self and beam:$BEAM, default 4).
 # Usage: bash examples/gilt_post/run.sh [DATA_DIR] [WORKDIR]
 #   DATA_DIR: a sipe-preprocess directory with {split}.arcs.bin/.idx (default: runs/demo/data-bin, the demo's;
 #             if that does not exist, a toy-grammar corpus of TRAIN_SENTENCES sentences is made and preprocessed
@@ -78,11 +79,14 @@ for name in base nograph stage2; do
   $BIN/fairseq-eval-lm "$DATA" "${EVAL[@]}" --task $task --path "$WORK/$name/checkpoint_best.pt" 2>&1 \
     | grep -E "Perplexity" | sed "s/^.*eval_lm[:|] */[$name, fairseq-eval-lm --task $task, test] /"
 done
-# Side by side on one hexatag_lm view of the test split (same blocks and tokens for every model). Not --tags
-# given,self: sipe-eval-lm's per-sentence structure sources know gilt_txl only (eval/structure_sources.is_gilt)
-# and fail on a gilt_transformer_lm checkpoint ("needs its graph features").
+# Side by side on one hexatag_lm view of the test split (same blocks and tokens for every model).
 t=$(date +%s)
 $BIN/sipe-eval-lm "$DATA" --gen-subset test --path base="$WORK/base/checkpoint_best.pt" \
   --path nograph="$WORK/nograph/checkpoint_best.pt" --path stage1="$WORK/stage1/checkpoint_best.pt" --path stage2="$WORK/stage2/checkpoint_best.pt" \
   --json "$WORK/scores.json" 2> "$WORK/sipe-eval-lm.log"
+# Every sentence alone with the structure from the prefix: stage 2's exact self q(x) and its beam over graphs
+# (gilt-facts.md section 4) beside the no-graph models' per-sentence perplexity, the numbers comparable with them.
+$BIN/sipe-eval-lm "$DATA" --gen-subset test --path nograph="$WORK/nograph/checkpoint_best.pt" \
+  --path stage2="$WORK/stage2/checkpoint_best.pt" --tags given,self,beam:${BEAM:-4} \
+  --json "$WORK/scores-sources.json" > "$WORK/scores-sources.md" 2>> "$WORK/sipe-eval-lm.log"
 echo "sipe-eval-lm: $(( $(date +%s) - t )) s; total $(( $(date +%s) - start )) s (log: $WORK/sipe-eval-lm.log)"

@@ -13,6 +13,11 @@ group and score the table shows ``mean ± sd`` (sample standard deviation over s
   ``given-joint`` (joint bound), ``self`` (exact), ``beam:K`` (bound), as
   :func:`~sipe_fairseq.eval.prefix_tags.markdown_tag_sources` names them.
 
+``sipe-eval blimp --json`` and ``sipe-eval syntaxgym --json`` reports may be given too (``blimp-s1.json``:
+the seed is the file's suffix): each column ``NAME`` / ``NAME [SOURCE]`` adds the overall accuracy (%) as
+score ``BLiMP SOURCE`` / ``SyntaxGym SOURCE`` to row ``NAME-sSEED`` (BLiMP: mean over pairs; SyntaxGym: mean
+over suites), so one table holds a model's perplexities and its accuracies.
+
 A group missing a score in some seeds shows the seeds it has (n); a report that cannot be read is one
 line naming the file and exit status 2.
 """
@@ -36,7 +41,7 @@ class SeedsError(ValueError):
 
 
 def read_reports(paths: Sequence[str], suffix: str = r"-s(\d+)$") -> "OrderedDict[str, dict]":
-    """``{row name: row}`` over all reports, in the order given; a name seen twice is an error. A row
+    """``{row name: row}`` over all reports, in the order given; a score seen twice for a name is an error. A row
     whose name has no seed suffix, in a file whose name has one (``position`` in ``position-s2.json``,
     as ``examples/ewt/section5.sh`` writes them), takes the file's suffix."""
     rows = OrderedDict()
@@ -47,16 +52,46 @@ def read_reports(paths: Sequence[str], suffix: str = r"-s(\d+)$") -> "OrderedDic
                 report = json.load(f)
         except (OSError, json.JSONDecodeError) as e:
             raise SeedsError(f"{path}: not a sipe-eval-lm --json report ({e})") from None
-        if not isinstance(report, dict) or not all(isinstance(r, dict) for r in report.values()):
-            raise SeedsError(f"{path}: not a sipe-eval-lm --json report (expected {{name: scores}})")
+        if not isinstance(report, dict):
+            raise SeedsError(f"{path}: not a sipe-eval-lm, blimp or syntaxgym --json report (expected an object)")
         stem = re.sub(r"\.json$", "", os.path.basename(path))
         seed = pattern.search(stem)
-        for name, row in report.items():
+        suite = suite_rows(report)
+        if suite is None and not all(isinstance(r, dict) for r in report.values()):
+            raise SeedsError(f"{path}: not a sipe-eval-lm, blimp or syntaxgym --json report")
+        for name, row in (suite or report).items():
             if seed and not pattern.search(name):
                 name = name + seed.group(0)
-            if name in rows:
-                raise SeedsError(f"{path}: row {name!r} also in an earlier report")
-            rows[name] = row
+            if name in rows:  # a model's perplexities and its suite accuracies merge; the same score twice is an error
+                old = rows[name]
+                if (set(old) & set(row)) - {"suites"} or set(old.get("suites", {})) & set(row.get("suites", {})):
+                    raise SeedsError(f"{path}: row {name!r} also in an earlier report")
+                suites = {**old.get("suites", {}), **row.get("suites", {})}
+                old.update(row)
+                if suites:
+                    old["suites"] = suites
+                continue
+            rows[name] = dict(row)
+    return rows
+
+
+def suite_rows(report: dict):
+    """``{NAME: {"suites": {"BLiMP given": %, ...}}}`` of a BLiMP or SyntaxGym report, None for others."""
+    from .prefix_tags import split_label
+
+    if not ("models" in report or "suites" in report) or not isinstance(report.get("overall"), dict):
+        return None
+    if "paradigms" in report:  # sipe-eval blimp: overall accuracy over pairs, in %
+        kind, accuracy = "BLiMP", dict(report["overall"]["accuracy"])
+    else:  # sipe-eval syntaxgym: mean over suites, a fraction
+        kind = "SyntaxGym"
+        accuracy = {col: (None if r["accuracy"] is None else 100.0 * r["accuracy"]) for col, r in report["overall"].items()}
+    rows = OrderedDict()
+    for col, acc in accuracy.items():
+        if acc is None:
+            continue
+        name, source = split_label(col)
+        rows.setdefault(name, {"suites": {}})["suites"][f"{kind} {source}"] = acc
     return rows
 
 
@@ -68,6 +103,7 @@ def row_scores(row: dict, per: str = "token") -> Dict[str, float]:
         out[BLOCKS] = row[key]["ppl"]
     for source, r in (row.get("tag_sources") or {}).items():
         out[source] = r["ppl"] if per == "token" else r["ppl_per_word"]
+    out.update(row.get("suites") or {})
     return out
 
 
@@ -105,12 +141,17 @@ def _cell(s: dict) -> str:
 
 
 def _score_order(score: str):
-    """blocks, given, given-joint, self, then beam:K and beam-word:K by K (the JSON keeps keys sorted)."""
+    """blocks, given, given-joint, self, then beam:K and beam-word:K by K (the JSON keeps keys sorted),
+    then the BLiMP and SyntaxGym accuracies in the same order of sources."""
     fixed = [BLOCKS, "given", "given-joint", "self"]
+    suite = 0
+    for i, kind in enumerate(("BLiMP ", "SyntaxGym "), 1):
+        if score.startswith(kind):
+            suite, score = i, score[len(kind):]
     if score in fixed:
-        return (fixed.index(score), 0)
+        return (suite, fixed.index(score), 0, "")
     kind, _, k = score.partition(":")
-    return (len(fixed) + (kind != "beam"), int(k) if k.isdigit() else 0, score)
+    return (suite, len(fixed) + (kind != "beam"), int(k) if k.isdigit() else 0, score)
 
 
 def markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:
@@ -123,12 +164,15 @@ def markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:
         lines.append(f"| {name} | " + " | ".join(_cell(group[s]) if s in group else "-" for s in scores) + " |")
     lines.append("")
     lines.append("mean ± sample sd over seeds [min, max] (n seeds). "
-                 f"{BLOCKS}: blocks of complete sentences; the tag-source columns score every sentence alone.")
+                 f"{BLOCKS}: blocks of complete sentences; the tag-source columns score every sentence alone"
+                 + ("; BLiMP / SyntaxGym: overall accuracy in % (pairs / mean over suites) under each tag source."
+                    if any(s.startswith(("BLiMP ", "SyntaxGym ")) for s in scores) else "."))
     return "\n".join(lines)
 
 
 def add_arguments(p: argparse.ArgumentParser):
-    p.add_argument("reports", nargs="+", help="sipe-eval-lm --json files (rows named NAME-sSEED)")
+    p.add_argument("reports", nargs="+", help="sipe-eval-lm --json files (rows named NAME-sSEED), and sipe-eval blimp / "
+                                              "syntaxgym --json files (seed from the file name, NAME-sSEED.json)")
     p.add_argument("--per", choices=("token", "word"), default="token", help="perplexity per token or per word")
     p.add_argument("--seed-suffix", default=r"-s(\d+)$", help="regex removed from a row name to find its group")
     p.add_argument("--markdown", help="also write the table here")
