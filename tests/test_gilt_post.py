@@ -330,3 +330,19 @@ def test_hexatag_input_model_is_refused_by_structure_sources(bases, toy_data):
     task, model, _ = build(toy_data, "--gilt-init-from", bases["sipe_transformer_lm"])
     with pytest.raises(ValueError, match="reads hexatags as input"):  # before any forward
         structure_sources.score_split_sources(model, task, "valid", ["self"], max_sentences=1)
+
+
+def test_generation_with_a_post_trained_model(bases, toy_data):
+    """fairseq's generator with the arc-choosing wrapper on ``gilt_transformer_lm`` (one token per cached call,
+    positions in o_w): every hypothesis scores as a full forward with its own arcs as the gold graph, and its
+    arcs are that forward's argmax count and top arcs (test_gilt_generate.check_hypothesis)."""
+    from test_gilt_generate import check_hypothesis, generate
+
+    task, model, _ = build(toy_data, "--gilt-init-from", bases["transformer_lm"], "--gilt-proj-init-std", "0.5")
+    model = model.double()
+    hyps, _ = generate(model, task.dictionary, bsz=3, beam=2, sampling=True, seed=2, max_len=12)
+    flat = [h for beam in hyps for h in beam]
+    assert len(flat) == 6
+    for h in flat:
+        check_hypothesis(model, task.dictionary, h)
+    assert sum(len(h["arcs"]) for h in flat) >= 6
