@@ -324,6 +324,16 @@ def test_structure_sources_score_a_post_trained_model(bases, toy_data):
     assert abs(res["given"]["nll"] - res["self"]["nll"]) > 1e-3  # the graph matters
 
 
+@torch.no_grad()
+def test_unbounded_beam_equals_enumeration(bases, toy_data):
+    """The beam over graphs reorders fairseq's cache (reorder_incremental_state_scripting): with unbounded width
+    it equals the exact enumeration of every count sequence (test_gilt_scoring.check_beam_equals_enumeration)."""
+    from test_gilt_scoring import check_beam_equals_enumeration
+
+    _, model, _ = build(toy_data, "--gilt-init-from", bases["transformer_lm"], "--gilt-proj-init-std", "0.5")
+    check_beam_equals_enumeration(model.double(), atol=1e-6)  # fairseq's cached softmax is float32 (see above)
+
+
 def test_hexatag_input_model_is_refused_by_structure_sources(bases, toy_data):
     from sipe_fairseq.eval import structure_sources
 

@@ -102,7 +102,8 @@ class _Beam:
         return lp
 
     def reorder(self, order: torch.Tensor):
-        self.dec.reorder_incremental_state(self.state, order.to(self.o.device))
+        # fairseq's own entry point (what its SequenceGenerator calls): every module holding a cache reorders
+        self.dec.reorder_incremental_state_scripting(self.state, order.to(self.o.device))
         self.last = self.last.index_select(0, order.to(self.last.device))
         self.o = self.o.index_select(0, order.to(self.o.device))
 
