@@ -3,7 +3,7 @@
 # injections, placements, GiLT and seeds, two trainings at a time (one thread each), every checkpoint scored
 # with tags from the prefix, BLiMP/SyntaxGym samples with parser vs self tags, and the reproduction of
 # issue 12's hand reference (full test split, unconstrained).
-# Usage: bash examples/ewt/section5.sh [train|eval|suites|repro|all]
+# Usage: bash examples/ewt/section5.sh [train|eval|suites|repro|tables|all]
 #   SEEDS="1 2 3"  RUNS="none input position input-last position-last gilt"
 #   TAGS=given,self,beam:1,beam:4,beam:16   MAX_SENTENCES=N (score the first N test sentences only)
 #   PARALLEL=2 (evaluations at a time)      OUT=dir for the JSON/markdown reports (default $WORK/section5;
@@ -47,7 +47,7 @@ eval_all() {
     out="$OUT/$r-s$s.json"
     [ -f "$out" ] && continue
     OMP_NUM_THREADS=1 .venv/bin/sipe-eval-lm "$WORK/data-bin" --gen-subset test --path "$r=$WORK/checkpoints-$r-s$s/checkpoint_best.pt" \
-      --tags "$TAGS" ${UNCONSTRAINED:+--tags-unconstrained} ${MAX_SENTENCES:+--tags-max-sentences $MAX_SENTENCES} --json "$out" > "$OUT/$r-s$s.md" 2>&1 &
+      --tags "$TAGS" ${UNCONSTRAINED:+--tags-unconstrained} ${MAX_SENTENCES:+--tags-max-sentences $MAX_SENTENCES} --json "$out" > "$OUT/$r-s$s.md" 2> "$WORK/eval-$r-s$s.log" &
     throttle
   done; done
   wait
@@ -80,10 +80,18 @@ repro() {  # issue 12's hand reference: full test split, every sentence alone, u
     out="$OUT/repro-$run-${src/:/}.json"
     [ -f "$out" ] && continue
     OMP_NUM_THREADS=1 .venv/bin/sipe-eval-lm "$WORK/data-bin" --gen-subset test --path "$run=$WORK/checkpoints-$run/checkpoint_best.pt" \
-      --tags "$src" --tags-unconstrained --json "$out" > "${out%.json}.md" 2>&1 &
+      --tags "$src" --tags-unconstrained --json "$out" > "${out%.json}.md" 2> "$WORK/$(basename "${out%.json}").log" &
     throttle
   done
   wait
+}
+tables() {  # mean ± sd over the seeds scored so far: per token (with BLiMP/SyntaxGym) and per word
+  files=()
+  for r in $RUNS; do for f in "$OUT/$r"-s*.json; do [ -f "$f" ] && files+=("$f"); done; done
+  for f in "$OUT"/blimp-s*.json "$OUT"/syntaxgym-s*.json; do [ -f "$f" ] && files+=("$f"); done
+  .venv/bin/sipe-eval seeds "${files[@]}" --markdown "$OUT/table-token.md" > /dev/null
+  .venv/bin/sipe-eval seeds "${files[@]}" --per word --markdown "$OUT/table-word.md" > /dev/null
+  cat "$OUT/table-token.md" "$OUT/table-word.md"
 }
 case ${1:-all} in
   args) args_for "$2" ;;
@@ -91,6 +99,7 @@ case ${1:-all} in
   eval) eval_all ;;
   suites) suites_all ;;
   repro) repro ;;
-  all) train_all; eval_all; suites_all ;;
-  *) echo "usage: bash examples/ewt/section5.sh [train|eval|suites|repro|all]" >&2; exit 2 ;;
+  tables) tables ;;
+  all) train_all; eval_all; suites_all; tables ;;
+  *) echo "usage: bash examples/ewt/section5.sh [train|eval|suites|repro|tables|all]" >&2; exit 2 ;;
 esac
