@@ -6,7 +6,7 @@
 # Usage: bash examples/ewt/section5.sh [train|eval|suites|repro|tables|all]
 #   SEEDS="1 2 3"  RUNS="none input position input-last position-last gilt"
 #   TAGS=given,self,beam:1,beam:4,beam:16   MAX_SENTENCES=N (score the first N test sentences only)
-#   PARALLEL=2 (evaluations at a time)      OUT=dir for the JSON/markdown reports (default $WORK/section5;
+#   PARALLEL=2 (evaluations at a time)      SUITE_TAG=x: suites reports named blimp-x-sS.json (runs scored apart)      OUT=dir for the JSON/markdown reports (default $WORK/section5;
 #   the developers commit theirs to examples/ewt/results, so a later session adds seeds without rescoring)
 #   repro: REPRO_RUN=position-s1, REPRO_TAGS="given self beam:1 beam:4 beam:16 beam-word:1 beam-word:4 beam-word:16"
 #          (one process per source, PARALLEL at a time; none-s1 too, every sentence alone as the reference's `none`)
@@ -54,6 +54,7 @@ eval_all() {
 }
 suites_all() {  # BLiMP and SyntaxGym samples, one report per seed with every run of RUNS trained for it
   mkdir -p "$OUT"
+  local tag=${SUITE_TAG:+-$SUITE_TAG}  # SUITE_TAG=gilt: blimp-gilt-sS.json, for runs scored apart
   for s in $SEEDS; do
     paths=()
     for r in $RUNS; do
@@ -61,13 +62,13 @@ suites_all() {  # BLiMP and SyntaxGym samples, one report per seed with every ru
       [ -f "$ck" ] && paths+=(--path "$r=$ck")
     done
     [ ${#paths[@]} -gt 0 ] || continue
-    [ -f "$OUT/syntaxgym-s$s.json" ] || OMP_NUM_THREADS=1 .venv/bin/sipe-eval syntaxgym --data "$WORK/data-bin" "${paths[@]}" \
+    [ -f "$OUT/syntaxgym$tag-s$s.json" ] || OMP_NUM_THREADS=1 .venv/bin/sipe-eval syntaxgym --data "$WORK/data-bin" "${paths[@]}" \
       --suites ../shared/data/syntaxgym-sample --tags given,self --parser "$PARSER" --cache "$WORK/parses.jsonl" \
-      --json "$OUT/syntaxgym-s$s.json" --markdown "$OUT/syntaxgym-s$s.md" > "$WORK/syntaxgym-s$s.log" 2>&1 &
+      --json "$OUT/syntaxgym$tag-s$s.json" --markdown "$OUT/syntaxgym$tag-s$s.md" > "$WORK/syntaxgym$tag-s$s.log" 2>&1 &
     throttle
-    [ -f "$OUT/blimp-s$s.json" ] || OMP_NUM_THREADS=1 .venv/bin/sipe-eval blimp --data "$WORK/data-bin" "${paths[@]}" \
+    [ -f "$OUT/blimp$tag-s$s.json" ] || OMP_NUM_THREADS=1 .venv/bin/sipe-eval blimp --data "$WORK/data-bin" "${paths[@]}" \
       --blimp ../shared/data/blimp-sample --tags given,self --parser "$PARSER" --cache "$WORK/parses-blimp.jsonl" \
-      --json "$OUT/blimp-s$s.json" --markdown "$OUT/blimp-s$s.md" > "$WORK/blimp-s$s.log" 2>&1 &
+      --json "$OUT/blimp$tag-s$s.json" --markdown "$OUT/blimp$tag-s$s.md" > "$WORK/blimp$tag-s$s.log" 2>&1 &
     throttle
   done
   wait
@@ -88,7 +89,7 @@ repro() {  # issue 12's hand reference: full test split, every sentence alone, u
 tables() {  # mean ± sd over the seeds scored so far: per token (with BLiMP/SyntaxGym) and per word
   files=()
   for r in $RUNS; do for f in "$OUT/$r"-s*.json; do [ -f "$f" ] && files+=("$f"); done; done
-  for f in "$OUT"/blimp-s*.json "$OUT"/syntaxgym-s*.json; do [ -f "$f" ] && files+=("$f"); done
+  for f in "$OUT"/blimp*-s*.json "$OUT"/syntaxgym*-s*.json; do [ -f "$f" ] && files+=("$f"); done
   .venv/bin/sipe-eval seeds "${files[@]}" --markdown "$OUT/table-token.md" > /dev/null
   .venv/bin/sipe-eval seeds "${files[@]}" --per word --markdown "$OUT/table-word.md" > /dev/null
   cat "$OUT/table-token.md" "$OUT/table-word.md"
