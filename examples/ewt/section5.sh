@@ -87,11 +87,11 @@ repro() {  # issue 12's hand reference: full test split, every sentence alone, u
   wait
 }
 tables() {  # mean ± sd over the seeds scored so far: per token (with BLiMP/SyntaxGym) and per word
-  files=()
-  for r in $RUNS; do for f in "$OUT/$r"-s*.json; do [ -f "$f" ] && files+=("$f"); done; done
-  for f in "$OUT"/blimp*-s*.json "$OUT"/syntaxgym*-s*.json; do [ -f "$f" ] && files+=("$f"); done
-  .venv/bin/sipe-eval seeds "${files[@]}" --markdown "$OUT/table-token.md" > /dev/null
-  .venv/bin/sipe-eval seeds "${files[@]}" --per word --markdown "$OUT/table-word.md" > /dev/null
+  lm=() suites=()
+  for r in $RUNS; do for f in "$OUT/$r"-s*.json; do [ -f "$f" ] && lm+=("$f"); done; done
+  for f in "$OUT"/blimp*-s*.json "$OUT"/syntaxgym*-s*.json; do [ -f "$f" ] && suites+=("$f"); done
+  .venv/bin/sipe-eval seeds "${lm[@]}" "${suites[@]}" --markdown "$OUT/table-token.md" > /dev/null
+  .venv/bin/sipe-eval seeds "${lm[@]}" --per word --markdown "$OUT/table-word.md" > /dev/null
   cat "$OUT/table-token.md" "$OUT/table-word.md"
 }
 case ${1:-all} in
