@@ -707,9 +707,10 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
                  "and the joint bound -log p(x, tags) (a word's tag bits counted at its word-initial subword); self: "
                  "exact perplexity with tags chosen by the model from the prefix; beam:K: bound log p(x) >= "
                  "logsumexp_beam log p(x, T). For beam the position-type bits are the running bound's increments "
-                 "(tag costs included). GiLT models (gilt_txl, gilt_transformer_lm): given = the gold graph ({split}.arcs; joint: the gold "
-                 "arcs paid for, their bits per word in the tag column), self = the greedy graph (exact), beam:K = the "
-                 "beam over graphs (section 4 of gilt-facts.md; count bits of the best hypothesis in the tag column); "
+                 "(tag costs included). GiLT models (gilt_txl, gilt_transformer_lm): given = the gold graph "
+                 "({split}.arcs; joint: the gold arcs paid for, their bits per word in the tag column), self = the "
+                 "greedy graph (exact), beam:K = the beam over graphs (section 4 of gilt-facts.md; count bits of the "
+                 "best hypothesis in the tag column); "
                  "'valid trees' counts graphs that form one tree; arc F1 against the gold graph.")
     return "\n".join(lines)
 
