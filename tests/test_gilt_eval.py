@@ -376,3 +376,23 @@ def test_report_for_a_gilt_checkpoint(gilt, pairs, tmp_path):
     assert row["ppl@self"] == pytest.approx(gilt["results"]["self_ppl"], rel=1e-9)
     assert row["blimp@self"] == pytest.approx(gilt["results"]["blimp_self"])
     assert math.isfinite(row["ppl"]) and row["ppl_word@self"] > row["ppl@self"]
+
+
+def test_blocks_longer_than_the_model_are_left_out_and_counted(gilt, caplog):
+    """A window would cut a sentence out of its graph: with positions smaller than some blocks, gilt_lm's eval
+    batches leave those blocks out whole (no crash) and the end-of-split line counts the tokens left out."""
+    import logging
+
+    task = gilt["task"]
+    task.load_dataset("valid")
+    ds = task.dataset("valid")
+    limit = int(sorted(ds.sizes)[len(ds) // 2])  # about half the blocks are longer
+    with caplog.at_level(logging.INFO):
+        itr = task.eval_lm_dataloader(ds, max_tokens=4096, max_positions=limit)
+        batches = list(itr)
+    kept = sum(int(b["ntokens"]) for b in batches)
+    longer = int(sum(int(n) for n in ds.sizes if n > limit))
+    assert longer > 0 and kept == int(sum(ds.sizes)) - longer
+    assert all(b["net_input"]["src_tokens"].size(1) <= limit for b in batches)
+    note = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert note and f"{longer} left out" in note[-1] and "not windowed" in note[-1]
