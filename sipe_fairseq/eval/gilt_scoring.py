@@ -90,13 +90,7 @@ class _Beam:
             table = torch.cat([torch.zeros(b, 1, N_FEATURES, dtype=torch.long), rows[:, :, 1:].transpose(1, 2)], 1)  # 0: no word
             keys = torch.tensor(self.word_of_pos)
             feats[:] = table[:, keys][:, None]
-        feats = feats.to(device)
-        if self.dec.one_token_per_call:  # fairseq's TransformerDecoder: one new token per incremental call
-            steps = [self.dec(prefix[:, : n - k + j + 1], gilt_features=feats[:, j:j + 1, : n - k + j + 1],
-                              incremental_state=self.state) for j in range(k)]
-            logits, extra = torch.cat([s[0] for s in steps], 1), steps[-1][1]
-        else:
-            logits, extra = self.dec(prefix, gilt_features=feats, incremental_state=self.state)
+        logits, extra = self.dec.cached_step(prefix, feats.to(device), self.state)
         lp = F.log_softmax(logits.double(), -1).cpu()
         self.last = self.dec.arc_states(extra)
         return lp

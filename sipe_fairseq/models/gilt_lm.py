@@ -49,7 +49,7 @@ def pair_values(src_words: torch.Tensor, pairs: torch.Tensor, rows: slice = slic
 def is_gilt(model) -> bool:
     """Whether ``model`` (or its decoder) reads graph features and predicts arcs: ``gilt_txl`` and
     ``gilt_transformer_lm`` (both expose :class:`GiltDecoder`'s scoring interface: ``arc_scorer``,
-    ``arc_states``, ``arc_embedding``, ``arc_dim``, ``one_token_per_call``)."""
+    ``arc_states``, ``arc_embedding``, ``arc_dim``, ``cached_step``)."""
     decoder = getattr(model, "decoder", model)
     return hasattr(decoder, "graph_tables") and hasattr(decoder, "arc_scorer")
 
@@ -125,7 +125,10 @@ class GiltDecoder(SiPEDecoder):
 
     # the interface the beam over graphs (eval/gilt_scoring.py) and generation (gilt_generation.py) use,
     # shared with gilt_transformer_lm's decoder
-    one_token_per_call = False  # incremental calls may feed k > 1 new tokens
+    def cached_step(self, prefix: torch.Tensor, features: torch.Tensor, incremental_state: dict):
+        """(logits (B, k, V), extra) of the k new positions of ``prefix`` (B, S) through the KV cache, with their
+        graph feature rows ``features`` (B, k, S, 3); one call (this decoder takes k >= 1 new tokens)."""
+        return self(prefix, gilt_features=features, incremental_state=incremental_state)
 
     @property
     def arc_dim(self) -> int:

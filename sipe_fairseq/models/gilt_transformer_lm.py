@@ -120,7 +120,13 @@ class GiltTransformerDecoder(TransformerDecoder):
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
 
     # the scoring interface of gilt_lm.GiltDecoder (beam over graphs, generation)
-    one_token_per_call = True  # fairseq's incremental contract: one new token per call
+    def cached_step(self, prefix: torch.Tensor, features: torch.Tensor, incremental_state: dict):
+        """As :meth:`GiltDecoder.cached_step`; fairseq's incremental contract is one new token per call, so the
+        k new positions are fed one at a time."""
+        n, k = prefix.size(1), features.size(1)
+        steps = [self(prefix[:, : n - k + j + 1], gilt_features=features[:, j:j + 1, : n - k + j + 1],
+                      incremental_state=incremental_state) for j in range(k)]
+        return torch.cat([s[0] for s in steps], 1), steps[-1][1]
 
     @property
     def arc_dim(self) -> int:

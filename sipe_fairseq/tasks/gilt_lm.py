@@ -67,9 +67,8 @@ class GiltLanguageModelingTask(HexatagLanguageModelingTask):
             gilt_init.copy_base(model, base, len(self.target_dictionary))
         return model
 
-    # a window would cut a sentence out of its graph: a block longer than the model's positions is left out, and
-    # the count of left-out tokens is printed beside the perplexity
-    windows_long_blocks = False
+    # a block longer than the model's positions is left out whole, its tokens counted beside the perplexity
+    no_window_reason = "a window would cut a sentence out of its graph"
 
     def eval_lm_dataloader(self, dataset, max_tokens=36000, batch_size=None, max_positions=None, num_shards=1,
                            shard_id=0, num_workers=1, data_buffer_size=10, context_window=0):

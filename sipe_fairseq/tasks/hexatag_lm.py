@@ -126,7 +126,7 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
                     print("\n".join(f"{kind}-{tag}\t{text}" for kind, text in wrapper.output_lines(hypo, self.target_dictionary)))
         return hypos
 
-    windows_long_blocks = True  # blocks longer than the model's positions: scored in windows (else left out, counted)
+    no_window_reason = None  # blocks longer than the model's positions: scored in windows unless a subclass says why not
 
     def eval_lm_dataloader(self, dataset, max_tokens=36000, batch_size=None, max_positions=None, num_shards=1,
                            shard_id=0, num_workers=1, data_buffer_size=10, context_window=0):
@@ -143,7 +143,7 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
             room = limit - context_window
             if room <= 0:
                 raise EvaluationError(f"--context-window {context_window} leaves no room in the model's {limit} positions")
-            if context_window == 0 and longest > limit and not dataset.add_bos_token and self.windows_long_blocks:
+            if context_window == 0 and longest > limit and not dataset.add_bos_token and not self.no_window_reason:
                 rows = HexatagWindowDataset(dataset, limit, limit // 2)
                 logger.info(f"{split}: {rows.windowed_blocks} of {len(dataset)} blocks are longer than the model's {limit} "
                             f"positions (longest {longest}): scored in windows of {limit} tokens, each new one after "
@@ -161,8 +161,8 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         if source != "given":
             itr = self._prefix_tagged(itr, source, rows is not dataset or context_window > 0)
         too_long = f"blocks longer than the model's {limit} positions"
-        if not self.windows_long_blocks:
-            too_long += " (GiLT keeps every sentence whole with its graph: not windowed)"
+        if self.no_window_reason:
+            too_long += f" (not windowed: {self.no_window_reason})"
         if dataset.add_bos_token:
             too_long += " (not windowed with --add-bos-token)"
         return ScoredTokens(itr, split, total, self.target_dictionary, dataset.add_bos_token, too_long, num_shards)
