@@ -2,11 +2,12 @@
 its ``sipe-preprocess`` data directory and a cache of tiny trained checkpoints (each distinct
 training run happens once per session, whichever test file asks first)."""
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import launcher  # tests/launcher.py: CLI runs in a fork of this process (SIPE_TEST_SUBPROCESS=1: real ones)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -88,7 +89,7 @@ def run(cmd, cwd=None, timeout=600) -> str:
     """Run ``cmd`` (paths allowed) with ENV; assert exit status 0 (showing the command and the tail of its
     output otherwise); return stdout + stderr."""
     cmd = [str(c) for c in cmd]
-    proc = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    proc = launcher.run(cmd, cwd=cwd, env=ENV, timeout=timeout)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout + proc.stderr
 
@@ -169,8 +170,7 @@ class CheckpointCache:
                 continue
             cmd, path = self._cmd(args, data)
             self.paths[key] = path
-            procs[key] = (cmd, subprocess.Popen(cmd, cwd=self.root, env=ENV, stdout=subprocess.PIPE,
-                                                stderr=subprocess.STDOUT, text=True))
+            procs[key] = (cmd, launcher.popen(cmd, cwd=self.root, env=ENV))
             self.launched += 1
         for key, (cmd, proc) in procs.items():
             out, _ = proc.communicate(timeout=900)

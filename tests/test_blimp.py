@@ -2,7 +2,6 @@
 sentence), CoNLL-U trees, BLiMP reading, accuracy tables, and ``sipe-eval blimp`` end to end on
 tiny trained models (a SiPE decoder and a stock fairseq ``transformer_lm``)."""
 import json
-import subprocess
 import sys
 from collections import Counter
 
@@ -21,6 +20,7 @@ from sipe_fairseq.parsing import (CachedParser, ConlluTrees, NoTrees, ParseError
                                   split_words)
 from sipe_fairseq.hexatag import check_tree  # noqa: E402
 
+import launcher
 from conftest import ENV, STOCK_LM, shared_path, txl  # noqa: E402
 N_PAIRS = 24  # toy pairs: UIDs cycle through 3 paradigms -> 8 each
 
@@ -554,8 +554,8 @@ def test_blimp_input_errors_exit_2_in_one_line(tmp_path, caplog, case):
 def test_blimp_input_error_has_no_traceback(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(b'{"sentence_good": "caf\xe9", "sentence_bad": "x"}\n')
-    proc = subprocess.run([sys.executable, "-m", "sipe_fairseq.cli.eval", "blimp", "--data", str(tmp_path), "--path", str(path),
-                           "--blimp", str(path)], env=ENV, capture_output=True, text=True, timeout=120)
+    proc = launcher.run([sys.executable, "-m", "sipe_fairseq.cli.eval", "blimp", "--data", str(tmp_path), "--path", str(path),
+                         "--blimp", str(path)], env=ENV, timeout=120)
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "bad.jsonl:1: not UTF-8" in lines[0] and "Traceback" not in proc.stderr, proc.stderr

@@ -2,7 +2,6 @@
 training starts, naming the file and the first bad sentence; fairseq commands stop with one line."""
 import json
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.data.validate import DataError, validate_split
 from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
 from sipe_fairseq.tasks.sipe_data import SiPEDataMixin
+import launcher
 from conftest import BIN, ENV, PLUGIN
 from test_preprocess import TRAIN, VALID
 
@@ -249,7 +249,7 @@ def _train(path, tmp_path):
            "--sample-break-mode", "complete", "--criterion", "hexatag_lm", "--arch", "sipe_txl_tiny", "--optimizer", "adam",
            "--lr", "0.003", "--max-tokens", "1024", "--max-update", "2", "--no-save", "--num-workers", "0",
            "--save-dir", tmp_path / "ck"]
-    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    return launcher.run(cmd, env=ENV, timeout=300)
 
 
 @pytest.mark.parametrize("case", ["random", "empty-valid", "missing"])

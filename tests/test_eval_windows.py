@@ -3,7 +3,6 @@ positions are scored in windows with left context, the count of scored tokens is
 evaluation that scores nothing stops with one line and exit status 1."""
 import math
 import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from sipe_fairseq.checkpoints import load_lm as load
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.tasks.hexatag_lm import ScoredTokens
 from sipe_fairseq.tasks.sipe_data import EvaluationError
+import launcher
 from conftest import BIN, ENV, PLUGIN, txl
 
 LIMIT = 16  # positions given to the evaluation (the model was trained with 64)
@@ -100,7 +100,7 @@ def test_scored_tokens_raises_on_nothing():
 def _eval_lm(data_dir, ckpt, *extra):
     cmd = [BIN / "fairseq-eval-lm", data_dir, "--user-dir", PLUGIN, "--task", "hexatag_lm", "--path", ckpt,
            "--gen-subset", "valid", "--num-workers", "0", *extra]
-    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    return launcher.run(cmd, env=ENV, timeout=300)
 
 
 def test_readme_eval_lm_command(data_dir, trained):

@@ -7,7 +7,6 @@ whose anchors come from the training-side rule (``data/lm_dataset.tag_targets``)
 """
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from sipe_fairseq.hexatag.tree import check_tree
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel
 from sipe_fairseq.models.generation import StructuredSequenceGenerator, wrap_for_generation
 from sipe_fairseq.models.tag_generation import TagChoosingLM, pair_logprobs, tag_ids
+import launcher
 from conftest import small_dictionary, tiny_transformer_lm  # noqa: E402
 
 MARK = "\u2581"
@@ -258,7 +258,7 @@ def trained(tmp_path_factory):
 
 
 def run(cmd, cwd, stdin=None):
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600, input=stdin)
+    proc = launcher.run(cmd, cwd=cwd, env=ENV, timeout=600, input=stdin)
     assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -359,8 +359,7 @@ def test_sipe_generate_keeps_parser_tags_of_the_prompt(trained, tmp_path):
 
 
 def test_sipe_generate_bad_checkpoint_is_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "sipe_fairseq.cli.generate", "--path", str(tmp_path / "missing.pt"),
-                           "--data", str(tmp_path), "-"], env=ENV, capture_output=True, text=True, input="the dog\n",
-                          timeout=300)
+    proc = launcher.run([sys.executable, "-m", "sipe_fairseq.cli.generate", "--path", str(tmp_path / "missing.pt"),
+                         "--data", str(tmp_path), "-"], env=ENV, input="the dog\n", timeout=300)
     assert proc.returncode == 3
     assert "Traceback" not in proc.stderr and "missing.pt" in proc.stderr

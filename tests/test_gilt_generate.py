@@ -8,7 +8,6 @@ of ``eval/gilt_scoring.py`` (beam 1, count beam 1) on the same words. End to end
 ``fairseq-interactive`` and ``sipe-generate`` on a tiny trained GiLT checkpoint (conftest cache).
 """
 import re
-import subprocess
 import sys
 
 import pytest
@@ -25,6 +24,7 @@ from sipe_fairseq.models.gilt_generation import ArcChoosingLM
 from sipe_fairseq.models.gilt_lm import GiltConfig, GiltDecoder
 from sipe_fairseq.modules.arc_scorer import MAX_COUNT
 from sipe_fairseq.modules.tag_embedding import FIRST_TAG_ID
+import launcher
 from conftest import BIN, ENV, PLUGIN, run, small_dictionary  # noqa: E402
 
 sipe_fairseq.register()
@@ -297,7 +297,7 @@ def test_fairseq_generate_end_to_end(gilt_checkpoint, toy_data, decoding):
 
 def stdout_of(cmd, cwd=None, stdin=None):
     """Run ``cmd`` (exit status 0 asserted) and return its stdout only."""
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, input=stdin, env=ENV, capture_output=True, text=True, timeout=600)
+    proc = launcher.run(cmd, cwd=cwd, input=stdin, env=ENV, timeout=600)
     assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -316,9 +316,8 @@ def test_fairseq_interactive_end_to_end(gilt_checkpoint, toy_data):
 
 def test_fairseq_interactive_without_whole_sentences_is_one_line(gilt_checkpoint, toy_data):
     """fairseq's default --sample-break-mode none cuts sentences: one line, exit status 1, no traceback."""
-    proc = subprocess.run([str(c) for c in (BIN / "fairseq-interactive", toy_data, "--user-dir", PLUGIN, "--task",
-                                            "gilt_lm", "--path", gilt_checkpoint)],
-                          input="the dog\n", env=ENV, capture_output=True, text=True, timeout=300)
+    proc = launcher.run([BIN / "fairseq-interactive", toy_data, "--user-dir", PLUGIN, "--task", "gilt_lm", "--path",
+                         gilt_checkpoint], input="the dog\n", env=ENV, timeout=300)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr and "--sample-break-mode" in proc.stderr.splitlines()[-1]
 

@@ -2,7 +2,6 @@
 import math
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from sipe_fairseq.models.gilt_lm import GiltConfig, GiltDecoder
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig
 from sipe_fairseq.modules.arc_scorer import arc_losses, sinusoid
 from sipe_fairseq.modules.tag_embedding import FIRST_TAG_ID
+import launcher
 from conftest import small_dictionary  # noqa: E402
 
 sipe_fairseq.register()
@@ -149,7 +149,7 @@ def test_identity_at_zero_init(dictionary):
 
 
 def run(cmd, cwd):
-    proc = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
+    proc = launcher.run(cmd, cwd=cwd, env=ENV, timeout=600)
     assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout + proc.stderr
 

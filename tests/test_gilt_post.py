@@ -5,7 +5,6 @@ two-stage fairseq-train run end to end."""
 import math
 import re
 import shutil
-import subprocess
 
 import pytest
 import torch
@@ -25,6 +24,7 @@ from sipe_fairseq.checkpoints import CheckpointError  # noqa: E402
 from sipe_fairseq.modules.graph_key_attention import GraphKeyAttention  # noqa: E402
 from sipe_fairseq.modules.graph_term import GraphContext, GraphFeatureTables, GraphFeatureTerm  # noqa: E402
 
+import launcher
 from conftest import BIN, ENV, LM_TASK, PLUGIN, STOCK_LM, run  # noqa: E402
 
 BASES = {  # name -> fairseq-train arguments of a tiny base LM (trained once per session by conftest's cache)
@@ -262,10 +262,10 @@ def test_bad_init_checkpoints(bases, toy_data, tmp_path):
     torch.save(state, tmp_path / "family.pt")
     with pytest.raises(CheckpointError, match="a sipe_txl checkpoint .*expected one of transformer_lm"):
         build(toy_data, "--gilt-init-from", tmp_path / "family.pt")
-    proc = subprocess.run([str(BIN / "fairseq-train"), str(toy_data), "--user-dir", PLUGIN, *GILT, "--criterion", "gilt_lm",
-                           "--arch", "gilt_transformer_lm", "--gilt-init-from", str(tmp_path / "missing.pt"),
-                           "--save-dir", str(tmp_path / "ck"), "--max-update", "1", "--max-tokens", "1024", "--num-workers", "0"],
-                          env=ENV, capture_output=True, text=True, timeout=300)
+    proc = launcher.run([BIN / "fairseq-train", toy_data, "--user-dir", PLUGIN, *GILT, "--criterion", "gilt_lm",
+                         "--arch", "gilt_transformer_lm", "--gilt-init-from", tmp_path / "missing.pt",
+                         "--save-dir", tmp_path / "ck", "--max-update", "1", "--max-tokens", "1024", "--num-workers", "0"],
+                        env=ENV, timeout=300)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert f"sipe_fairseq: error: checkpoint {tmp_path / 'missing.pt'}: no such file" in proc.stderr.splitlines()

@@ -4,7 +4,6 @@ in for spaCy, so nothing here needs spaCy."""
 import json
 import logging
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from sipe_fairseq.parsing import ParseError, register_parser  # noqa: E402
 from sipe_fairseq.hexatag import encode_tree  # noqa: E402
 from sipe_fairseq.models.classification import last_positions  # noqa: E402
 
+import launcher
 from conftest import BIN, ENV, PLUGIN, run, shared_path, txl  # noqa: E402,F401 (test_glue_encoders imports them from here)
 
 
@@ -469,8 +469,7 @@ def test_finetune_end_to_end(lm, glue_dirs):
                "--adam-eps", "1e-6", "--weight-decay", "0.1", "--lr", "0.001", "--batch-size", "2", "--seed", "1",
                "--save-dir", root / f"ck-{name}", "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple",
                *extra]  # last: overrides
-        procs[name] = subprocess.Popen([str(c) for c in cmd], cwd=root, env=ENV, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True)
+        procs[name] = launcher.popen(cmd, cwd=root, env=ENV)
     logs, rows = {}, {}
     for name, p in procs.items():
         out, _ = p.communicate(timeout=600)

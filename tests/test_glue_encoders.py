@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from sipe_fairseq.cli.glue_preprocess import main as glue_main
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.eval import glue as glue_eval
+import launcher
 from conftest import MLM_TASK, ROOT, STOCK_MLM
 from test_glue import BIN, ENV, PLUGIN, RTE, _stream, make_task, run, write_task  # also registers the fake parser
 
@@ -203,8 +204,7 @@ def test_finetune_end_to_end(pretrained):
                "--adam-betas", "(0.9,0.999)", "--adam-eps", "1e-6", "--weight-decay", "0.1", "--lr", "0.001",
                "--batch-size", "16", "--max-epoch", "6", "--seed", "1", "--save-dir", root / f"ft-{name}",
                "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple"]
-        procs[name] = subprocess.Popen([str(c) for c in cmd], cwd=root, env=ENV, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True)
+        procs[name] = launcher.popen(cmd, cwd=root, env=ENV)
     # examples/glue/finetune.sh: encoder inputs, and the Table 11 row of the checkpoint's backbone
     script = [str(ROOT / "examples" / "glue" / "finetune.sh"), "rte", str(data), str(pretrained["ckpt"]["sipe_modernbert"]),
               str(root / "ft-script"), "--max-update", "2", "--batch-size", "16"]

@@ -6,8 +6,6 @@ the MLM pre-training of ``table4_deberta_position`` (DeBERTa, in-place Eq. 13), 
 ``table11_deberta_rte`` fine-tuned from that checkpoint (task hexatag_sentence_prediction), and
 (tests/test_mixed_precision.py) ``table2_position`` of the decoder in float32 and bfloat16.
 """
-import subprocess
-
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -16,6 +14,7 @@ from omegaconf import OmegaConf
 from fairseq import tasks
 from fairseq.dataclass.initialize import add_defaults, hydra_init
 from sipe_fairseq.cli.glue_preprocess import main as glue_main
+import launcher
 from conftest import ROOT
 from test_glue import BIN, ENV, PLUGIN, RTE, write_task  # also registers the fake parser "glue-fake"
 
@@ -163,8 +162,8 @@ def two_updates(task, cfg, model):
 
 
 def hydra_train(kind, name, overrides, cwd):
-    proc = subprocess.run([BIN / "fairseq-hydra-train", "--config-dir", CONFIG[kind], "--config-name", name, *overrides],
-                          cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
+    proc = launcher.run([BIN / "fairseq-hydra-train", "--config-dir", CONFIG[kind], "--config-name", name, *overrides],
+                        cwd=cwd, env=ENV, timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     return log

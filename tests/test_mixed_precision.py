@@ -11,6 +11,7 @@ run, relative in norm; measured: output 0.4-0.6% and gradients <= 1.2% (bf16), 0
 <= 0.16% (fp16).
 """
 import pytest
+import launcher
 import torch
 
 from sipe_fairseq.modules import gated_bd
@@ -185,7 +186,6 @@ def test_fairseq_training_in_bf16_and_fp16_on_cpu(tmp_path):
     needs CUDA for its fp32 master copy; ``fairseq-train --memory-efficient-fp16 --cpu`` runs.)"""
     import os
     import re
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -206,9 +206,8 @@ def test_fairseq_training_in_bf16_and_fp16_on_cpu(tmp_path):
               "common.log_interval=1", "dataset.disable_validation=true"]
     runs = {"fp32": [], "bf16": ["common.bf16=true"], "fp16": ["common.fp16=true", "common.memory_efficient_fp16=true"]}
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    procs = {k: subprocess.Popen([str(Path(sys.executable).parent / "fairseq-hydra-train"), *common, *extra,
-                                  f"checkpoint.save_dir={tmp_path / k}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True) for k, extra in runs.items()}
+    procs = {k: launcher.popen([Path(sys.executable).parent / "fairseq-hydra-train", *common, *extra,
+                                f"checkpoint.save_dir={tmp_path / k}"], cwd=tmp_path, env=env) for k, extra in runs.items()}
     losses = {}
     for k, p in procs.items():
         log = p.communicate(timeout=600)[0]

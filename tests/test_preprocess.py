@@ -1,11 +1,11 @@
 """sipe-preprocess: CoNLL-U -> fairseq data directory with aligned hexatag streams."""
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import launcher
 import torch
 
 from sipe_fairseq.cli.preprocess import main
@@ -123,9 +123,9 @@ def _fairseq_preprocess():
 def test_byte_identical_to_fairseq_preprocess(built, tmp_path):
     dest, _ = built
     out = tmp_path / "fs"
-    subprocess.run(_fairseq_preprocess() + ["--only-source", "--trainpref", str(dest / "train.tok"),
-                                            "--validpref", str(dest / "valid.tok"), "--destdir", str(out)],
-                   check=True, capture_output=True)
+    proc = launcher.run(_fairseq_preprocess() + ["--only-source", "--trainpref", dest / "train.tok",
+                                                 "--validpref", dest / "valid.tok", "--destdir", out])
+    assert proc.returncode == 0, proc.stderr[-3000:]
     for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx"):
         assert (out / name).read_bytes() == (dest / name).read_bytes(), name
     with pytest.raises(DataError, match="no terminal stream.*sipe-preprocess"):

@@ -14,6 +14,7 @@ import subprocess
 import pytest
 import torch
 
+import launcher
 from conftest import BIN, ENV, PLUGIN
 
 
@@ -44,7 +45,7 @@ def _updates(lines):
 
 
 def _run(data_dir, save_dir):
-    proc = subprocess.run(_cmd(data_dir, save_dir), env=ENV, capture_output=True, text=True, timeout=300)
+    proc = launcher.run(_cmd(data_dir, save_dir), env=ENV, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return _updates(proc.stdout.splitlines())
 

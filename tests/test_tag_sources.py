@@ -12,11 +12,11 @@ search computed (float64): they must agree to 1e-4.
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import launcher
 import torch
 
 import fairseq  # noqa: F401
@@ -55,7 +55,7 @@ def toy(tmp_path_factory):
            "--lr", "0.003", "--max-tokens", "1024", "--max-update", "4", "--seed", "1", "--save-dir", save,
            "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0", "--tokens-per-sample", "128",
            "--sample-break-mode", "complete"]
-    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+    proc = launcher.run(cmd, env=ENV, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     pairs = root / "pairs"
     pairs.mkdir()
