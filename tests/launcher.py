@@ -12,6 +12,7 @@ Anything else (bash scripts, ``python -c``) and every command when ``SIPE_TEST_S
 a real subprocess; ``tests/test_packaging.py`` always uses real ones (installed console scripts, another
 working directory).
 """
+import functools
 import io
 import logging
 import os
@@ -27,7 +28,7 @@ BIN = Path(sys.executable).parent
 FORK = os.environ.get("SIPE_TEST_SUBPROCESS", "0") != "1" and hasattr(os, "fork")
 # modules imported again in each child so that their import-time set-up (fairseq's logging.basicConfig on
 # the child's stdout, argument registries of the CLIs) happens as in a fresh interpreter
-_REIMPORT = ("fairseq_cli", "sipe_fairseq.cli", "__mp_main__")
+_REIMPORT = ("fairseq_cli", "sipe_fairseq.cli")
 # parent-side pipe ends of the children still running: a later child closes its copies (another child's
 # stdin must see end-of-file when the parent closes it)
 _PARENT_FDS, _LOCK = set(), threading.Lock()
@@ -54,16 +55,17 @@ def _entry(cmd):
     return None
 
 
-def _statements(node):
+def _statements(body):
     """The statements of a module body that run at import time, in order (not those inside functions)."""
     import ast
 
-    for stmt in node.body if hasattr(node, "body") else node:
+    for stmt in body:
         yield stmt
         if isinstance(stmt, (ast.If, ast.Try, ast.With, ast.ClassDef)):
-            for field in ("body", "handlers", "orelse", "finalbody"):
-                for child in getattr(stmt, field, []):
-                    yield from _statements([child] if not isinstance(child, ast.ExceptHandler) else child.body)
+            for field in ("body", "orelse", "finalbody"):
+                yield from _statements(getattr(stmt, field, []))
+            for handler in getattr(stmt, "handlers", []):
+                yield from _statements(handler.body)
 
 
 def _first_effect(module: str, seen: set):
@@ -88,7 +90,7 @@ def _first_effect(module: str, seen: set):
         if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
             continue
         package = mod if spec.submodule_search_locations else mod.rpartition(".")[0]
-        for stmt in _statements(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))):
+        for stmt in _statements(ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body):
             names = []
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
                     ast.unparse(stmt.value.func) == "logging.basicConfig":
@@ -108,10 +110,11 @@ def _first_effect(module: str, seen: set):
     return None
 
 
+@functools.lru_cache(maxsize=None)
 def _imports_fairseq_first(kind, target) -> bool:
     """Whether the entry, in a fresh interpreter, imports fairseq before it configures logging (fairseq's
     import then configures it), following the import-time statements of the entry and the plugin's and
-    fairseq_cli's modules in order."""
+    fairseq_cli's modules in order. Computed in the parent, once per entry."""
     if kind == "path":  # a console script: `from package.module import main`
         found = re.search(r"^from ([\w.]+) import", Path(target).read_text(encoding="utf-8"), re.M)
         if found is None:
@@ -120,7 +123,7 @@ def _imports_fairseq_first(kind, target) -> bool:
     return _first_effect(target, set()) == "fairseq"
 
 
-def _child(kind, target, argv, cwd, env):  # runs in the forked child; never returns
+def _child(kind, target, argv, cwd, env, fairseq_first):  # runs in the forked child; never returns
     code = 1
     try:
         if cwd is not None:
@@ -138,7 +141,7 @@ def _child(kind, target, argv, cwd, env):  # runs in the forked child; never ret
             root.removeHandler(h)
         root.setLevel(logging.WARNING)
         logging.disable(logging.NOTSET)
-        if _imports_fairseq_first(kind, target):
+        if fairseq_first:
             # what `import fairseq` leaves in a fresh interpreter (fairseq/models/wav2vec/wav2vec2_classification.py
             # calls logging.basicConfig(level=DEBUG): stderr, Python's default format); the entry's own basicConfig
             # then does nothing, as there. Otherwise the entry's basicConfig comes first. test_launcher.py checks both.
@@ -191,6 +194,7 @@ class ForkedProcess:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = (out_r, out_w) if merge_stderr else os.pipe()
+        fairseq_first = _imports_fairseq_first(kind, target)
         sys.stdout.flush()
         sys.stderr.flush()
         with _LOCK:
@@ -203,7 +207,7 @@ class ForkedProcess:
                     for fd in {in_r, in_w, out_r, out_w, err_r, err_w} | _PARENT_FDS:
                         os.close(fd)
                 finally:
-                    _child(kind, target, [str(c) for c in cmd], cwd, env)
+                    _child(kind, target, [str(c) for c in cmd], cwd, env, fairseq_first)
             for fd in {in_r, out_w, err_w}:
                 os.close(fd)
             _PARENT_FDS.update({in_w, out_r, err_r})
