@@ -13,6 +13,7 @@ import logging
 import sys
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
+from sipe_fairseq.cli import logs
 from sipe_fairseq.eval import attention, blimp, report, seeds, sweep_plot, syntaxgym
 from sipe_fairseq.eval.progress import add_progress_argument, configure
 
@@ -37,8 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("sipe_fairseq").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    logs.configure("WARNING", logs.SHORT_FORMAT, plugin_level=logging.DEBUG if args.verbose else logging.INFO)
     configure(args)
     try:
         return args.run(args)

@@ -24,6 +24,7 @@ import sys
 import torch
 
 import sipe_fairseq
+from sipe_fairseq.cli import logs
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
 from sipe_fairseq.eval.progress import add_progress_argument, configure
 from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
@@ -50,7 +51,7 @@ def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch
 
 
 def main(argv=None):
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logs.configure("WARNING", logs.SHORT_FORMAT, plugin_level=logging.INFO)  # fairseq quiet, the plugin's counts shown
     p = argparse.ArgumentParser(prog="sipe-eval-lm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", help="a sipe-preprocess data directory")
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT", help="checkpoint (repeatable)")

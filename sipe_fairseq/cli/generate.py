@@ -32,6 +32,7 @@ from typing import List, Optional, Sequence
 import torch
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, load_lm
+from sipe_fairseq.cli import logs
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def _words_of_plain(hypo, dictionary) -> List[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="sipe-generate: %(levelname)s: %(message)s", stream=sys.stderr)
+    logs.configure("WARNING", "sipe-generate: %(levelname)s: %(message)s", plugin_level=logging.INFO)
     if args.nbest > args.beam:
         logger.error(f"--nbest {args.nbest} is larger than --beam {args.beam}")
         return 2

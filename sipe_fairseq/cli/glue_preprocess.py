@@ -12,9 +12,10 @@ See :mod:`sipe_fairseq.data.glue` for the directory layout.
 import argparse
 import json
 import logging
-import os
 import sys
 from typing import Optional, Sequence
+
+from sipe_fairseq.cli import logs
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +42,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
-                        level=os.environ.get("LOGLEVEL", "INFO").upper(), stream=sys.stderr)
+    logs.configure("INFO")
     from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
     from sipe_fairseq.parsing import tree_source_from_args
 

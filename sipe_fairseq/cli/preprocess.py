@@ -19,9 +19,10 @@ See :mod:`sipe_fairseq.data.preprocess` for the directory layout.
 """
 import argparse
 import logging
-import os
 import sys
 from typing import Optional, Sequence
+
+from sipe_fairseq.cli import logs
 
 logger = logging.getLogger(__name__)
 
@@ -88,10 +89,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 ("--documents", args.documents != "none")) if v]
         if given:
             parser.error(f"{', '.join(given)}: only with --input-format text or tokenized")
-    logging.basicConfig(
-        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
-        level=os.environ.get("LOGLEVEL", "INFO").upper(), stream=sys.stderr,
-    )
+    logs.configure("INFO")
     import sipe_fairseq.checkpoints  # noqa: F401  registers the hexatagger backend
     from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS
     from sipe_fairseq.data.preprocess import PreprocessError, PreprocessOptions, preprocess
