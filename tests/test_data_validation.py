@@ -68,7 +68,8 @@ def test_clean_directory_loads(data_dir):
     tok, off, _ = _stream(data_dir, "train")
     assert report["sentences"] == len(off) - 1 and report["tokens"] == len(tok)
     assert report["tagged"] == manifest["splits"]["train"]["tagged_positions"]
-    assert report["files"] == {"checked": 9, "hashed": 9, "unrecorded": 0}  # 3 streams x (.bin, .idx), 3 dictionaries
+    # 3 streams x (.bin, .idx), 3 dictionaries
+    assert report["files"] == {"checked": 9, "crc32": 9, "hashed": 9, "unrecorded": 0, "no_checksum": 0}
 
 
 @pytest.mark.parametrize("case", ["random", "zeros", "copy"])
@@ -176,20 +177,37 @@ def test_empty_split(data_dir, tmp_path):
         _task(path).load_dataset("valid")
 
 
-def test_manifest_sizes_fast_and_sha256_full(data_dir, tmp_path):
+def _swap_ids(path, name, a, b):
+    """Tag ids ``a`` and ``b`` exchanged everywhere in ``path/name`` (sizes and id ranges unchanged);
+    returns the number of positions changed."""
+    flat, _, dtype = _stream(path, name)
+    new = flat.copy()
+    new[flat == a], new[flat == b] = b, a
+    _rewrite(path, name, new, dtype)
+    return int(((flat == a) | (flat == b)).sum())
+
+
+def test_manifest_sizes_and_crc32_fast_and_sha256_full(data_dir, tmp_path):
     """A change that keeps every id valid (one terminal tag l <-> r) passes the content checks; the
-    manifest's sha256 catches it with --validate-data full. A manifest without file records (an
-    older sipe-preprocess) is not refused: the report says nothing was compared."""
+    manifest's crc32 catches it by default (issue 24.6: it trained silently before), the sha256 with
+    --validate-data full. A manifest without file records (an older sipe-preprocess) is not refused:
+    the report says nothing was compared."""
     path = _copy(data_dir, tmp_path)
     flat, off, dtype = _stream(path, "train.terminal")
     flat = flat.copy()
     k = int(np.flatnonzero(flat >= FIRST_TAG_ID)[10])
     flat[k] = FIRST_TAG_ID + 1 - (flat[k] - FIRST_TAG_ID)
     _rewrite(path, "train.terminal", flat, dtype)
-    _task(path, "fast").load_dataset("train")
-    with pytest.raises(DataError, match=r"train\.terminal\.bin: sha256 differs from .*manifest\.json"):
+    with pytest.raises(DataError, match=r"train\.terminal\.bin: crc32 [0-9a-f]{8} differs from the [0-9a-f]{8} "
+                                        r".*manifest\.json records \(same size, other bytes\)"):
+        _task(path, "fast").load_dataset("train")
+    with pytest.raises(DataError, match=r"train\.terminal\.bin: crc32 .* differs"):
         _task(path, "full").load_dataset("train")
     manifest = json.loads((path / "manifest.json").read_text())
+    del manifest["files"]["train.terminal.bin"]["crc32"]  # full still has the sha256
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=r"train\.terminal\.bin: sha256 differs from .*manifest\.json"):
+        _task(path, "full").load_dataset("train")
     del manifest["files"]
     (path / "manifest.json").write_text(json.dumps(manifest))
     d, tags = _dicts(path)
@@ -204,11 +222,60 @@ def test_manifest_sizes_fast_and_sha256_full(data_dir, tmp_path):
     _task(path2, "none").load_dataset("valid")
 
 
+def test_swapped_tag_ids_refused_by_default(data_dir, tmp_path):
+    """Issue 24.6: the non-terminal ids 5 and 6 exchanged over the whole stream (every id still valid,
+    sizes unchanged): fairseq-train now stops with one line naming the file, without
+    --validate-data full."""
+    path = _copy(data_dir, tmp_path)
+    changed = _swap_ids(path, "train.nonterminal", 5, 6)
+    assert changed > 1000
+    d, tags = _dicts(path)
+    report = validate_split(str(path), "train", d, tags, "none")  # the content checks alone cannot see it ...
+    assert report["sentences"] == 400
+    validate.check_content(validate.read_stream(str(path / "train")),
+                           {k: validate.read_stream(str(path / f"train.{k}")) for k in KINDS},
+                           validate.vocabulary(d, tags, False), validate.expectations(str(path), "train"),
+                           validate._scope(validate.read_stream(str(path / "train")), "full"))
+    proc = _train(path, tmp_path)  # ... the crc32 does, by default
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("sipe_fairseq: error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"sipe_fairseq: error: {path}/train.nonterminal.bin: crc32 "), errors
+
+
+def test_old_manifest_without_checksums_loads_with_one_warning(data_dir, tmp_path, caplog):
+    """A manifest written before crc32 was recorded (bytes and sha256 only) still loads, with one
+    warning for all splits; its sizes are still compared."""
+    import logging
+
+    path = _copy(data_dir, tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    for rec in manifest["files"].values():
+        del rec["crc32"]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    from sipe_fairseq.tasks import sipe_data
+
+    sipe_data._WARNED_MANIFESTS.clear()
+    task = _task(path)
+    with caplog.at_level(logging.INFO, logger="sipe_fairseq.tasks.sipe_data"):
+        for split in ("train", "valid", "test"):
+            task.load_dataset(split)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "records no crc32 checksums (written by an older sipe-preprocess)" in warnings[0]
+    d, tags = _dicts(path)
+    files = validate_split(str(path), "train", d, tags, "fast")["files"]
+    assert files == {"checked": 9, "crc32": 0, "hashed": 0, "unrecorded": 0, "no_checksum": 9}
+
+
 def test_fast_mode_samples_large_splits(data_dir, tmp_path, monkeypatch):
-    """Above FAST_FULL_TOKENS, fast mode reads an evenly spread sample; full reads everything."""
+    """Above FAST_FULL_TOKENS, fast mode's content checks read an evenly spread sample; full reads
+    everything. (The manifest's file records are removed: their crc32 refuses any change in any mode.)"""
     monkeypatch.setattr(validate, "FAST_FULL_TOKENS", 100)
     monkeypatch.setattr(validate, "FAST_SAMPLE_SENTENCES", 50)
     path = _copy(data_dir, tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    del manifest["files"]
+    (path / "manifest.json").write_text(json.dumps(manifest))
     d, tags = _dicts(path)
     assert validate_split(str(path), "train", d, tags, "fast")["checked"] == "a sample of 50 of 400 sentences"
     picked = set(np.unique(np.linspace(0, 399, 50).astype(int)).tolist())
@@ -239,7 +306,7 @@ def test_real_layouts_pass(tmp_path, opts):
     d, tags = Dictionary.load(str(dest / "dict.txt")), SiPEDataMixin.load_tag_dictionaries(str(dest), kinds)
     for split in ("train", "valid"):
         report = validate_split(str(dest), split, d, tags, "full")
-        assert report["files"]["hashed"] == 3 * (1 + len(kinds))
+        assert report["files"]["hashed"] == report["files"]["crc32"] == 3 * (1 + len(kinds))
     if not opts:
         assert validate_split(str(dest), "train", d, tags, "full")["untagged_word_starts"] >= 1  # New▁York
 

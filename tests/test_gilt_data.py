@@ -110,3 +110,135 @@ def test_preprocess_deps_graph(tmp_path):
     st = m["splits"]["train"]["arcs"]
     assert (st["arcs"], st["root_arcs"], st["words_with_several_heads"], st["source"]) == (4, 1, 1, "deps")
     assert json.loads((tmp_path / "d" / "manifest.json").read_text())["settings"]["arcs"] == "deps"
+
+
+# ------------------------------------------------------------------ arc streams checked at load (issue 24.5)
+ARC_CASES = ["random", "zeros", "swapped-bin", "swapped-both", "truncated-bin", "truncated-idx", "later-word",
+             "manifest-size", "manifest-crc32"]
+
+
+def _gilt_task(path, mode="fast"):
+    from omegaconf import OmegaConf
+
+    from sipe_fairseq.tasks.gilt_lm import GiltLanguageModelingTask, GiltLMConfig
+
+    cfg = OmegaConf.structured(GiltLMConfig(
+        data=str(path), tokens_per_sample=64, sample_break_mode="complete", validate_data=mode, seed=1, batch_size=None,
+        batch_size_valid=None, dataset_impl=None, data_buffer_size=10, tpu=False, use_plasma_view=False, plasma_path=""))
+    return GiltLanguageModelingTask.setup_task(cfg)
+
+
+def _damage_arcs(path, case):
+    """Damage ``path/train.arcs`` as ``case`` says; returns the regex of the one error line expected."""
+    import numpy as np
+
+    from test_data_validation import _rewrite, _stream
+
+    flat, off, dtype = _stream(path, "train.arcs")
+    arcs = rf"{path}/train\.arcs"
+    if case == "random":
+        _rewrite(path, "train.arcs", np.random.RandomState(0).randint(0, 256, len(flat)), dtype)
+        return rf"{arcs}\.bin: sentence 0: .* \(the sentence has \d+ words in .*train\.terminal\.bin\)"
+    if case == "zeros":
+        _rewrite(path, "train.arcs", np.zeros(len(flat)), dtype)
+        return rf"{arcs}\.bin: sentence 0: arc item holds \d+ values after its \d+ words"
+    if case == "swapped-bin":
+        (path / "train.arcs.bin").write_bytes((path / "valid.arcs.bin").read_bytes())
+        return rf"{arcs}\.bin: \d+ bytes, but {arcs}\.idx describes \d+ tokens"
+    if case == "swapped-both":
+        for ext in ("bin", "idx"):
+            (path / f"train.arcs.{ext}").write_bytes((path / f"valid.arcs.{ext}").read_bytes())
+        return rf"{arcs}\.idx: 60 sentences, the token stream {path}/train\.idx 400: the arc stream does not belong"
+    if case in ("truncated-bin", "truncated-idx"):
+        name = "train.arcs." + case.split("-")[1]
+        data = (path / name).read_bytes()
+        (path / name).write_bytes(data[:-100] if case == "truncated-bin" else data[:-5])
+        return (rf"{arcs}\.bin: \d+ bytes, but .*train\.arcs\.idx describes" if case == "truncated-bin"
+                else rf"{arcs}\.idx: \d+ bytes, but its header announces 400 sentences .*truncated or damaged")
+    if case == "later-word":  # sentence 3's first word with a head arc: make it point at the word itself
+        item = flat[off[3]:off[4]].tolist()
+        pos, w = 0, 1
+        while item[pos] == 0:  # word w: [n_heads, heads.., n_deps, deps..]
+            pos += 2 + item[pos + 1]
+            w += 1
+        new = flat.copy()
+        new[off[3] + pos + 1] = w
+        _rewrite(path, "train.arcs", new, dtype)
+        return (rf"{arcs}\.bin: sentence 3: word {w}: heads \[{w}\] not among earlier nodes 0\.\.{w - 1} "
+                r"\(an arc belongs to its later word\)")
+    manifest = json.loads((path / "manifest.json").read_text())
+    if case == "manifest-size":
+        manifest["files"]["train.arcs.idx"]["bytes"] += 12
+        expect = rf"{arcs}\.idx: \d+ bytes, .*manifest\.json records \d+"
+    else:  # a byte change that keeps every item decodable: the recorded checksum differs
+        manifest["files"]["train.arcs.bin"]["crc32"] ^= 1
+        expect = rf"{arcs}\.bin: crc32 [0-9a-f]{{8}} differs from the [0-9a-f]{{8}} .*manifest\.json records"
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    return expect
+
+
+@pytest.mark.parametrize("case", ARC_CASES)
+def test_damaged_arc_stream_is_refused_at_load(toy_data_400, tmp_path, case):
+    """Issue 24.5: random bytes, zeros or another split's arcs gave a traceback naming only the split,
+    a truncated file `buffer is smaller than requested size`, and the arc files were not compared with
+    the manifest. Now --task gilt_lm refuses the split with a DataError naming the file (and sentence)."""
+    import shutil
+
+    from sipe_fairseq.data.validate import DataError
+
+    path = tmp_path / "d"
+    shutil.copytree(toy_data_400, path)
+    expect = _damage_arcs(path, case)
+    task = _gilt_task(path)
+    task.load_dataset("valid")  # the other splits are fine
+    with pytest.raises(DataError, match=expect):
+        task.load_dataset("train")
+
+
+def test_clean_arc_stream_is_checked_once(toy_data_400):
+    task = _gilt_task(toy_data_400)
+    task.load_dataset("train")
+    report = task.validate_split(str(toy_data_400), "train", task.dictionary, task.tag_dictionaries)
+    manifest = json.loads((toy_data_400 / "manifest.json").read_text())
+    assert report["arcs_checked"] and report["arcs"] == manifest["splits"]["train"]["arcs"]["arcs"] == 4223
+    assert report["files"]["crc32"] == 11  # 4 streams x (.bin, .idx), 3 dictionaries
+
+
+def test_arc_stream_without_content_validation_still_refused(toy_data_400, tmp_path):
+    """--validate-data none: the structure is still checked, and the loader decodes every item itself."""
+    import shutil
+
+    from sipe_fairseq.data.validate import DataError
+
+    path = tmp_path / "d"
+    shutil.copytree(toy_data_400, path)
+    _damage_arcs(path, "zeros")
+    with pytest.raises(DataError, match=rf"{path}/train\.arcs\.bin: sentence 0: arc item holds"):
+        _gilt_task(path, "none").load_dataset("train")
+    for f in path.glob("valid.arcs.*"):
+        f.unlink()
+    with pytest.raises(DataError, match=rf"{path}/valid\.arcs\.bin/\.idx: no arc stream for split 'valid'"):
+        _gilt_task(path, "none").load_dataset("valid")
+
+
+@pytest.mark.parametrize("case", ["random", "truncated-bin"])
+def test_fairseq_train_gilt_damaged_arcs_one_line(toy_data_400, tmp_path, case):
+    """fairseq-train --task gilt_lm: one line `sipe_fairseq: error: FILE: ...`, exit status 1, no traceback."""
+    import re
+    import shutil
+
+    import launcher
+    from conftest import BIN, ENV, PLUGIN
+
+    path = tmp_path / "d"
+    shutil.copytree(toy_data_400, path)
+    expect = _damage_arcs(path, case)
+    cmd = [BIN / "fairseq-train", path, "--user-dir", PLUGIN, "--task", "gilt_lm", "--criterion", "gilt_lm",
+           "--arch", "gilt_txl_tiny", "--tokens-per-sample", "64", "--sample-break-mode", "complete", "--optimizer", "adam",
+           "--lr", "0.003", "--max-tokens", "1024", "--max-update", "2", "--no-save", "--num-workers", "0",
+           "--save-dir", tmp_path / "ck"]
+    proc = launcher.run([str(c) for c in cmd], env=ENV, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("sipe_fairseq: error:")]
+    assert len(errors) == 1 and re.match("sipe_fairseq: error: " + expect, errors[0]), proc.stderr[-2000:]

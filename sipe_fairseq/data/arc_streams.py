@@ -2,7 +2,10 @@
 
 One item per sentence (document breaks: an empty item), so the stream has as many items as the
 token stream; each item decodes to exactly as many words as the sentence has first-subword
-positions (terminal tag not ``<notag>``), which :func:`load_arc_stream` checks for every sentence.
+positions (terminal tag not ``<notag>``). The tasks check the stream at load with the other streams
+(:func:`~sipe_fairseq.data.validate.validate_split` with ``arcs=True``: structure, sentence count,
+every item, the manifest's sizes and checksums); :func:`load_arc_stream` checks every item itself
+when that validation did not (``--validate-data none``, a sample of a large split).
 """
 import os
 from collections import Counter
@@ -12,6 +15,7 @@ import numpy as np
 
 from .arcs import ArcError, check_arcs, decode_words, encode_arcs, tree_arcs
 from .tag_dictionary import NOTAG_ID
+from .validate import DataError
 from .writers import write_stream
 
 ARC_SOURCES = ("tree", "deps")
@@ -54,27 +58,30 @@ def _arcs(item, n):
     return out
 
 
-def load_arc_stream(data_path: str, split: str, token_dataset, terminal_dataset, dataset_impl=None):
+def load_arc_stream(data_path: str, split: str, token_dataset, terminal_dataset, dataset_impl=None, check: bool = True):
     """Load ``{split}.arcs`` and check it against the tokens and the terminal tag stream: returns
-    ``(indexed dataset, words per sentence)``. Raises ``FileNotFoundError`` (no stream: how to make
-    one) or ``ValueError`` naming the split and the first sentence that is out of step."""
+    ``(indexed dataset, words per sentence)``. With ``check`` every item is decoded (skip it only when
+    :func:`~sipe_fairseq.data.validate.validate_split` checked them all). Raises
+    :class:`~sipe_fairseq.data.validate.DataError` naming the file (and the first sentence that is out
+    of step), also for a missing stream (with how to make one)."""
     from fairseq.data import data_utils
 
     prefix = os.path.join(data_path, f"{split}.arcs")
     ds = data_utils.load_indexed_dataset(prefix, None, dataset_impl)
     if ds is None:
-        raise FileNotFoundError(f"{data_path} has no arc stream {split}.arcs (.bin/.idx): rebuild it with a "
-                                "sipe-preprocess that writes arcs (GiLT)")
+        raise DataError(f"{prefix}.bin/.idx: no arc stream for split {split!r} (--task gilt_lm reads the gold graphs): "
+                        f"rebuild {data_path} with a sipe-preprocess that writes arcs")
     if len(ds) != len(token_dataset):
-        raise ValueError(f"split {split!r}: the arc stream has {len(ds)} sentences, the token stream {len(token_dataset)}; "
-                         f"rebuild {data_path} with sipe-preprocess")
+        raise DataError(f"{prefix}.idx: {len(ds)} sentences, the token stream {len(token_dataset)}: the arc stream "
+                        f"does not belong to split {split!r}; rebuild {data_path} with sipe-preprocess")
     n_words = np.array([int((terminal_dataset[i] != NOTAG_ID).sum()) for i in range(len(terminal_dataset))], dtype=np.int64)
-    for i in range(len(ds)):
+    for i in range(len(ds)) if check else ():
         try:
             decode_words(ds[i].tolist(), int(n_words[i]))
         except ArcError as e:
-            raise ValueError(f"split {split!r}: the arc stream is not aligned with the words of sentence {i} "
-                             f"({int(n_words[i])} words): {e}; rebuild {data_path} with sipe-preprocess") from None
+            raise DataError(f"{prefix}.bin: sentence {i}: {e} (the sentence has {int(n_words[i])} words): the arc "
+                            f"stream is damaged or out of step with the words; rebuild {data_path} with "
+                            "sipe-preprocess") from None
     return ds, n_words
 
 

@@ -110,7 +110,8 @@ def decode_words(item: Sequence[int], n: int) -> List[Tuple[List[int], List[int]
             if len(vals) != k:
                 raise ArcError(f"arc item ends inside word {w} of {n}")
             if any(not low <= v < w for v in vals):
-                raise ArcError(f"word {w}: {kind} {vals} not among earlier nodes {low}..{w - 1}")
+                raise ArcError(f"word {w}: {kind} {vals} not among earlier nodes {low}..{w - 1} (an arc belongs to "
+                              "its later word)")
             lists.append(vals)
             pos += 1 + k
         out.append((lists[0], lists[1]))

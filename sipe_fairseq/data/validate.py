@@ -1,14 +1,16 @@
 """Validation of a SiPE data directory before training or evaluation: one place for every check.
 
 A split is the token stream ``{split}.bin/.idx`` and its tag streams ``{split}.{kind}.bin/.idx``
-(:mod:`sipe_fairseq.data.preprocess` documents the layout). :func:`validate_split` refuses a split
-with a :class:`DataError` that names the file and, for content errors, the first bad sentence:
+(:mod:`sipe_fairseq.data.preprocess` documents the layout), for ``--task gilt_lm`` also its arc
+stream ``{split}.arcs.bin/.idx`` (:mod:`sipe_fairseq.data.arc_streams`). :func:`validate_split`
+refuses a split with a :class:`DataError` that names the file and, for content errors, the first bad
+sentence:
 
 *Structure* (always, every stream): both files present; the ``.idx`` header (fairseq's mmap
 magic, version, dtype) and its length (26 + 12 bytes per sentence); pointers that are the running
 sum of the sizes; the ``.bin`` holding exactly the tokens its index describes; no empty split
 (fairseq cannot mmap an empty file); every tag stream with the token stream's sentence count and
-sentence lengths.
+sentence lengths; the arc stream with the token stream's sentence count.
 
 *Content* (the whole split, or for ``fast`` on splits above :data:`FAST_FULL_TOKENS` tokens an
 evenly spread sample of :data:`FAST_SAMPLE_SENTENCES` sentences): token ids inside ``dict.txt``
@@ -19,11 +21,14 @@ tag stream tagged at the same positions as the terminal stream. For ``sipe-prepr
 directories also: every sentence's first piece tagged, every word-start piece tagged (up to the
 manifest's count of words whose whitespace became U+2581, which split into several marked
 pieces), and, when the whole split was read, the number of tagged positions equal to the
-manifest's ``tagged_positions``.
+manifest's ``tagged_positions``. Arc streams: every sentence's item decodes to exactly its words
+(the terminal stream's tagged positions), each word's arcs going to earlier nodes only (an arc
+belongs to its later word), and, when the whole split was read, the manifest's count of arcs.
 
-*Manifest files* (``manifest.json`` ``files``: bytes and sha256 of every file ``sipe-preprocess``
-wrote): ``fast`` compares byte sizes, ``full`` also the sha256 (reads every byte). A manifest
-from before file hashes were recorded is counted and logged, not refused.
+*Manifest files* (``manifest.json`` ``files``: bytes, crc32 and sha256 of every file
+``sipe-preprocess`` wrote): ``fast`` compares byte sizes and the crc32 (reads each file once, so
+any changed byte is refused), ``full`` also the sha256 (in the same read). A manifest from before
+file checksums were recorded is counted (``no_checksum``; the task logs one warning), not refused.
 
 Mode ``none`` skips everything but the structure checks fairseq needs to open the files.
 """
@@ -36,9 +41,10 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .arcs import ArcError, decode_words
 from .mlm_dataset import word_start_mask
 from .tag_dictionary import FIRST_TAG_ID, NOTAG_ID
-from .writers import sha256_file
+from .writers import digests
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +84,8 @@ class Stream:
 
     def read(self, lo: int, hi: int) -> np.ndarray:
         """Tokens ``lo:hi`` (flat positions) as int64."""
+        if hi <= lo:  # numpy cannot map an empty range
+            return np.zeros(0, dtype=np.int64)
         data = np.memmap(self.bin, dtype=self.dtype, mode="r", offset=lo * self.dtype.itemsize, shape=(hi - lo,))
         out = np.asarray(data, dtype=np.int64)
         del data
@@ -127,7 +135,7 @@ class Expectations:
     no_split: bool = False                  # every token (but </s>) is a word start
     every_word_tagged: bool = False         # sipe-preprocess: each word's first piece carries its tags
     split_stats: Optional[dict] = None      # manifest.json "splits"[split]
-    files: Optional[Dict[str, dict]] = None  # manifest.json "files": name -> {"bytes", "sha256"}
+    files: Optional[Dict[str, dict]] = None  # manifest.json "files": name -> {"bytes", "crc32", "sha256"}
     manifest: Optional[str] = None          # path of the manifest read, if any
 
 
@@ -159,9 +167,12 @@ def expectations(data_dir: str, split: str) -> Expectations:
 
 
 def check_files(data_dir: str, names: Sequence[str], exp: Expectations, mode: str) -> dict:
-    """Compare files with the manifest's record: sizes (``fast``), sizes and sha256 (``full``).
-    Returns counts ``checked``, ``hashed``, ``unrecorded`` (files the manifest does not list)."""
-    out = {"checked": 0, "hashed": 0, "unrecorded": 0}
+    """Compare files with the manifest's record: sizes and crc32 (``fast``), also the sha256
+    (``full``), each file read once. Returns counts ``checked`` (sizes), ``crc32`` and ``hashed``
+    (checksums compared), ``unrecorded`` (files the manifest does not list) and ``no_checksum``
+    (listed without a crc32: a manifest written before it was recorded)."""
+    out = {"checked": 0, "crc32": 0, "hashed": 0, "unrecorded": 0, "no_checksum": 0}
+    changed = f"the file changed after sipe-preprocess wrote it; {_REBUILD}"
     for name in names:
         rec = (exp.files or {}).get(name)
         if rec is None:
@@ -170,13 +181,21 @@ def check_files(data_dir: str, names: Sequence[str], exp: Expectations, mode: st
         path = os.path.join(data_dir, name)
         size = os.path.getsize(path)
         if size != rec.get("bytes"):
-            raise DataError(f"{path}: {size} bytes, {exp.manifest} records {rec.get('bytes')}: the file changed "
-                            f"after sipe-preprocess wrote it; {_REBUILD}")
+            raise DataError(f"{path}: {size} bytes, {exp.manifest} records {rec.get('bytes')}: {changed}")
         out["checked"] += 1
-        if mode == "full":
-            if sha256_file(path) != rec.get("sha256"):
-                raise DataError(f"{path}: sha256 differs from {exp.manifest}: the file changed after sipe-preprocess "
-                                f"wrote it; {_REBUILD}")
+        want_crc, want_sha = rec.get("crc32") is not None, mode == "full"
+        out["no_checksum"] += int(not want_crc)
+        if not (want_crc or want_sha):
+            continue
+        got = digests(path, sha256=want_sha, crc32=want_crc)
+        if want_crc:
+            if got["crc32"] != rec["crc32"]:
+                raise DataError(f"{path}: crc32 {int(got['crc32']):08x} differs from the {int(rec['crc32']):08x} "
+                                f"{exp.manifest} records (same size, other bytes): {changed}")
+            out["crc32"] += 1
+        if want_sha:
+            if got["sha256"] != rec.get("sha256"):
+                raise DataError(f"{path}: sha256 differs from {exp.manifest}: {changed}")
             out["hashed"] += 1
     return out
 
@@ -324,19 +343,46 @@ def check_content(tokens: Stream, tags: Mapping[str, Stream], vocab: Vocabulary,
     return counts
 
 
+def check_arc_content(arcs: Stream, terminal: Stream, scope: _Scope) -> int:
+    """Every sentence of ``scope``: its arc item decodes to exactly as many words as ``terminal``
+    tags (:func:`~sipe_fairseq.data.arcs.decode_words`: counts inside the item, each word's heads
+    among nodes 0..w-1 and dependents among words 1..w-1, as an arc belongs to its later word);
+    returns the number of arcs."""
+    n_arcs = 0
+    for a, b in scope.ranges:
+        lo, hi = int(terminal.offsets[a]), int(terminal.offsets[b])
+        tagged = np.concatenate([[0], np.cumsum(terminal.read(lo, hi) != NOTAG_ID)])
+        words = tagged[terminal.offsets[a + 1:b + 1] - lo] - tagged[terminal.offsets[a:b] - lo]
+        alo = int(arcs.offsets[a])
+        flat = arcs.read(alo, int(arcs.offsets[b])).tolist()
+        for k, i in enumerate(range(a, b)):
+            item = flat[int(arcs.offsets[i]) - alo:int(arcs.offsets[i + 1]) - alo]
+            n = int(words[k])
+            try:
+                decoded = decode_words(item, n)
+            except ArcError as e:
+                raise DataError(f"{arcs.bin}: sentence {i}: {e} (the sentence has {n} words in {terminal.bin}): the arc "
+                                f"stream is damaged or out of step with the words; {_REBUILD}") from None
+            n_arcs += sum(len(h) + len(d) for h, d in decoded)
+    return n_arcs
+
+
 # ----------------------------------------------------------------------------- one split
 
 
-def split_files(split: str, kinds: Sequence[str]) -> List[str]:
-    """The files a split is read from: its streams and the dictionaries."""
-    streams = [f"{split}{suffix}.{ext}" for suffix in [""] + [f".{k}" for k in kinds] for ext in ("idx", "bin")]
+def split_files(split: str, kinds: Sequence[str], arcs: bool = False) -> List[str]:
+    """The files a split is read from: its streams (with ``arcs``, the arc stream too) and the dictionaries."""
+    suffixes = [""] + [f".{k}" for k in kinds] + ([".arcs"] if arcs else [])
+    streams = [f"{split}{suffix}.{ext}" for suffix in suffixes for ext in ("idx", "bin")]
     return streams + ["dict.txt"] + [f"dict.{k}.txt" for k in kinds]
 
 
 def validate_split(data_dir: str, split: str, dictionary, tag_dictionaries: Mapping[str, object],
-                   mode: str = "fast", exp: Optional[Expectations] = None) -> dict:
-    """Check ``{data_dir}/{split}`` and its tag streams (kinds: the keys of ``tag_dictionaries``);
-    raises :class:`DataError` on the first problem, returns a report (counts) otherwise."""
+                   mode: str = "fast", exp: Optional[Expectations] = None, arcs: bool = False) -> dict:
+    """Check ``{data_dir}/{split}`` and its tag streams (kinds: the keys of ``tag_dictionaries``), with
+    ``arcs`` also its arc stream (GiLT; needs the terminal stream); raises :class:`DataError` on the
+    first problem, returns a report (counts) otherwise (``arcs_checked``: the content of every
+    sentence's arcs was checked)."""
     if mode not in VALIDATION_MODES:
         raise ValueError(f"validation mode must be one of {VALIDATION_MODES}, got {mode!r}")
     exp = exp or expectations(data_dir, split)
@@ -356,8 +402,9 @@ def validate_split(data_dir: str, split: str, dictionary, tag_dictionaries: Mapp
         s = read_stream(p, f"{kind} stream of split {split!r}")
         check_alignment(s.sizes, tokens.sizes, p + ".idx", prefix + ".idx", kind, split)
         tags[kind] = s
+    arc_stream = read_arc_stream(prefix, split, data_dir, n) if arcs else None
     report = {"split": split, "sentences": n, "tokens": int(tokens.offsets[-1]), "mode": mode,
-              "streams": list(tags)}
+              "streams": list(tags) + (["arcs"] if arcs else []), "arcs_checked": False}
     if mode == "none":
         return report
     vocab = vocabulary(dictionary, tag_dictionaries, exp.no_split)
@@ -369,8 +416,31 @@ def validate_split(data_dir: str, split: str, dictionary, tag_dictionaries: Mapp
         ref = tags.get("terminal", next(iter(tags.values())))
         raise DataError(f"{ref.bin}: {counts['tagged']} tagged positions, {exp.manifest} counts {expected} words "
                         f"for split {split!r}; {_REBUILD}")
-    report["files"] = check_files(data_dir, split_files(split, list(tags)), exp, mode) if exp.files is not None else None
+    if arc_stream is not None:
+        if "terminal" not in tags:
+            raise ValueError("validating an arc stream needs the terminal stream (its words)")
+        n_arcs = check_arc_content(arc_stream, tags["terminal"], scope)
+        expected = ((exp.split_stats or {}).get("arcs") or {}).get("arcs")
+        if scope.whole and expected is not None and n_arcs != expected:
+            raise DataError(f"{arc_stream.bin}: {n_arcs} arcs, {exp.manifest} counts {expected} for split {split!r}; "
+                            f"{_REBUILD}")
+        report.update(arcs=n_arcs, arcs_checked=scope.whole)
+    files = split_files(split, list(tags), arcs)
+    report["files"] = check_files(data_dir, files, exp, mode) if exp.files is not None else None
     return report
+
+
+def read_arc_stream(prefix: str, split: str, data_dir: str, n_sentences: int) -> Stream:
+    """``{prefix}.arcs``'s structure (:func:`read_stream`) and its sentence count against the tokens'."""
+    p = f"{prefix}.arcs"
+    if not any(os.path.isfile(p + ext) for ext in (".idx", ".bin")):
+        raise DataError(f"{p}.bin/.idx: no arc stream for split {split!r} (--task gilt_lm reads the gold graphs): "
+                        f"rebuild {data_dir} with a sipe-preprocess that writes arcs")
+    s = read_stream(p, f"arc stream of split {split!r}")
+    if len(s.sizes) != n_sentences:
+        raise DataError(f"{p}.idx: {len(s.sizes)} sentences, the token stream {prefix}.idx {n_sentences}: the arc "
+                        f"stream does not belong to split {split!r}; {_REBUILD}")
+    return s
 
 
 def missing_stream(prefix: str, kind: str, split: str, data_dir: str) -> DataError:

@@ -3,6 +3,7 @@ token and tag streams (fairseq mmap ``.bin/.idx``), text files and the JSON mani
 import hashlib
 import json
 import os
+import zlib
 from typing import Dict, Tuple
 
 import numpy as np
@@ -42,22 +43,37 @@ def write_manifest(path: str, manifest: dict) -> None:
     write_text(path, json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
+def digests(path: str, sha256: bool = True, crc32: bool = True) -> Dict[str, object]:
+    """``{"sha256": hex, "crc32": int}`` (those asked for) of a file, read once."""
+    h = hashlib.sha256() if sha256 else None
+    crc = 0
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+            if h is not None:
+                h.update(chunk)
+            if crc32:
+                crc = zlib.crc32(chunk, crc)
+    out: Dict[str, object] = {}
+    if h is not None:
+        out["sha256"] = h.hexdigest()
+    if crc32:
+        out["crc32"] = crc
+    return out
+
+
+def sha256_file(path: str) -> str:
+    return str(digests(path, crc32=False)["sha256"])
 
 
 def file_digests(dest: str) -> Dict[str, dict]:
-    """Bytes and sha256 of every file of a data directory but the manifest (checked at load by
+    """Bytes, crc32 (compared at every load, ``--validate-data fast``) and sha256 (``full``) of every
+    file of a data directory but the manifest, each file read once (checked at load by
     :mod:`sipe_fairseq.data.validate`)."""
     out = {}
     for name in sorted(os.listdir(dest)):
         path = os.path.join(dest, name)
         if name != "manifest.json" and os.path.isfile(path):
-            out[name] = {"bytes": os.path.getsize(path), "sha256": sha256_file(path)}
+            out[name] = {"bytes": os.path.getsize(path), **digests(path)}
     return out
 
 

@@ -32,6 +32,8 @@ class GiltLanguageModelingTask(HexatagLanguageModelingTask):
     """Samples of :class:`~sipe_fairseq.data.gilt_dataset.GiltLMDataset` (gold graph tensors in ``net_input``,
     gold arcs as ``gilt_head``/``gilt_dep`` targets)."""
 
+    validates_arcs = True  # {split}.arcs checked at load with the tag streams (data/validate.py)
+
     def __init__(self, args, dictionary, output_dictionary=None, targets=None):
         if str(args.sample_break_mode) not in WHOLE_SENTENCE_BREAK_MODES:
             raise OptionError(f"--task gilt_lm needs whole sentences per block: --sample-break-mode "
@@ -45,7 +47,9 @@ class GiltLanguageModelingTask(HexatagLanguageModelingTask):
         data_path = paths[(epoch - 1) % len(paths)]
         raw = data_utils.load_indexed_dataset(os.path.join(data_path, split), self.dictionary, self.args.dataset_impl)
         terminal = data_utils.load_indexed_dataset(os.path.join(data_path, f"{split}.terminal"), None, self.args.dataset_impl)
-        arcs, n_words = load_arc_stream(data_path, split, raw, terminal, self.args.dataset_impl)
+        report = self.validate_split(data_path, split, self.dictionary, self.tag_dictionaries)  # done once: cached
+        arcs, n_words = load_arc_stream(data_path, split, raw, terminal, self.args.dataset_impl,
+                                        check=not report.get("arcs_checked"))
         self.datasets[split] = GiltLMDataset(
             ds.dataset, ds.tag_blocks, ds.tag_pad, arcs, n_words, placement=ds.placement, src_vocab=ds.vocab,
             tgt_vocab=ds.tgt_vocab, add_eos_for_other_targets=ds.add_eos_for_other_targets, shuffle=ds.shuffle,

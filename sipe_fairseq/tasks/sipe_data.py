@@ -67,8 +67,19 @@ if getattr(sys.excepthook, "__name__", "") != _excepthook.__name__:
 class SiPEDataConfig(FairseqDataclass):
     validate_data: ChoiceEnum(VALIDATION_MODES) = field(
         default="fast", metadata={"help": "check every split before loading it (sipe_fairseq.data.validate): fast = file "
-                                          "structure, ids and tag positions (a sample on very large splits), manifest "
-                                          "sizes; full = all sentences and the manifest's sha256 of each file; none"})
+                                          "structure, ids, tag positions and arcs (a sample on very large splits), the "
+                                          "manifest's size and crc32 of each file (any changed byte is refused); full = "
+                                          "all sentences and also the manifest's sha256; none = structure only"})
+
+
+_WARNED_MANIFESTS = set()  # one warning per old manifest and process, whatever the number of splits
+
+
+def _warn_old_manifest(path: Optional[str], message: str) -> None:
+    key = os.path.abspath(path or "")
+    if key not in _WARNED_MANIFESTS:
+        _WARNED_MANIFESTS.add(key)
+        logger.warning(message)
 
 
 def _option(task, name, default=None):
@@ -95,6 +106,8 @@ class SiPEDataMixin:
                 raise DataError(str(e)) from None
         return out
 
+    validates_arcs = False  # gilt_lm: {split}.arcs is validated with the other streams
+
     def validate_split(self, folder: str, split: str, dictionary, tag_dictionaries: Mapping[str, object]) -> Optional[dict]:
         """:func:`~sipe_fairseq.data.validate.validate_split` once per (folder, split, mode)."""
         mode = str(_option(self, "validate_data", "fast"))
@@ -102,18 +115,31 @@ class SiPEDataMixin:
         key = (os.path.abspath(folder), split, mode)
         if key not in done:
             exp = expectations(folder, split)
-            report = validate_split(folder, split, dictionary, tag_dictionaries, mode, exp)
+            report = validate_split(folder, split, dictionary, tag_dictionaries, mode, exp, arcs=self.validates_arcs)
             files = report.get("files")
             if mode == "none":
                 note = "content not checked (--validate-data none)"
             else:
-                note = f"checked {report['checked']}: ids, tag positions"
+                note = f"checked {report['checked']}: ids, tag positions" + (", arcs" if self.validates_arcs else "")
+                n_files = len(split_files(split, list(tag_dictionaries), self.validates_arcs))
                 if files is None:
-                    older = " (written before sipe-preprocess recorded them)" if exp.split_stats is not None else ""
-                    note += (f"; {exp.manifest or 'no manifest'} records no file sizes/hashes{older}: "
-                             f"{len(split_files(split, list(tag_dictionaries)))} files not compared with it")
+                    note += f"; {exp.manifest or 'no manifest'} records no file sizes/checksums"
+                    if exp.split_stats is not None:  # a sipe-preprocess manifest from before they were recorded
+                        _warn_old_manifest(exp.manifest, f"{exp.manifest} records no file sizes or checksums (written "
+                                                         f"by an older sipe-preprocess): {n_files} files of split "
+                                                         f"{split!r} not compared with it; rebuild the directory to "
+                                                         "have every byte checked")
                 else:
-                    note += f"; {files['checked']} files match the manifest ({'sha256' if mode == 'full' else 'sizes'})"
+                    sums = "crc32, sha256" if mode == "full" else "crc32"
+                    note += f"; {files['checked']} files match the manifest (sizes, {sums})"
+                    if files["no_checksum"]:
+                        note += f", {files['no_checksum']} without a recorded crc32"
+                        _warn_old_manifest(exp.manifest, f"{exp.manifest} records no crc32 checksums (written by an "
+                                                         f"older sipe-preprocess): {files['no_checksum']} files of "
+                                                         f"split {split!r} compared by size only"
+                                                         + (" and sha256" if mode == "full" else "")
+                                                         + "; rebuild the directory to have every byte checked by "
+                                                           "default")
                     if files["unrecorded"]:
                         note += f", {files['unrecorded']} not recorded in it"
             logger.info(f"{os.path.join(folder, split)}: {report['sentences']} sentences, {report['tokens']} tokens, "
