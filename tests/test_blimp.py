@@ -531,6 +531,23 @@ def test_blimp_too_long_sentences_are_unscored_and_counted(toy, tmp_path):
     assert "unscored pairs" in md and "sipe 1, stock 1" in md
 
 
+def test_blimp_nothing_scored_exits_1(toy, tmp_path, caplog):
+    """Issue 24: every pair longer than the models' positions: the table and --json are still written
+    (the pairs are listed there), then one error line and exit status 1 (before: exit 0, no accuracy)."""
+    long_good = " ".join(["the dogs near the cat run"] * 20) + " ."
+    only = tmp_path / "only-long"
+    only.mkdir()
+    _write(only / "long.jsonl", [{"sentence_good": long_good, "sentence_bad": long_good.replace("dogs", "dog", 1),
+                                  "UID": "toy_long", "pairID": "0", "field": "syntax"}])
+    out = tmp_path / "long.json"
+    caplog.clear()
+    assert eval_main(["blimp", "--data", str(toy["data"]), "--path", f"sipe={toy['sipe']}", "--blimp", str(only),
+                      "--parser", "none", "--json", str(out)]) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == ["no pair scored by sipe (1 pairs: 0 skipped, unscored sipe 1; listed in --json): no accuracy"]
+    assert json.loads(out.read_text())["overall"]["accuracy"] == {"sipe": None}
+
+
 @pytest.mark.parametrize("case", ["not_json", "missing_field", "duplicate", "empty", "not_utf8"])
 def test_blimp_input_errors_exit_2_in_one_line(tmp_path, caplog, case):
     good = json.dumps({"sentence_good": "a b .", "sentence_bad": "b a .", "UID": "u", "pairID": "1"})

@@ -5,8 +5,11 @@
 A subcommand is a module with ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``
 (its docstring becomes the subcommand's description); add it to :data:`SUBCOMMANDS`.
 
-Exit status: 0 ok, 2 bad input (as each subcommand documents), 3 a checkpoint is missing, refused by
-torch's weights-only loading (untrusted content) or not a fairseq checkpoint (one line naming it).
+Exit status: 0 ok, 1 nothing scored (``blimp``: a model scored no pair; ``syntaxgym``: no suite),
+2 bad input (as each subcommand documents; also an option out of range, or an output path such as
+``--json``, ``--markdown``, ``--plot``, ``--out``, ``--*-out`` or ``--cache`` that cannot be written: checked
+before any work starts), 3 a checkpoint is missing, refused by torch's weights-only loading (untrusted
+content) or not a fairseq checkpoint (one line naming it).
 """
 import argparse
 import logging
@@ -15,6 +18,7 @@ import sys
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
 from sipe_fairseq.eval import attention, blimp, report, seeds, sweep_plot, syntaxgym
+from sipe_fairseq.eval.options import output_path_problem
 from sipe_fairseq.eval.progress import add_progress_argument, configure
 
 SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot,
@@ -40,6 +44,10 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logs.configure("WARNING", logs.SHORT_FORMAT, plugin_level=logging.DEBUG if args.verbose else logging.INFO)
     configure(args)
+    problem = output_path_problem(args)  # before anything is loaded or scored: the results would be lost
+    if problem:
+        logging.getLogger("sipe-eval").error("%s", problem)
+        return 2
     try:
         return args.run(args)
     except CheckpointError as e:

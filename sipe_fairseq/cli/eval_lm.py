@@ -13,8 +13,10 @@ Works for ``hexatag_lm`` checkpoints and for stock ``language_modeling`` ones (n
 model is scored through a ``hexatag_lm`` task built from its own task settings, so all see the
 same blocks and the same position types.
 
-Exit status: 0 ok, 2 usage error (a checkpoint name given twice), 3 a checkpoint is missing,
-refused by torch's weights-only loading (untrusted content) or not a fairseq checkpoint.
+Exit status: 0 ok, 1 nothing scored (no token of the split, or no sentence under a tag source),
+2 usage error (an option out of range, a checkpoint name given twice, an output path that cannot be
+written: checked before anything is loaded), 3 a checkpoint is missing, refused by torch's weights-only
+loading (untrusted content) or not a fairseq checkpoint.
 """
 import argparse
 import json
@@ -26,8 +28,10 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli import logs
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
+from sipe_fairseq.eval.options import int_at_least, output_path_problem
 from sipe_fairseq.eval.progress import add_progress_argument, configure
 from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
+from sipe_fairseq.tasks.sipe_data import EvaluationError
 
 logger = logging.getLogger(__name__)
 
@@ -56,18 +60,19 @@ def main(argv=None):
     p.add_argument("data", help="a sipe-preprocess data directory")
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT", help="checkpoint (repeatable)")
     p.add_argument("--gen-subset", default="valid", help="split to score (default: valid)")
-    p.add_argument("--context-window", type=int, default=0, help="as fairseq-eval-lm --context-window")
-    p.add_argument("--max-tokens", type=int, default=4096)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--json", help="also write the scores as JSON here")
-    p.add_argument("--threads", type=int, default=None, help="torch threads")
+    p.add_argument("--context-window", type=int_at_least(0), default=0, help="as fairseq-eval-lm --context-window (>= 0)")
+    p.add_argument("--max-tokens", type=int_at_least(1), default=4096, help="tokens per batch (default: %(default)s)")
+    p.add_argument("--batch-size", type=int_at_least(1), default=None, help="sentences per batch")
+    p.add_argument("--json", help="also write the scores as JSON here (checked writable before anything runs)")
+    p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
     p.add_argument("--tags", default=None, metavar="SOURCES",
                    help="also score every sentence alone under these tag sources, comma-separated: given, self, beam:K "
                         "(eval/prefix_tags.py), e.g. given,self,beam:4; beam-word:K (SiPE) ranks the beam before the "
                         "next word's first subword is scored (a looser bound; issue 12's hand reference)")
     p.add_argument("--tags-unconstrained", action="store_true", help="self/beam: any tag pair, not only valid prefixes")
-    p.add_argument("--tags-max-sentences", type=int, default=None, help="score the first N sentences only with --tags")
-    p.add_argument("--gilt-count-beam", type=int, default=5, metavar="C",
+    p.add_argument("--tags-max-sentences", type=int_at_least(1), default=None, metavar="N",
+                   help="score the first N sentences only with --tags (N >= 1)")
+    p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
                    help="GiLT checkpoints, beam:K: counts each hypothesis branches on (gilt-facts.md section 4; default 5)")
     add_progress_argument(p)
     args = p.parse_args(argv)
@@ -80,8 +85,10 @@ def main(argv=None):
             sources = parse_tag_sources(args.tags)
         except ValueError as e:
             p.error(f"--tags: {e}")  # exit status 2
-    if args.gilt_count_beam < 1:
-        p.error("--gilt-count-beam: expected an integer >= 1")  # exit status 2
+    problem = output_path_problem(args, ("json",))
+    if problem:
+        logger.error("%s", problem)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
@@ -89,6 +96,11 @@ def main(argv=None):
         results = {name: evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size,
                                   sources, not args.tags_unconstrained, args.tags_max_sentences, args.gilt_count_beam)
                    for name, path in checkpoint_specs(args.path).items()}
+        empty = [f"{name} [{source}]" for name, r in results.items() for source, row in (r.get("tag_sources") or {}).items()
+                 if not row.get("tokens")]
+        if empty:
+            raise EvaluationError(f"split {args.gen_subset!r}: no token scored under --tags for {', '.join(empty)}, "
+                                  "so no perplexity")
         print(perplexity_markdown({name: {k: v for k, v in r.items() if k != "tag_sources"} for name, r in results.items()}))
         if sources:  # issue 12: tags from the prefix only, per checkpoint side by side
             from sipe_fairseq.eval.prefix_tags import markdown_tag_sources
@@ -97,6 +109,9 @@ def main(argv=None):
     except CheckpointError as e:
         logger.error("%s", e)
         return CHECKPOINT_EXIT_STATUS
+    except EvaluationError as e:  # nothing scored (README: exit status 1, not a perplexity of 1.00 or NaN)
+        logger.error("%s", e)
+        return 1
     except ValueError as e:  # a name given twice, --context-window with an encoder
         logger.error("%s", e)
         return 2

@@ -36,6 +36,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .options import int_at_least
 from .progress import progress
 
 logger = logging.getLogger(__name__)
@@ -263,12 +264,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--direction", choices=DIRECTIONS, default="head-dep",
                    help="query -> key: head-dep (verb -> object, appendix C) or dep-head (default: %(default)s)")
     p.add_argument("--layers", default=None, help="1-based layers to average, e.g. '2-3' (default: all)")
-    p.add_argument("--max-sentences", type=int, default=0, help="read at most this many sentences (0: all)")
+    p.add_argument("--max-sentences", type=int_at_least(0), default=0, help="read at most this many sentences (0: all)")
     p.add_argument("--plot", metavar="PNG", help="draw one sentence's averaged maps here")
-    p.add_argument("--plot-sentence", type=int, default=None,
+    p.add_argument("--plot-sentence", type=int_at_least(0), default=None,
                    help="0-based index of the sentence to draw (default: the first with an arc every model scores)")
     p.add_argument("--json", metavar="OUT", help="write the report (every arc's masses) as JSON here")
-    p.add_argument("--threads", type=int, default=None, help="torch threads")
+    p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -69,6 +69,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..hexatag import HexatagError, encode_tree
 from ..parsing import ParseError, add_tree_arguments, normalize_text, parse_each, tree_source_from_args, tree_source_stats
+from .options import int_at_least
 from .progress import progress
 
 logger = logging.getLogger(__name__)
@@ -429,15 +430,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(the tree source's tags; GiLT: its tree as arcs), self (the model's own choice from the prefix: "
                         "exact log q(x)), beam:K (bound on log p(x)); default: given, for GiLT checkpoints self; see "
                         "eval/structure_sources.py")
-    p.add_argument("--gilt-count-beam", type=int, default=5, metavar="C",
+    p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
                    help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=64,
+    p.add_argument("--batch-size", type=int_at_least(1), default=64,
                    help="sentences per forward pass for decoders, masked copies for encoders (one sentence's copies "
                         "are never split) (default: %(default)s)")
     p.add_argument("--json", metavar="OUT", help="write the full report (incl. every skipped pair) as JSON here")
     p.add_argument("--markdown", metavar="OUT", help="also write the markdown table here")
-    p.add_argument("--threads", type=int, default=None, help="torch threads")
-    p.add_argument("--show-skipped", type=int, default=20, metavar="N",
+    p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
+    p.add_argument("--show-skipped", type=int_at_least(0), default=20, metavar="N",
                    help="log at most N skipped pairs (all are in --json) (default: %(default)s)")
 
 
@@ -464,7 +465,8 @@ def log_excluded(report: dict, limit: int = 20) -> None:
 
 
 def run(args) -> int:
-    """``sipe-eval blimp``: prints the markdown table; 2 on a usage or input error (one line, no traceback)."""
+    """``sipe-eval blimp``: prints the markdown table; 2 on a usage or input error (one line, no traceback),
+    1 when a model scored no pair."""
     from ..checkpoints import checkpoint_specs
 
     from .prefix_tags import parse_tag_sources
@@ -520,4 +522,16 @@ def _run(args, checkpoints: Dict[str, str], pairs: List[BlimpPair]) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2, ensure_ascii=False)
+    return nothing_scored(report)
+
+
+def nothing_scored(report: dict) -> int:
+    """1 (one error line) when a model scored no pair at all (every pair skipped or unscored), else 0."""
+    overall = report["overall"]
+    empty = [n for n, acc in overall["accuracy"].items() if acc is None]
+    if empty:
+        logger.error("no pair scored by %s (%d pairs: %d skipped, unscored %s; listed in --json): no accuracy",
+                     ", ".join(empty), overall["pairs"], overall["skipped"],
+                     ", ".join(f"{n} {overall['unscored'][n]}" for n in empty))
+        return 1
     return 0

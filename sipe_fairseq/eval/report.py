@@ -58,6 +58,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
+from .options import float_at_least, int_at_least
+
 logger = logging.getLogger(__name__)
 
 HELP = "the paper's Table 2: BLiMP, PPL per word (and the joint bound), SyntaxGym, with Δ against a baseline row"
@@ -531,14 +533,15 @@ def add_input_arguments(p: argparse.ArgumentParser, blimp_inputs: bool = True) -
                         "prefix only; eval/prefix_tags.py). GiLT checkpoints: given = gold graphs (the data's arcs for "
                         "PPL, the tree source's trees as arcs for BLiMP/SyntaxGym), self = the greedy graph, beam:K = the "
                         "beam over graphs (eval/structure_sources.py)")
-    g.add_argument("--gilt-count-beam", type=int, default=5, metavar="C",
+    g.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
                    help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
-    g.add_argument("--context-window", type=int, default=0, help="as sipe-eval-lm --context-window")
-    g.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch for the perplexities")
-    g.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (BLiMP, SyntaxGym)")
-    g.add_argument("--eq-atol", type=float, default=EQUALITY_ATOL, help="SyntaxGym '=' absolute tolerance (bits)")
-    g.add_argument("--eq-rtol", type=float, default=EQUALITY_RTOL, help="SyntaxGym '=' relative tolerance")
-    g.add_argument("--threads", type=int, default=None, help="torch threads")
+    g.add_argument("--context-window", type=int_at_least(0), default=0, help="as sipe-eval-lm --context-window (>= 0)")
+    g.add_argument("--max-tokens", type=int_at_least(1), default=4096, help="tokens per batch for the perplexities")
+    g.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences per forward pass (BLiMP, SyntaxGym)")
+    g.add_argument("--eq-atol", type=float_at_least(0.0), default=EQUALITY_ATOL,
+                   help="SyntaxGym '=' absolute tolerance (bits)")
+    g.add_argument("--eq-rtol", type=float_at_least(0.0), default=EQUALITY_RTOL, help="SyntaxGym '=' relative tolerance")
+    g.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
     g = p.add_argument_group("precomputed reports (not re-scored)")
     if blimp_inputs:
         g.add_argument("--blimp-json", nargs="+", action="extend", default=[], metavar="FILE",

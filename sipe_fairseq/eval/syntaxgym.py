@@ -42,6 +42,7 @@ import logging
 from pathlib import Path
 from typing import Dict, Iterable
 
+from .options import float_at_least, int_at_least
 from .syntaxgym_formula import (EQUALITY_ATOL, EQUALITY_RTOL, MAX_DEPTH, BinOp, FormulaError, Neg, Node, Number,  # noqa: F401
                                 Ref, SyntaxGymError, evaluate_formula, parse_formula)
 from .syntaxgym_output import report_markdown  # noqa: F401
@@ -75,18 +76,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(the parser's tags, GiLT: its tree as arcs; also counts the items whose prefix tags differ between "
                         "conditions), self (the model's own choice from the prefix), beam:K (the running bound's "
                         "per-token increments); default: given, for GiLT checkpoints self")
-    p.add_argument("--gilt-count-beam", type=int, default=5, metavar="C",
+    p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
                    help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (default: %(default)s)")
-    p.add_argument("--eq-atol", type=float, default=EQUALITY_ATOL,
+    p.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences per forward pass (default: %(default)s)")
+    p.add_argument("--eq-atol", type=float_at_least(0.0), default=EQUALITY_ATOL,
                    help="'=' holds when |a-b| <= atol + rtol*|b|: absolute tolerance in bits "
                         "(default: %(default)g, as SyntaxGym)")
-    p.add_argument("--eq-rtol", type=float, default=EQUALITY_RTOL,
+    p.add_argument("--eq-rtol", type=float_at_least(0.0), default=EQUALITY_RTOL,
                    help="relative tolerance of '=' (default: %(default)g, as SyntaxGym)")
     p.add_argument("--json", metavar="OUT", help="write the full report (items, predictions, region surprisals, "
                                                  "unscored sentences) as JSON here")
     p.add_argument("--markdown", metavar="OUT", help="also write the markdown tables here")
-    p.add_argument("--threads", type=int, default=None, help="torch threads")
+    p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
 
 
 def tag_source_columns(name: str, model, task, dictionary, sources, count_beam: int = 5) -> dict:
@@ -118,7 +119,8 @@ def _checkpoints(specs: Iterable[str]) -> Dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``sipe-eval syntaxgym``: prints the markdown tables; 2 on a suite or usage error."""
+    """``sipe-eval syntaxgym``: prints the markdown tables; 2 on a suite or usage error, 1 when a model
+    scored no suite."""
     try:
         return _run(args)
     except SyntaxGymError as e:
@@ -178,4 +180,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1, ensure_ascii=False)
+    empty = [n for n, row in report["overall"].items() if row.get("accuracy") is None]
+    if empty:  # every suite unscored (e.g. all sentences longer than the model's positions)
+        logger.error("no suite scored by %s (%d suites; the unscored items are listed in --json): no accuracy",
+                     ", ".join(empty), len(report["suites"]))
+        return 1
     return 0

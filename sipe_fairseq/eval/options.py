@@ -1,0 +1,92 @@
+"""Checks of the evaluation commands' options, before any work starts (``sipe-eval``, ``sipe-eval-lm``,
+``sipe-generate``).
+
+* Numeric options are range-checked by argparse: ``type=int_at_least(1)``, ``float_at_least(0.0)``,
+  ``float_above(0.0)``. A value out of range is a usage error (exit status 2, argparse's message
+  ``argument --X: expected an integer >= 1, got -1``).
+* Output paths (``--json``, ``--markdown``, ``--plot``, the report outputs, a parse cache) are checked
+  writable before anything is loaded or scored (:func:`output_path_problem`): a directory that does not
+  exist was met only after the whole evaluation, and its results were lost.
+"""
+import argparse
+import os
+from typing import Callable, Iterable, Optional
+
+# the options whose value is a file the command writes (attribute names; absent ones are skipped)
+OUTPUT_OPTIONS = ("json", "markdown", "plot", "out", "blimp_out", "syntaxgym_out", "ppl_out", "cache")
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """argparse ``type``: an integer >= ``low``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _float(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
+    return value
+
+
+def float_at_least(low: float) -> Callable[[str], float]:
+    """argparse ``type``: a finite number >= ``low``."""
+    def parse(text: str) -> float:
+        value = _float(text, f"a number >= {low:g}")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected a number >= {low:g}, got {text}")
+        return value
+
+    parse.__name__ = f"number >= {low:g}"
+    return parse
+
+
+def float_above(low: float) -> Callable[[str], float]:
+    """argparse ``type``: a finite number > ``low``."""
+    def parse(text: str) -> float:
+        value = _float(text, f"a number > {low:g}")
+        if value <= low:
+            raise argparse.ArgumentTypeError(f"expected a number > {low:g}, got {text}")
+        return value
+
+    parse.__name__ = f"number > {low:g}"
+    return parse
+
+
+def unwritable(path: str) -> Optional[str]:
+    """Why ``path`` cannot be written as a file (None: it can): a directory, a parent directory that
+    does not exist or is not writable, an existing file that is not writable."""
+    if os.path.isdir(path):
+        return "it is a directory"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"directory {parent} does not exist"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"directory {parent} is not writable"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return "the file is not writable"
+    return None
+
+
+def output_path_problem(args: argparse.Namespace, options: Iterable[str] = OUTPUT_OPTIONS) -> Optional[str]:
+    """One line naming the first output option of ``args`` whose path cannot be written, or None."""
+    for name in options:
+        value = getattr(args, name, None)
+        if not isinstance(value, str) or value in ("", "-"):
+            continue
+        reason = unwritable(value)
+        if reason:
+            return f"--{name.replace('_', '-')} {value}: cannot write there: {reason}"
+    return None
