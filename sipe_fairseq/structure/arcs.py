@@ -1,0 +1,221 @@
+"""GiLT's structure from the prefix: each new word's arcs to earlier nodes (:class:`ArcPolicy`;
+gilt-facts.md sections 2-4).
+
+When word i (the i-th of its sentence) arrives at its first subword x_k, the LM has already paid for
+x_k under the graph so far; the arc scorer reads o_i = [h^(L/2+1)_(k-1); h^(L-1)_(k-1); emb(x_k)]
+and the features of the graph before word i, and the count head gives pi(c). A candidate is a count
+c <= 2i - 1 with the top-c of the 2i - 1 candidate arcs by p_ij (:func:`top_arcs`); its cost is
+log pi(c) only, never log p_ij (no tree or acyclicity constraint, pi not renormalized: as the
+authors' code). The word's arcs join the hypothesis's graph (:class:`~..data.graph_features.GraphTape`),
+whose new tape row gives the features of every query position of word i against every key.
+
+Which counts a beam branches on (``count_rule``):
+
+* ``top-then-allowed`` (default, the authors' rule): the counts among the top ``count_beam`` of all
+  30 classes that are allowed (c <= 2i - 1), so an early word may branch on fewer counts; a
+  hypothesis with none of its top counts allowed takes its most likely allowed count;
+* ``allowed-then-top``: the top ``count_beam`` among the allowed counts (this plugin's rule before).
+
+``self`` takes the most likely allowed count (the same under both rules). ``given`` forces the
+sentence's graph; its cost prices the gold arcs as independent Bernoullis over the word's 2i pairs
+(the training loss): a joint score of the training objective, not a probability of the
+count-then-top-c model, under which a gold graph that is not some count's top-c has probability 0.
+"""
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from ..data.graph_features import N_FEATURES, GraphTape
+from ..modules.arc_scorer import MAX_COUNT
+from .policy import BRANCH, FORCED, GREEDY, StructurePolicy
+from .sentences import Sentence
+
+COUNT_RULES = ("top-then-allowed", "allowed-then-top")
+DEFAULT_COUNT_BEAM = 5  # counts each hypothesis branches on (gilt-facts.md section 4: scorebeamsize 5)
+
+
+def check_prefix_decodable(model) -> None:
+    """ValueError unless a GiLT model can build its graph from the prefix alone: it needs its arc
+    scorer, and reads no hexatags (``gilt_transformer_lm --gilt-hexatag-input`` does)."""
+    decoder = getattr(model, "decoder", model)
+    if getattr(decoder, "arc_scorer", None) is None:
+        raise ValueError("this GiLT model has no arc scorer (trained with the flag --gilt-arc-scorer, which turns the "
+                         "default-on scorer off): it cannot choose a graph")
+    if getattr(decoder, "hexatag_input", False):
+        raise ValueError("this gilt_transformer_lm reads hexatags as input (--gilt-hexatag-input, a sipe_transformer_lm "
+                         "base): its structure cannot be chosen from the prefix alone")
+
+
+def top_arcs(head: torch.Tensor, dep: torch.Tensor, i: int, c: int):
+    """Word i's c most likely arcs by p_ij from one row of ``ArcScorer.score_word``'s ``head``/``dep``
+    logits (i+1,): the 2i - 1 candidates v -> i (v = 0..i-1), then i -> v (v = 1..i-1), sorted by
+    logit (stable: ties keep this order). Returns (heads among 0..i-1, dependents among 1..i-1), ascending."""
+    cand = torch.cat([head[:i], dep[1:i]])
+    order = torch.sort(cand, descending=True, stable=True).indices[:c].tolist()
+    return sorted(v for v in order if v < i), sorted(v - i + 1 for v in order if v >= i)
+
+
+def branch_counts(count_lp: torch.Tensor, i: int, count_beam: int, rule: str) -> List[int]:
+    """The counts one hypothesis of word i branches on, most likely first (module docstring)."""
+    allowed = min(2 * i - 1, MAX_COUNT)
+    ranked = torch.sort(count_lp, descending=True, stable=True).indices.tolist()
+    if rule == "top-then-allowed":
+        out = [c for c in ranked[:count_beam] if c <= allowed]
+        return out or [next(c for c in ranked if c <= allowed)]
+    if rule == "allowed-then-top":
+        return [c for c in ranked if c <= allowed][:count_beam]
+    raise ValueError(f"unknown count rule {rule!r} (expected one of {COUNT_RULES})")
+
+
+def flat_arcs(per_word: Sequence[Tuple[Sequence[int], Sequence[int]]]) -> List[Tuple[int, int]]:
+    """Per word (heads, dependents) -> (head, dependent) pairs in arrival order."""
+    out = []
+    for i, (heads, deps) in enumerate(per_word, 1):
+        out += [(h, i) for h in heads] + [(i, d) for d in deps]
+    return out
+
+
+def is_tree(arcs, n: int) -> bool:
+    """Whether ``arcs`` ((head, dependent), 0 = root) over words 1..n form one dependency tree."""
+    head = {}
+    for h, d in arcs:
+        if d in head:
+            return False
+        head[d] = h
+    if sorted(head) != list(range(1, n + 1)) or sum(h == 0 for h in head.values()) != 1:
+        return False
+    for w in range(1, n + 1):
+        seen, v = set(), w
+        while v != 0:
+            if v in seen:
+                return False
+            seen.add(v)
+            v = head[v]
+    return True
+
+
+def gold_graph(heads: Optional[Sequence[int]]):
+    """A tree's HEAD column -> per word (heads, dependents) among earlier nodes, as ``sipe-preprocess``
+    writes the arc stream (``--arcs tree``); None without a tree."""
+    from ..data.arcs import per_word, tree_arcs
+
+    if heads is None:
+        return None
+    return per_word(tree_arcs([int(h) for h in heads]), len(heads))
+
+
+class ArcPolicy(StructurePolicy):
+    prune_before = False
+
+    def __init__(self, model, count_beam: int = DEFAULT_COUNT_BEAM, count_rule: str = COUNT_RULES[0]):
+        super().__init__(model)
+        check_prefix_decodable(model)
+        if count_rule not in COUNT_RULES:
+            raise ValueError(f"unknown count rule {count_rule!r} (expected one of {COUNT_RULES})")
+        if count_beam < 1:
+            raise ValueError(f"count beam {count_beam}: expected >= 1")
+        self.count_beam, self.count_rule = count_beam, count_rule
+        weight = self.decoder.embed_tokens.weight
+        self.device, self.dtype = weight.device, weight.dtype
+
+    def begin(self, batch: Sequence[Sentence], width: int, device) -> None:
+        super().begin(batch, width, device)
+        S, W = len(batch), max(len(s.starts) for s in batch)
+        d = self.decoder.arc_dim
+        self.wpos = torch.zeros(S, width, dtype=torch.long)  # word of each input position (0: </s>, no word)
+        for i, s in enumerate(batch):
+            bounds = list(s.starts) + [s.n - 1]
+            for w, (a, b) in enumerate(zip(bounds, bounds[1:]), 1):
+                self.wpos[i, a + 1:b + 1] = w
+        self.sent = torch.arange(S)
+        self.table = torch.zeros(S, W + 1, N_FEATURES, dtype=torch.long)  # the newest tape row, by word
+        self.o = torch.zeros(S, W + 1, 3 * d, dtype=self.dtype, device=self.device)  # o_w by word (0: unused)
+        self.counts = torch.zeros(S, W, dtype=torch.long)
+        self.count_lp = torch.zeros(S, W, dtype=torch.float64)
+        self.tapes = [GraphTape() for _ in range(S)]
+        self.arcs: List[list] = [[] for _ in range(S)]
+        self.last = None
+
+    def step(self, t, src, row_sent):
+        self.sent = row_sent
+        keys = self.wpos[row_sent, : t + 1]
+        feats = self.table.gather(1, keys[:, :, None].expand(-1, -1, N_FEATURES))[:, None]
+        logits, extra = self.decoder.cached_step(src, feats.to(self.device), self.state)
+        self.last = self.decoder.arc_states(extra)
+        return self.normalize(logits[:, -1:], extra)[:, 0]
+
+    def reorder(self, order):
+        super().reorder(order)
+        cpu = order.cpu().tolist()
+        idx = order.cpu()
+        self.table, self.counts, self.count_lp = self.table[idx], self.counts[idx], self.count_lp[idx]
+        self.o = self.o[order.to(self.device)]
+        if self.last is not None:
+            self.last = self.last[order.to(self.last.device)]
+        self.tapes = [self.tapes[j] for j in cpu]  # shared until a word is added (apply copies)
+        self.arcs = [self.arcs[j] for j in cpu]
+
+    def expand(self, rows, sent, words, t, src, mode):
+        dec = self.decoder
+        parents, costs, items = [], [], []
+        for i in torch.unique(words).tolist():
+            at = (words == i).nonzero().squeeze(1)
+            sub = rows[at]
+            dev = sub.to(self.device)
+            emb = dec.arc_embedding(src[at].to(self.device))
+            o_w = torch.cat([self.last[dev, 0], self.last[dev, 1], emb], -1)
+            o_nodes = torch.cat([self.o[dev, :i], o_w[:, None]], 1)
+            prev = torch.stack([torch.from_numpy(self.tapes[r].row()).T for r in sub.tolist()])  # nodes 0..i-1
+            prev = torch.cat([prev, prev.new_zeros(len(sub), 1, N_FEATURES)], 1)
+            head, dep, count_logits = dec.arc_scorer.score_word(o_nodes, prev.to(self.device))
+            head, dep = head.cpu(), dep.cpu()
+            count_lp = F.log_softmax(count_logits.double(), -1).cpu()
+            for e, (pos, s) in enumerate(zip(at.tolist(), sent[at].tolist())):
+                if mode == FORCED:
+                    given = self.batch[s].arcs
+                    if given is None:
+                        raise ValueError("tag source 'given' for a GiLT model needs the sentence's graph (a data "
+                                         "directory's arcs, or trees from a parser: --parser/--trees)")
+                    heads, deps = given[i - 1]
+                    cand = torch.cat([head[e, :i], dep[e, 1:i]]).double()
+                    labels = torch.tensor([float(v in heads) for v in range(i)] + [float(v in deps) for v in range(1, i)],
+                                          dtype=torch.float64)
+                    cost = float(-F.binary_cross_entropy_with_logits(cand, labels, reduction="sum")
+                                 - F.binary_cross_entropy_with_logits(head[e, i].double(), torch.zeros((), dtype=torch.float64)))
+                    c = len(heads) + len(deps)
+                    choices = [(c, list(heads), list(deps), cost)]
+                else:
+                    if mode == GREEDY:
+                        counts = [int(torch.argmax(count_lp[e, : min(2 * i - 1, MAX_COUNT) + 1]))]
+                    else:
+                        assert mode == BRANCH
+                        counts = branch_counts(count_lp[e], i, self.count_beam, self.count_rule)
+                    choices = [(c, *top_arcs(head[e], dep[e], i, c), float(count_lp[e, c])) for c in counts]
+                for c, heads, deps, cost in choices:
+                    parents.append(pos)
+                    costs.append(cost)
+                    items.append((i, c, float(count_lp[e, min(c, MAX_COUNT)]), heads, deps, o_w[e]))
+        order = sorted(range(len(parents)), key=lambda j: parents[j])  # stable: by parent, then count order
+        return (torch.tensor([parents[j] for j in order], dtype=torch.long),
+                torch.tensor([costs[j] for j in order], dtype=torch.float64), [items[j] for j in order])
+
+    def apply(self, rows, payload, pick, t):
+        for r, j in zip(rows.tolist(), pick.tolist()):
+            i, c, lpc, heads, deps, o_w = payload[j]
+            tape = self.tapes[r].copy()
+            values = torch.from_numpy(tape.add_word(heads, deps)).T  # (i+1, 3) over nodes 0..i
+            self.tapes[r] = tape
+            self.table[r, 1:i + 1] = values[1:]
+            self.o[r, i] = o_w
+            self.counts[r, i - 1] = c
+            self.count_lp[r, i - 1] = lpc
+            self.arcs[r] = self.arcs[r] + [(heads, deps)]
+
+    def labels(self, row):
+        return flat_arcs(self.arcs[row])
+
+    def result(self, row, n_words):
+        arcs = flat_arcs(self.arcs[row][:n_words])
+        return {"tags": [], "complete": is_tree(arcs, n_words),
+                "extra": {"arcs": arcs, "counts": self.counts[row, :n_words].tolist()}}

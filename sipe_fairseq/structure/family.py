@@ -1,0 +1,69 @@
+"""The one place that tells the model families apart: what structure a decoder reads, and the
+:class:`~.policy.StructurePolicy` that chooses it from the prefix.
+
+* ``"arcs"``: GiLT decoders (``gilt_txl``, ``gilt_transformer_lm``): they read graph features and
+  predict arcs (:class:`~.arcs.ArcPolicy`);
+* ``"hexatags"``: SiPE decoders with an injection (``sipe_txl``, ``sipe_rope``,
+  ``sipe_transformer_lm``): they read hexatags (:class:`~.hexatags.HexatagPolicy`);
+* ``"none"``: every other left-to-right LM (``--sipe-injection none``, stock ``transformer_lm``).
+
+A decoder may declare it with a class or instance attribute ``structure``; otherwise it is read off
+the decoder's interface.
+"""
+import inspect
+from dataclasses import dataclass
+
+from .arcs import COUNT_RULES, DEFAULT_COUNT_BEAM, ArcPolicy
+from .hexatags import HexatagPolicy
+
+STRUCTURES = ("hexatags", "arcs", "none")
+
+
+@dataclass
+class StructureOptions:
+    """How structure is chosen from the prefix (the ``--tags`` options of every command)."""
+    placement: str = "first_subword"  # SiPE: the checkpoint's --tag-head-placement
+    constrained: bool = True  # SiPE: only pairs that can still end as one tree
+    top_pairs: int = 0  # SiPE beam: expand with the heads' M best allowed pairs (0: all)
+    count_beam: int = DEFAULT_COUNT_BEAM  # GiLT beam: counts each hypothesis branches on
+    count_rule: str = COUNT_RULES[0]  # GiLT beam: top-then-allowed (the authors') or allowed-then-top
+    use_cache: bool = True  # SiPE: False runs the full prefix at every position (tests)
+
+
+def structure_of(model) -> str:
+    """``"hexatags"``, ``"arcs"`` or ``"none"`` for a decoder LM (or its decoder)."""
+    decoder = getattr(model, "decoder", model)
+    declared = getattr(decoder, "structure", None)
+    if declared in STRUCTURES:
+        return declared
+    if hasattr(decoder, "graph_tables") and hasattr(decoder, "arc_scorer"):
+        return "arcs"
+    forward = getattr(decoder, "forward", None)
+    if forward is not None and "src_terminals" in inspect.signature(forward).parameters \
+            and bool(getattr(decoder, "needs_tags", True)):
+        return "hexatags"
+    return "none"
+
+
+def is_gilt(model) -> bool:
+    return structure_of(model) == "arcs"
+
+
+def policy_for(model, options: StructureOptions = None, needs_heads: bool = True):
+    """The model's :class:`~.policy.StructurePolicy`, or None for a model without structure.
+    ``ValueError`` when the model cannot choose its structure (``needs_heads``: a source other than
+    ``given`` asks it to)."""
+    options = options or StructureOptions()
+    kind = structure_of(model)
+    if getattr(model, "decoder", None) is None:
+        raise ValueError(f"{type(model).__name__} is not a left-to-right decoder (masked-LM encoders are scored with "
+                         "given tags only)")
+    if kind == "arcs":
+        return ArcPolicy(model, options.count_beam, options.count_rule)
+    if kind == "hexatags":
+        policy = HexatagPolicy(model, options.placement, options.constrained, options.use_cache, options.top_pairs)
+        if needs_heads and not policy.has_heads:
+            raise ValueError("choosing tags from the prefix needs the model's tag heads (it was trained with "
+                             "--sipe-tag-heads off)")
+        return policy
+    return None

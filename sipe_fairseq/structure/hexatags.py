@@ -1,0 +1,201 @@
+"""SiPE's structure from the prefix: one hexatag pair per word (:class:`HexatagPolicy`).
+
+Anchors (``--tag-head-placement``, ``data/lm_dataset.tag_targets``): the tag heads that choose word
+``w``'s pair run at the input that is word ``w-1``'s first subword (``first_subword``; word 1: the
+sentence start) or at the input just before word ``w``'s first subword (``last_subword``). Either
+anchor lies before the input that carries word ``w``'s tags, so the choice sees only the prefix.
+A pair's cost is ``log p(terminal) + log p(non-terminal)`` from the anchor's heads.
+
+The prefix check (``constrained``): only pairs after which the tags can still end as one tree
+(:func:`~sipe_fairseq.hexatag.constrained.allowed_pairs`). A word tagged ``EOS`` closes the tree;
+``self`` restarts from the empty prefix after it (counted as ``restarts``); a beam drops a closed
+hypothesis when another word follows. Unconstrained: any of the 10 pairs, a broken prefix restarts.
+``top_pairs`` M > 0 expands each beam hypothesis with its heads' M best allowed pairs only (the
+"fast-track" pruning of word-synchronous beams); 0, the default, expands with every allowed pair.
+"""
+from typing import List, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
+from ..hexatag.constrained import CLOSED, PAIRS, START, advance, is_valid
+from ..hexatag.tags import NONTERMINALS, TERMINALS
+from .policy import BRANCH, FORCED, GREEDY, StructurePolicy
+from .sentences import Sentence
+
+PLACEMENTS = ("first_subword", "last_subword")
+TERM_CLASS = torch.tensor([TERMINALS.index(t) for t, _ in PAIRS])
+NT_CLASS = torch.tensor([NONTERMINALS.index(n) for _, n in PAIRS])
+_BROKEN = -2  # no valid sequence continues that way
+
+
+def pair_logprobs(term_logits: torch.Tensor, nt_logits: torch.Tensor) -> torch.Tensor:
+    """(..., 2), (..., 5) head logits -> (..., 10) pair log-probs in ``PAIRS`` order, float64."""
+    t = F.log_softmax(term_logits.double(), -1)
+    n = F.log_softmax(nt_logits.double(), -1)
+    return t[..., TERM_CLASS.to(t.device)] + n[..., NT_CLASS.to(n.device)]
+
+
+def tag_ids(pairs: torch.Tensor):
+    """Pair indices -> (terminal ids, non-terminal ids) in the tag dictionaries."""
+    return FIRST_TAG_ID + TERM_CLASS[pairs], FIRST_TAG_ID + NT_CLASS[pairs]
+
+
+def transitions(max_depth: int) -> torch.Tensor:
+    """(max_depth + 2, 10): the prefix state after each pair from each state ``-1 .. max_depth``
+    (row ``state + 1``; :data:`CLOSED` = -1), ``-2`` where the automaton refuses the pair."""
+    out = torch.full((max_depth + 2, len(PAIRS)), _BROKEN, dtype=torch.long)
+    for state in range(-1, max_depth + 1):
+        for p, pair in enumerate(PAIRS):
+            nxt = advance(state, pair)
+            out[state + 1, p] = _BROKEN if nxt is None else nxt
+    return out
+
+
+def anchor_inputs(starts: Sequence[int], placement: str) -> List[int]:
+    """Input positions whose tag heads choose a later word's pair (module docstring)."""
+    if placement == "first_subword":
+        return [0] + [q + 1 for q in starts]
+    return list(starts)
+
+
+class HexatagPolicy(StructurePolicy):
+    prune_before = True
+
+    def __init__(self, model, placement: str = "first_subword", constrained: bool = True, use_cache: bool = True,
+                 top_pairs: int = 0):
+        super().__init__(model)
+        if placement not in PLACEMENTS:
+            raise ValueError(f"unknown tag head placement {placement!r} (expected one of {PLACEMENTS})")
+        if top_pairs < 0:
+            raise ValueError(f"top pairs {top_pairs}: expected 0 (every allowed pair) or M >= 1")
+        self.placement, self.constrained, self.use_cache, self.top_pairs = placement, constrained, use_cache, top_pairs
+        self.has_heads = getattr(self.decoder, "terminal_head", None) is not None
+        self.device = next(model.parameters()).device
+
+    # ---------------------------------------------------------------- the decoder
+    def begin(self, batch: Sequence[Sentence], width: int, device) -> None:
+        super().begin(batch, width, device)
+        S, W = len(batch), max(len(s.starts) for s in batch)
+        self.terms = torch.full((S, width), NOTAG_ID, dtype=torch.long, device=device)
+        self.nts = torch.full_like(self.terms, NOTAG_ID)
+        self.depth = torch.full((S,), START, dtype=torch.long)
+        self.anchor = torch.zeros(S, len(PAIRS), dtype=torch.float64)
+        self.pairs = torch.full((S, W), -1, dtype=torch.long)
+        self.restarts = torch.zeros(S, dtype=torch.long)
+        self.is_anchor = torch.zeros(S, width + 1, dtype=torch.bool)
+        self.given = torch.full((S, W), -1, dtype=torch.long)
+        for i, s in enumerate(batch):
+            self.is_anchor[i, torch.tensor(anchor_inputs(s.starts, self.placement))] = True
+            if s.pairs is not None:
+                self.given[i, : len(s.pairs)] = torch.tensor(s.pairs)
+        self.table = transitions(W + 1)
+
+    def step(self, t, src, row_sent):
+        terms, nts = self.terms[:, : t + 1], self.nts[:, : t + 1]
+        if self.use_cache:
+            logits, extra = self.model(src, src_terminals=terms, src_nonterminals=nts, incremental_state=self.state)
+        else:
+            logits, extra = self.model(src, src_terminals=terms, src_nonterminals=nts)
+        if self.has_heads:
+            rows = self.is_anchor[row_sent, t].nonzero().squeeze(1)
+            if len(rows):
+                dev = rows.to(self.device)
+                heads = pair_logprobs(extra["terminal_logits"][dev, -1], extra["nonterminal_logits"][dev, -1]).cpu()
+                self.anchor[rows] = heads
+        return self.normalize(logits[:, -1:], extra)[:, 0]
+
+    def reorder(self, order):
+        super().reorder(order)
+        cpu = order.cpu()
+        self.terms, self.nts = self.terms[order], self.nts[order]
+        self.depth, self.anchor, self.pairs, self.restarts = (self.depth[cpu], self.anchor[cpu], self.pairs[cpu],
+                                                              self.restarts[cpu])
+
+    # ---------------------------------------------------------------- structure
+    def expand(self, rows, sent, words, t, src, mode):
+        E = len(rows)
+        anchor = self.anchor[rows]
+        if mode == FORCED:
+            pair = self.given[sent, words - 1]
+            if bool((pair < 0).any()):
+                raise ValueError("tag source 'given' needs the sentence's tags")
+            return torch.arange(E), anchor.gather(1, pair[:, None]).squeeze(1), {"pair": pair,
+                                                                                  "restarted": torch.zeros(E, dtype=torch.bool),
+                                                                                  "word": words - 1}
+        depth = self.depth[rows]
+        if self.constrained:
+            restarted = depth == CLOSED
+            state = torch.where(restarted, torch.full_like(depth, START), depth)
+            allowed = self.table[state + 1] != _BROKEN
+        else:
+            restarted = torch.zeros(E, dtype=torch.bool)
+            allowed = torch.ones(E, len(PAIRS), dtype=torch.bool)
+        masked = anchor.masked_fill(~allowed, -torch.inf)
+        if mode == GREEDY:  # argmax over the allowed pairs; ties: the first in PAIRS order
+            pair = masked.argmax(1)
+            return torch.arange(E), anchor.gather(1, pair[:, None]).squeeze(1), {"pair": pair, "restarted": restarted,
+                                                                                  "word": words - 1}
+        assert mode == BRANCH
+        if self.top_pairs:
+            best = torch.sort(masked, 1, descending=True, stable=True).indices[:, : self.top_pairs]
+            top = torch.zeros_like(allowed).scatter_(1, best, True)
+            allowed = allowed & top
+        parent, pair = allowed.nonzero(as_tuple=True)  # by parent, then in PAIRS order
+        return parent, anchor[parent, pair], {"pair": pair, "restarted": restarted[parent], "word": (words - 1)[parent]}
+
+    def apply(self, rows, payload, pick, t):
+        pair = payload["pair"][pick]
+        a, b = tag_ids(pair)
+        dev = rows.to(self.device)
+        self.terms[dev, t], self.nts[dev, t] = a.to(self.device), b.to(self.device)
+        depth = self.depth[rows]
+        state = torch.where(depth == CLOSED, torch.full_like(depth, START), depth) if self.constrained else depth
+        if not self.constrained:  # a closed or broken prefix restarts
+            state = torch.where(state < 0, torch.full_like(state, START), state)
+        nxt = self.table[state + 1, pair]
+        self.depth[rows] = torch.where(nxt == _BROKEN, torch.full_like(nxt, START), nxt)
+        self.restarts[rows] += payload["restarted"][pick].long()
+        self.pairs[rows, payload["word"][pick]] = pair
+
+    def closed(self, rows):
+        return self.depth[rows] == CLOSED if self.constrained else None
+
+    def labels(self, row):
+        return [p for p in self.pairs[row].tolist() if p >= 0]
+
+    def result(self, row, n_words):
+        tags = [PAIRS[p] for p in self.pairs[row, :n_words].tolist()]
+        return {"tags": tags, "complete": is_valid(tags), "restarts": int(self.restarts[row])}
+
+    # ---------------------------------------------------------------- given: one forward
+    def forced_full(self, batch: Sequence[Sentence], eos: int, pad: int):
+        """``given`` in one forward of the whole batch (the tags are known): per sentence the LM
+        log-probs per target and each word's tag cost at its anchor."""
+        width = max(s.n for s in batch)
+        S = len(batch)
+        src = torch.full((S, width), pad, dtype=torch.long)
+        terms = torch.full_like(src, NOTAG_ID)
+        nts = torch.full_like(src, NOTAG_ID)
+        for i, s in enumerate(batch):
+            if s.pairs is None:
+                raise ValueError("tag source 'given' needs the sentence's tags")
+            src[i, 0] = eos
+            src[i, 1:s.n] = s.tokens[:-1]
+            a, b = tag_ids(torch.tensor(s.pairs))
+            pos = torch.tensor(s.starts) + 1
+            terms[i, pos], nts[i, pos] = a, b
+        dev = self.device
+        logits, extra = self.model(src.to(dev), src_terminals=terms.to(dev), src_nonterminals=nts.to(dev))
+        lprobs = self.normalize(logits, extra)
+        out = []
+        for i, s in enumerate(batch):
+            lm = lprobs[i, : s.n].gather(-1, s.tokens[:, None].to(lprobs.device)).squeeze(-1).tolist()
+            bounds = [-1] + list(s.starts)
+            anchors = [bounds[w] + 1 if self.placement == "first_subword" else bounds[w + 1] for w in range(len(s.starts))]
+            heads = pair_logprobs(extra["terminal_logits"][i, anchors], extra["nonterminal_logits"][i, anchors]).cpu()
+            cost = heads.gather(1, torch.tensor(s.pairs)[:, None]).squeeze(1).tolist()
+            tags = [PAIRS[p] for p in s.pairs]
+            out.append((lm, cost, {"tags": tags, "complete": is_valid(tags), "restarts": 0}))
+        return out

@@ -1,0 +1,106 @@
+"""What a model family tells the structure engine (:mod:`.search`): how its decoder is run one
+position at a time, which structures the next word may get and at what cost, and how a hypothesis's
+state extends and reorders. Two implementations: hexatag pairs (:mod:`.hexatags`, SiPE) and arcs
+(:mod:`.arcs`, GiLT).
+
+Rows are hypotheses; the engine keeps, per row, its sentence, its score and its per-target LM
+log-probabilities, and calls the policy with row indices. A policy keeps everything else per row
+(the KV cache included) and follows :meth:`StructurePolicy.reorder`.
+"""
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from .sentences import Sentence
+
+GREEDY, FORCED, BRANCH = "greedy", "forced", "branch"  # expansion modes: self, given, beam
+
+
+class StructurePolicy:
+    """Base of the per-family policies.
+
+    ``prune_before``: where a beam ranks. ``True`` (SiPE): a word's hypotheses are ranked when the
+    next word starts, after every position that reads the word's structure has been scored (the
+    look-ahead); ``False`` (GiLT): the children are ranked when they are made, by score plus the
+    structure's cost (GiLT's count choice is made after the word's first subword is scored)."""
+
+    prune_before = True
+    use_cache = True
+
+    def __init__(self, model):
+        self.model = model
+        self.decoder = getattr(model, "decoder", model)
+        self.state: dict = {}  # incremental_state: the decoder's KV cache
+
+    # ---------------------------------------------------------------- the decoder
+    def begin(self, batch: Sequence[Sentence], width: int, device) -> None:
+        """Start one row per sentence of ``batch``; ``width``: the longest sentence's targets."""
+        self.batch, self.state = list(batch), {}
+
+    def normalize(self, logits: torch.Tensor, extra: Optional[dict] = None) -> torch.Tensor:
+        """LM log-probs in float64 (fairseq's ``get_normalized_probs`` works in float32 and the beam
+        sums many terms); a decoder with an adaptive softmax normalizes itself."""
+        if getattr(self.decoder, "adaptive_softmax", None) is None:
+            return F.log_softmax(logits.double(), -1)
+        return self.model.get_normalized_probs((logits, extra), log_probs=True).double()
+
+    def step(self, t: int, src: torch.Tensor, row_sent: torch.Tensor) -> torch.Tensor:
+        """Run input position ``t`` of every row (``src`` (R, t+1): the rows' inputs so far) and
+        return the LM log-probs of target ``t`` (R, V), float64."""
+        raise NotImplementedError
+
+    def reorder(self, order: torch.Tensor) -> None:
+        """The rows become ``order`` (indices into the current rows; repeats allowed, rows may go)."""
+        if self.use_cache and self.state:
+            self.decoder.reorder_incremental_state_scripting(self.state, order)
+
+    # ---------------------------------------------------------------- structure
+    def expand(self, rows: torch.Tensor, sent: torch.Tensor, words: torch.Tensor, t: int, src: torch.Tensor,
+               mode: str) -> Tuple[torch.Tensor, torch.Tensor, object]:
+        """Candidates for word ``words[e]`` (1-based) of the rows ``rows`` (E,), whose first subword
+        is input ``t`` (``src`` (E, t+1): their inputs through it). Returns ``(parent (C,)`` positions
+        in ``rows``, ``cost (C,)`` float64 log-probabilities, ``payload)``: children grouped by parent
+        in parent order; one per row for ``GREEDY`` and ``FORCED``."""
+        raise NotImplementedError
+
+    def apply(self, rows: torch.Tensor, payload, pick: torch.Tensor, t: int) -> None:
+        """Rows ``rows`` (after the reorder to their parents) take the structures ``payload[pick]``."""
+        raise NotImplementedError
+
+    def closed(self, rows: torch.Tensor) -> Optional[torch.Tensor]:
+        """(len(rows),) bool: rows no further word can extend (a beam drops them when another word
+        follows); ``None``: every row can go on."""
+        return None
+
+    def result(self, row: int, n_words: int) -> dict:
+        """The structure of ``row`` for its :class:`~.record.SentenceScore`: ``tags``, ``complete``,
+        ``restarts``, ``extra``."""
+        raise NotImplementedError
+
+    def labels(self, row: int) -> List:
+        """The per-word structure of ``row`` in a comparable form (for the beam trace)."""
+        return []
+
+
+def scatter_logsumexp(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    """(size,) ``logsumexp`` of ``values`` grouped by ``index`` (an empty group: -inf)."""
+    peak = torch.full((size,), -torch.inf, dtype=values.dtype).scatter_reduce(0, index, values, "amax")
+    safe = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+    total = torch.zeros(size, dtype=values.dtype).index_add_(0, index, (values - safe[index]).exp())
+    return safe + total.log()
+
+
+def top_per_group(group: torch.Tensor, value: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the ``k`` largest ``value`` in each ``group``: grouped by ascending group, inside a
+    group by descending value, ties in index order (a stable sort)."""
+    if group.numel() == 0:
+        return group.new_zeros(0)
+    order = torch.sort(value, descending=True, stable=True).indices
+    order = order[torch.sort(group[order], stable=True).indices]
+    g = group[order]
+    idx = torch.arange(len(order))
+    first = torch.ones(len(order), dtype=torch.bool)
+    first[1:] = g[1:] != g[:-1]
+    start = torch.cummax(torch.where(first, idx, torch.zeros_like(idx)), 0).values
+    return order[idx - start < k]
