@@ -115,3 +115,126 @@ def test_eval_lm_nothing_scored_exits_1(toy_data, train_checkpoint, tmp_path):
                                          r"no perplexity \(left out: blocks longer than the model's \d+ positions",
                                          errors[0]), proc.stderr
     assert "ppl" not in proc.stdout and not (tmp_path / "out.json").exists()
+
+
+# ------------------------------------------------------------------ sipe-generate
+PROMPT_23 = "the dogs near the cat sleep and the owls near the uncles run and the nurse sees the dog near the cats ."
+
+
+def _generate(*args, stdin=None):
+    return _cli([BIN / "sipe-generate", *args], stdin=stdin)
+
+
+def _error_lines(proc):
+    return [line for line in proc.stderr.splitlines() if " ERROR: " in line or ": error: " in line]
+
+
+def test_generate_max_len_counts_generated_tokens(toy_data, lm_checkpoint):
+    """Issue 24.1: --max-len capped prompt + continuation (a 23-word prompt with --max-len 10 came back
+    as 7 words). Now the prompt is kept whole and at most --max-len tokens follow it."""
+    from argparse import Namespace
+
+    from sipe_fairseq.checkpoints import load_lm
+    from sipe_fairseq.cli import generate
+    from sipe_fairseq.data.encode import SentenceEncoder
+    from sipe_fairseq.parsing import split_words
+
+    assert len(PROMPT_23.split()) == 23
+    proc = _generate("--path", lm_checkpoint, "--data", toy_data, "--max-len", "10", stdin=PROMPT_23 + "\n")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = next(line for line in proc.stdout.splitlines() if line.startswith("# text = "))[len("# text = "):]
+    assert text.split()[:22] == PROMPT_23.split()[:22]  # (the last prompt word may go on: issue 24.2, elsewhere)
+
+    model, task = load_lm(str(lm_checkpoint), str(toy_data))
+    prompt = SentenceEncoder(str(toy_data), task.source_dictionary).encode(split_words(PROMPT_23))[0][:-1]
+    seen = []
+    step = task.inference_step
+
+    def record(generator, models, sample, *a, **k):
+        hypos = step(generator, models, sample, *a, **k)
+        seen.append(hypos[0][0]["tokens"])
+        return hypos
+
+    task.inference_step = record
+    new = {}
+    for max_len in (1, 4, 10, 30):
+        args = Namespace(prompts="-", beam=1, nbest=1, sampling=False, sampling_topk=-1, temperature=1.0, max_len=max_len,
+                         seed=1, data=str(toy_data), path=str(lm_checkpoint))
+        assert generate.run(args, [PROMPT_23], model, task) == 0
+        tokens = seen[-1]
+        assert tokens[:len(prompt)].tolist() == prompt.tolist()  # the prompt whole, then the continuation
+        assert int(tokens[-1]) == task.source_dictionary.eos()
+        new[max_len] = len(tokens) - 1 - len(prompt)
+    assert len(prompt) > 10 and all(1 <= n <= m for m, n in new.items()), new
+    assert max(new.values()) > 10, new  # more tokens after the prompt than the old cap would even allow in total
+
+
+def test_generate_long_prompt_refused(toy_data, lm_checkpoint, tmp_path):
+    """Issue 24.1: a 2,000-word prompt came back as its first 30 words with nothing generated, exit 0.
+    Now one line naming its line and length, exit status 2, and nothing written (the prompt before it too)."""
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("the dog\n" + " ".join(["the dog"] * 1000) + "\n", encoding="utf-8")
+    proc = _generate("--path", lm_checkpoint, "--data", toy_data, prompts)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert _error_lines(proc) == [f"sipe-generate: ERROR: {prompts}:2: prompt of 2000 words is 2000 tokens; the model's "
+                                  "64 positions leave no room for a continuation (at most 62 prompt tokens); prompts "
+                                  "are never cut"]
+    prompts.write_text(" ".join(["the dog"] * 30) + "\n", encoding="utf-8")  # fits, with less room than --max-len
+    proc = _generate("--path", lm_checkpoint, "--data", toy_data, prompts, "--max-len", "20")
+    assert proc.returncode == 0
+    assert f"sipe-generate: WARNING: {prompts}:1: prompt of 60 tokens: at most 3 tokens generated after it, not " \
+           "--max-len 20 (the model's 64 positions)" in proc.stderr.splitlines()
+
+
+def test_generate_non_utf8_prompts(toy_data, lm_checkpoint, tmp_path):
+    """Issue 24.7: bytes that are not UTF-8 on stdin gave a TypeError traceback after part of the output;
+    now one line naming the line, exit status 2, no output (file and stdin)."""
+    import subprocess
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_bytes(b"the dog\nthe cat\nthe caf\xe9 sleeps\n")
+    proc = _generate("--path", lm_checkpoint, "--data", toy_data, prompts)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert _error_lines(proc) == [f"sipe-generate: ERROR: {prompts}:3: not UTF-8 (byte 0xe9 at column 8); no prompt was "
+                                  "generated from"]
+    with open(prompts, "rb") as stdin:  # a real process: the bytes reach its stdin as they are
+        real = subprocess.run([str(BIN / "sipe-generate"), "--path", str(lm_checkpoint), "--data", str(toy_data)],
+                              stdin=stdin, capture_output=True, env=ENV, timeout=300)
+    assert real.returncode == 2 and real.stdout == b"" and b"Traceback" not in real.stderr
+    assert real.stderr.decode().splitlines()[-1] == ("sipe-generate: ERROR: <stdin>:3: not UTF-8 (byte 0xe9 at column 8); "
+                                                     "no prompt was generated from")
+
+
+@pytest.mark.parametrize("options, line", [
+    (["--max-len", "0"], "sipe-generate: error: argument --max-len: expected an integer >= 1, got 0"),
+    (["--beam", "0"], "sipe-generate: error: argument --beam: expected an integer >= 1, got 0"),
+    (["--nbest", "3", "--beam", "2"], "sipe-generate: ERROR: --nbest 3 is larger than --beam 2"),
+    (["--sampling", "--temperature", "0"], "sipe-generate: error: argument --temperature: expected a number > 0, got 0"),
+    (["--sampling", "--sampling-topk", "0"], "sipe-generate: ERROR: --sampling-topk 0: expected k >= 1 (or -1: all words)"),
+    (["--prompt-tags", "bogus"], "sipe-generate: ERROR: --prompt-tags: unknown parser 'bogus'; available: "
+                                 "['hexatagger', 'spacy']"),
+])
+def test_generate_bad_options_before_any_model(tmp_path, options, line):
+    """Issue 24.7: --max-len 0 and --sampling --temperature 0 gave fairseq assertion tracebacks, --prompt-tags
+    bogus was refused after the model had loaded. Now each is a usage error (2) before anything is loaded:
+    the checkpoint named here does not exist (loading it would give status 3)."""
+    proc = _generate("--path", tmp_path / "missing.pt", "--data", tmp_path, *options, stdin="the dog\n")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1] == line
+
+
+def test_generate_prompt_tags_not_a_hexatagger(toy_data, lm_checkpoint, tmp_path):
+    """Issue 24.7: --prompt-tags hexatagger:<an LM checkpoint> gave an AttributeError traceback, a missing
+    hexatagger exit status 1; both are now exit status 3 with one line saying what the file is."""
+    proc = _generate("--path", lm_checkpoint, "--data", toy_data, "--prompt-tags", f"hexatagger:{lm_checkpoint}",
+                     stdin="the dog\n")
+    assert proc.returncode == 3 and proc.stdout == ""
+    assert _error_lines(proc) == [f"sipe-generate: ERROR: --prompt-tags hexatagger:{lm_checkpoint}: checkpoint "
+                                  f"{lm_checkpoint}: not a hexatagger: a hexatag_lm checkpoint (model sipe_txl_tiny, a "
+                                  "language model); a hexatagger is a hexatag_tagging checkpoint (--arch sipe_tagger*)"]
+    missing = tmp_path / "tagger.pt"
+    proc = _generate("--path", lm_checkpoint, "--data", toy_data, "--prompt-tags", f"hexatagger:{missing}",
+                     stdin="the dog\n")
+    assert proc.returncode == 3 and proc.stdout == ""
+    assert _error_lines(proc) == [f"sipe-generate: ERROR: --prompt-tags hexatagger:{missing}: checkpoint {missing}: "
+                                  "no such file"]

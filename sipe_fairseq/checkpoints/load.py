@@ -11,7 +11,7 @@ import logging
 import os
 import pickle
 import re
-from typing import Optional
+from typing import Optional, Tuple
 
 from .compat import allow_fairseq_checkpoint_globals
 
@@ -97,19 +97,56 @@ def load_lm(path: str, data: str, context_window: int = 0):
     return models[0], task
 
 
-def load_with_task(path: str, data: Optional[str] = None):
+def load_with_task(path: str, data: Optional[str] = None, state: Optional[dict] = None):
     """``(model, task)`` of a checkpoint with its own task (taggers, GLUE classifiers); ``data``
     overrides the task's data directory. A tagger whose encoder came from ``--init-encoder``
-    rebuilds from its own config; the init checkpoint is not needed."""
+    rebuilds from its own config; the init checkpoint is not needed. ``state``: the checkpoint
+    already read by :func:`read_checkpoint` with the same ``data``."""
     from fairseq import checkpoint_utils
 
     overrides = {"data": data} if data else {}
-    state = read_checkpoint(path, overrides)
+    state = read_checkpoint(path, overrides) if state is None else state
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides, state=state)
     return models[0], task
 
 
+TAGGER_TASKS = ("hexatag_tagging",)
+# what a checkpoint of another task is, for the line that refuses it where a hexatagger is needed
+_TASK_KINDS = {"hexatag_lm": "a language model", "language_modeling": "a language model", "gilt_lm": "a GiLT language model",
+               "hexatag_mlm": "a masked-LM encoder", "masked_lm": "a masked-LM encoder",
+               "hexatag_sentence_prediction": "a sentence classifier", "sentence_prediction": "a sentence classifier"}
+
+
+def _config_name(section, *keys: str) -> Optional[str]:
+    for key in keys:
+        try:
+            value = section.get(key) if hasattr(section, "get") else getattr(section, key, None)
+        except Exception:  # noqa: BLE001  a config section of an unexpected type: no name
+            value = None
+        if value:
+            return str(value)
+    return None
+
+
+def checkpoint_kind(state: dict) -> Tuple[Optional[str], Optional[str]]:
+    """``(task name, model/arch name)`` a checkpoint was trained with (either may be None)."""
+    cfg, args = state.get("cfg"), state.get("args")
+    if cfg is not None:
+        task, model = cfg.get("task"), cfg.get("model")
+        return (_config_name(task, "_name", "task") if task is not None else None,
+                _config_name(model, "_name", "arch") if model is not None else None)
+    return getattr(args, "task", None), getattr(args, "arch", None)
+
+
 def load_tagger(path: str, data: Optional[str] = None):
-    """``(model in eval mode, task)`` from a ``sipe_tagger`` checkpoint."""
-    model, task = load_with_task(path, data)
+    """``(model in eval mode, task)`` from a ``sipe_tagger`` checkpoint (task ``hexatag_tagging``); any
+    other checkpoint raises :class:`CheckpointError` saying what it is."""
+    state = read_checkpoint(path, {"data": data} if data else {})
+    task_name, model_name = checkpoint_kind(state)
+    if task_name not in TAGGER_TASKS:
+        what = _TASK_KINDS.get(task_name, "not a tagger")
+        raise CheckpointError(f"checkpoint {path}: not a hexatagger: a {task_name or 'unknown'} checkpoint "
+                              f"(model {model_name or 'unknown'}, {what}); a hexatagger is a hexatag_tagging checkpoint "
+                              "(--arch sipe_tagger*)")
+    model, task = load_with_task(path, data, state)
     return model.eval(), task

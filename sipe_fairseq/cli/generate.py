@@ -21,10 +21,19 @@ in MISC. A GiLT model's blocks have ``# arcs`` (per word ``word/h->d,...``, ``*`
 and graph rows (:func:`~sipe_fairseq.models.gilt_generation.graph_rows`: a word may have several
 heads or none, so HEAD is filled only for a word with exactly one head and DEPS lists them all).
 A model without tags (``--sipe-injection none``) generates as a plain LM: the blocks have ``_`` heads.
-Exit status: 0 ok, 2 usage or I/O error, 3 a checkpoint or parser backend cannot be
-loaded (one line naming it).
+
+Checked before anything is generated, each a line on stderr: option values (before any model is
+loaded: ``--max-len``, ``--beam``, ``--nbest`` <= ``--beam``, ``--temperature`` > 0, the backend name of
+``--prompt-tags``), the prompts (all read and decoded first: a line that is not UTF-8 is named and
+nothing is written), and every prompt's length: ``--max-len`` counts the tokens generated after the
+prompt, which is never cut; a prompt that leaves no room in the model's positions is refused with its
+line and length, and one whose continuation the positions shorten is named in a warning.
+Exit status: 0 ok, 2 usage or input error (a bad option value, a prompt that is not UTF-8 or too
+long, a prompt the parser fails on), 3 a checkpoint or parser backend cannot be loaded (one line
+naming it and, for a file that is not a hexatagger, what it is).
 """
 import argparse
+import io
 import logging
 import sys
 from typing import List, Optional, Sequence
@@ -33,27 +42,74 @@ import torch
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, load_lm
 from sipe_fairseq.cli import logs
+from sipe_fairseq.eval.options import float_above, int_at_least
 
 logger = logging.getLogger(__name__)
 
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sipe-generate", description=__doc__.split("\n\n")[0],
-                                epilog="Exit status: 0 ok, 2 usage or I/O error, 3 checkpoint or parser cannot be loaded.")
-    p.add_argument("prompts", nargs="?", default="-", help="one prompt per line (default: stdin)")
+                                epilog="Exit status: 0 ok, 2 usage or input error (checked before any model is loaded; "
+                                       "prompts before any output), 3 checkpoint or parser cannot be loaded.")
+    p.add_argument("prompts", nargs="?", default="-", help="one prompt per line, UTF-8 (default: stdin)")
     p.add_argument("--path", required=True, metavar="CHECKPOINT", help="a hexatag_lm decoder or gilt_txl checkpoint")
     p.add_argument("--data", required=True, metavar="DIR", help="its sipe-preprocess directory (dict.txt, spm.model)")
-    p.add_argument("--beam", type=int, default=1, help="beam size (with --sampling: samples drawn per prompt)")
-    p.add_argument("--nbest", type=int, default=1, help="hypotheses printed per prompt (<= --beam)")
+    p.add_argument("--beam", type=int_at_least(1), default=1, help="beam size (with --sampling: samples drawn per prompt)")
+    p.add_argument("--nbest", type=int_at_least(1), default=1, help="hypotheses printed per prompt (<= --beam)")
     p.add_argument("--sampling", action="store_true", help="sample words and tags (default: beam search, argmax tags)")
-    p.add_argument("--sampling-topk", type=int, default=-1, help="sample from the k most likely words")
-    p.add_argument("--temperature", type=float, default=1.0, help="word sampling temperature")
-    p.add_argument("--max-len", type=int, default=50, help="at most this many generated tokens (fairseq --max-len-b)")
+    p.add_argument("--sampling-topk", type=int, default=-1, help="sample from the k most likely words (k >= 1; -1: all)")
+    p.add_argument("--temperature", type=float_above(0.0), default=1.0, help="word sampling temperature (> 0)")
+    p.add_argument("--max-len", type=int_at_least(1), default=50,
+                   help="at most this many tokens generated after the prompt (</s> not counted; the prompt is never cut, "
+                        "and the model's positions bound prompt + continuation)")
     p.add_argument("--seed", type=int, default=1, help="random seed")
     p.add_argument("--prompt-tags", metavar="SPEC", default=None,
                    help="parse each prompt with this backend and keep its tags (GiLT: its tree's arcs) "
                         "(default: the model chooses them)")
     return p
+
+
+def option_problem(args) -> Optional[str]:
+    """The first option value argparse cannot check alone, as one line (None: all fine); no model is loaded."""
+    from sipe_fairseq.parsing import resolve_parser
+
+    if args.nbest > args.beam:
+        return f"--nbest {args.nbest} is larger than --beam {args.beam}"
+    if args.sampling_topk == 0 or args.sampling_topk < -1:
+        return f"--sampling-topk {args.sampling_topk}: expected k >= 1 (or -1: all words)"
+    if args.prompt_tags is not None:
+        try:
+            resolve_parser(args.prompt_tags)  # the backend's name only: loading it may load a model
+        except ValueError as e:
+            return f"--prompt-tags: {e}"
+    return None
+
+
+def read_prompts(name: str) -> List[str]:
+    """Every prompt line of ``name`` (``-``: stdin), read and decoded before anything is generated;
+    :class:`PromptError` names a line that is not UTF-8."""
+    if name == "-":
+        stdin = sys.stdin
+        data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode("utf-8")
+    else:
+        with open(name, "rb") as f:
+            data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise PromptError(f"{_name(name)}:{line}: not UTF-8 (byte 0x{data[e.start]:02x} at column {column}); "
+                          "no prompt was generated from") from None
+    return [line.rstrip("\n") for line in io.StringIO(text, newline=None)]  # universal newlines, as text mode reads
+
+
+class PromptError(ValueError):
+    """A prompt that cannot be generated from (one line naming it): exit status 2."""
+
+
+def _name(prompts: str) -> str:
+    return "<stdin>" if prompts == "-" else prompts
 
 
 def conllu_block(prompt: str, words: List[str], hypo: dict, nth: int, index: int) -> str:
@@ -87,47 +143,59 @@ def _words_of_plain(hypo, dictionary) -> List[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = get_parser().parse_args(argv)
     logs.configure("WARNING", "sipe-generate: %(levelname)s: %(message)s", plugin_level=logging.INFO)
-    if args.nbest > args.beam:
-        logger.error(f"--nbest {args.nbest} is larger than --beam {args.beam}")
+    problem = option_problem(args)
+    if problem:
+        logger.error(problem)
         return 2
     try:
-        src = sys.stdin if args.prompts == "-" else open(args.prompts, encoding="utf-8")
-        with src:
-            prompts = [line.rstrip("\n") for line in src]
-    except (OSError, UnicodeDecodeError) as e:
-        logger.error(f"{args.prompts}: {e}")
+        prompts = read_prompts(args.prompts)
+    except PromptError as e:
+        logger.error(str(e))
         return 2
+    except OSError as e:
+        logger.error(f"{args.prompts}: {e.strerror or e}")
+        return 2
+    backend = None
+    if args.prompt_tags:
+        from sipe_fairseq.parsing import BackendLoadError, get_parser as get_backend
+
+        try:
+            backend = get_backend(args.prompt_tags)
+        except (BackendLoadError, CheckpointError, ValueError) as e:  # missing, refused, not a hexatagger, not installed
+            logger.error(f"--prompt-tags {args.prompt_tags}: {e}")
+            return CHECKPOINT_EXIT_STATUS
     try:
         model, task = load_lm(args.path, args.data)
     except (CheckpointError, FileNotFoundError) as e:
         logger.error(str(e))
         return CHECKPOINT_EXIT_STATUS
-    return run(args, prompts, model, task)
+    try:
+        return run(args, prompts, model, task, backend)
+    except PromptError as e:
+        logger.error(str(e))
+        return 2
 
 
-def run(args, prompts: List[str], model, task) -> int:
+def run(args, prompts: List[str], model, task, backend=None) -> int:
+    """Generate from every prompt (``backend``: the ``--prompt-tags`` parser, loaded); every prompt is
+    parsed, encoded and checked against the model's positions before the first is generated from."""
     from sipe_fairseq.data.arcs import per_word, tree_arcs
     from sipe_fairseq.data.encode import SentenceEncoder
     from sipe_fairseq.data.tag_dictionary import NOTAG_ID
     from sipe_fairseq.models.generation import hypothesis_words
     from sipe_fairseq.models.gilt_lm import is_gilt
-    from sipe_fairseq.parsing import BackendLoadError, get_parser as get_backend, parse_each, split_words
+    from sipe_fairseq.parsing import parse_each, split_words
 
     model.eval()
     d = task.source_dictionary
     encoder = SentenceEncoder(args.data, d)
+    name = _name(args.prompts)
     parses: List[Optional[tuple]] = [None] * len(prompts)
-    if args.prompt_tags:
-        try:
-            backend = get_backend(args.prompt_tags)
-        except (BackendLoadError, ValueError) as e:
-            logger.error(str(e))
-            return CHECKPOINT_EXIT_STATUS
+    if backend is not None:
         nonempty = [i for i, p in enumerate(prompts) if p.strip()]
         for i, parse in zip(nonempty, parse_each(backend, [prompts[i] for i in nonempty])):
             if isinstance(parse, Exception):
-                logger.error(f"{args.prompts}:{i + 1}: the parser failed on the prompt: {parse}")
-                return 2
+                raise PromptError(f"{name}:{i + 1}: the parser failed on the prompt: {parse}")
             parses[i] = parse
     gen_args = argparse.Namespace(beam=args.beam, sampling=args.sampling, sampling_topk=args.sampling_topk,
                                   temperature=args.temperature, max_len_a=0, max_len_b=args.max_len, min_len=1)
@@ -137,12 +205,26 @@ def run(args, prompts: List[str], model, task) -> int:
         logger.error(f"{args.path}: {e}")
         return CHECKPOINT_EXIT_STATUS
     generator.print_structure = False
+    limit = int(generator.max_len)  # the model's positions: fairseq's generator ends every hypothesis by then
+    encoded = []
+    for index, prompt in enumerate(prompts):  # all prompts checked before any output
+        words, heads = parses[index] if parses[index] is not None else (split_words(prompt), None)
+        tokens, terms, nts, _ = encoder.encode(words, heads)
+        n = len(tokens) - 1  # the prompt's tokens (without </s>), all forced: the continuation starts after them
+        room = limit - 1 - n  # fairseq: at most limit - 1 tokens before the final </s>
+        if room < 1:
+            raise PromptError(f"{name}:{index + 1}: prompt of {len(words)} words is {n} tokens; the model's {limit} "
+                              f"positions leave no room for a continuation (at most {limit - 2} prompt tokens); "
+                              "prompts are never cut")
+        if room < args.max_len:
+            logger.warning(f"{name}:{index + 1}: prompt of {n} tokens: at most {room} tokens generated after it, not "
+                           f"--max-len {args.max_len} (the model's {limit} positions)")
+        encoded.append((words, heads, tokens, terms, nts))
     torch.manual_seed(args.seed)
     out = sys.stdout
     counts = {"prompts": 0, "hypotheses": 0, "trees": 0, "graphs": 0}
     for index, prompt in enumerate(prompts):
-        words, heads = parses[index] if parses[index] is not None else (split_words(prompt), None)
-        tokens, terms, nts, _ = encoder.encode(words, heads)
+        words, heads, tokens, terms, nts = encoded[index]
         eos = torch.tensor([d.eos()])
         notag = torch.tensor([NOTAG_ID])
         sample = {"id": torch.tensor([index]), "net_input": {
@@ -150,6 +232,8 @@ def run(args, prompts: List[str], model, task) -> int:
             "src_terminals": torch.cat([notag, terms[:-1]])[None], "src_nonterminals": torch.cat([notag, nts[:-1]])[None]}}
         if heads is not None and is_gilt(model):  # the parse's tree as the prompt words' arcs
             sample["prompt_arcs"] = [per_word(tree_arcs(heads), len(heads))]
+        # --max-len counts the tokens after the prompt: fairseq's limit covers the forced prompt too
+        generator.max_len_b = len(tokens) - 1 + args.max_len
         with torch.no_grad():
             hypos = task.inference_step(generator, [model], sample)[0]
         counts["prompts"] += 1
