@@ -118,3 +118,20 @@ def test_parsing_layer_imports_no_model_code():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": root})
     assert out.returncode == 0, out.stderr
+
+
+def test_sipe_tag_with_an_lm_checkpoint_says_what_it_is(train_checkpoint, tmp_path):
+    """Issue 24.7: `sipe-tag --backend hexatagger:<an LM checkpoint>` exited 3 saying only
+    `'NoneType' object has no attribute 'data'`; now the line says what the file is."""
+    import launcher
+    from conftest import BIN, ENV, txl
+
+    ck = train_checkpoint(txl("position"))
+    src = tmp_path / "in.txt"
+    src.write_text("The dog barks .\n", encoding="utf-8")
+    proc = launcher.run([str(BIN / "sipe-tag"), str(src), "--backend", f"hexatagger:{ck}", "--no-progress"], env=ENV,
+                        timeout=300)
+    assert proc.returncode == 3 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"sipe-tag: ERROR: backend 'hexatagger:{ck}': checkpoint {ck}: not a hexatagger: a hexatag_lm checkpoint (model "
+        "sipe_txl_tiny, a language model); a hexatagger is a hexatag_tagging checkpoint (--arch sipe_tagger*)"]
