@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ..data.graph_features import N_FEATURES, GraphTape
 from ..modules.arc_scorer import MAX_COUNT
-from .policy import BRANCH, FORCED, GREEDY, StructurePolicy
+from .policy import BRANCH, FORCED, GREEDY, SAMPLE, StructurePolicy
 from .sentences import Sentence
 
 COUNT_RULES = ("top-then-allowed", "allowed-then-top")
@@ -119,27 +119,26 @@ class ArcPolicy(StructurePolicy):
         weight = self.decoder.embed_tokens.weight
         self.device, self.dtype = weight.device, weight.dtype
 
-    def begin(self, batch: Sequence[Sentence], width: int, device) -> None:
-        super().begin(batch, width, device)
-        S, W = len(batch), max(len(s.starts) for s in batch)
+    def given_of(self, sentence: Sentence):
+        return sentence.arcs
+
+    def begin(self, rows, width, words, given=None, state=None):
+        super().begin(rows, width, words, given, state)
         d = self.decoder.arc_dim
-        self.wpos = torch.zeros(S, width, dtype=torch.long)  # word of each input position (0: </s>, no word)
-        for i, s in enumerate(batch):
-            bounds = list(s.starts) + [s.n - 1]
-            for w, (a, b) in enumerate(zip(bounds, bounds[1:]), 1):
-                self.wpos[i, a + 1:b + 1] = w
-        self.sent = torch.arange(S)
-        self.table = torch.zeros(S, W + 1, N_FEATURES, dtype=torch.long)  # the newest tape row, by word
-        self.o = torch.zeros(S, W + 1, 3 * d, dtype=self.dtype, device=self.device)  # o_w by word (0: unused)
-        self.counts = torch.zeros(S, W, dtype=torch.long)
-        self.count_lp = torch.zeros(S, W, dtype=torch.float64)
-        self.tapes = [GraphTape() for _ in range(S)]
-        self.arcs: List[list] = [[] for _ in range(S)]
+        self.words = torch.zeros(rows, dtype=torch.long)  # words so far
+        self.wpos = torch.zeros(rows, width, dtype=torch.long)  # word of each input position (0: </s>, no word)
+        self.table = torch.zeros(rows, words + 1, N_FEATURES, dtype=torch.long)  # the newest tape row, by word
+        self.o = torch.zeros(rows, words + 1, 3 * d, dtype=self.dtype, device=self.device)  # o_w by word (0: unused)
+        self.counts = torch.zeros(rows, words, dtype=torch.long)
+        self.count_lp = torch.zeros(rows, words, dtype=torch.float64)
+        self.tapes = [GraphTape() for _ in range(rows)]
+        self.arcs: List[list] = [[] for _ in range(rows)]
+        self.given = list(given) if given is not None else [None] * rows
         self.last = None
 
-    def step(self, t, src, row_sent):
-        self.sent = row_sent
-        keys = self.wpos[row_sent, : t + 1]
+    def step(self, t, src, starts):
+        self.wpos[:, t] = self.words
+        keys = self.wpos[:, : t + 1]
         feats = self.table.gather(1, keys[:, :, None].expand(-1, -1, N_FEATURES))[:, None]
         logits, extra = self.decoder.cached_step(src, feats.to(self.device), self.state)
         self.last = self.decoder.arc_states(extra)
@@ -150,13 +149,15 @@ class ArcPolicy(StructurePolicy):
         cpu = order.cpu().tolist()
         idx = order.cpu()
         self.table, self.counts, self.count_lp = self.table[idx], self.counts[idx], self.count_lp[idx]
+        self.words, self.wpos = self.words[idx], self.wpos[idx]
+        self.given = [self.given[j] for j in cpu]
         self.o = self.o[order.to(self.device)]
         if self.last is not None:
             self.last = self.last[order.to(self.last.device)]
         self.tapes = [self.tapes[j] for j in cpu]  # shared until a word is added (apply copies)
         self.arcs = [self.arcs[j] for j in cpu]
 
-    def expand(self, rows, sent, words, t, src, mode):
+    def expand(self, rows, words, t, src, mode, limits=None):
         dec = self.decoder
         parents, costs, items = [], [], []
         for i in torch.unique(words).tolist():
@@ -171,9 +172,9 @@ class ArcPolicy(StructurePolicy):
             head, dep, count_logits = dec.arc_scorer.score_word(o_nodes, prev.to(self.device))
             head, dep = head.cpu(), dep.cpu()
             count_lp = F.log_softmax(count_logits.double(), -1).cpu()
-            for e, (pos, s) in enumerate(zip(at.tolist(), sent[at].tolist())):
+            for e, (pos, r) in enumerate(zip(at.tolist(), sub.tolist())):
                 if mode == FORCED:
-                    given = self.batch[s].arcs
+                    given = self.given[r]
                     if given is None:
                         raise ValueError("tag source 'given' for a GiLT model needs the sentence's graph (a data "
                                          "directory's arcs, or trees from a parser: --parser/--trees)")
@@ -186,8 +187,11 @@ class ArcPolicy(StructurePolicy):
                     c = len(heads) + len(deps)
                     choices = [(c, list(heads), list(deps), cost)]
                 else:
+                    allowed = count_lp[e, : min(2 * i - 1, MAX_COUNT) + 1]
                     if mode == GREEDY:
-                        counts = [int(torch.argmax(count_lp[e, : min(2 * i - 1, MAX_COUNT) + 1]))]
+                        counts = [int(torch.argmax(allowed))]
+                    elif mode == SAMPLE:
+                        counts = [int(torch.multinomial(F.softmax(allowed, -1), 1))]
                     else:
                         assert mode == BRANCH
                         counts = branch_counts(count_lp[e], i, self.count_beam, self.count_rule)
@@ -211,6 +215,7 @@ class ArcPolicy(StructurePolicy):
             self.counts[r, i - 1] = c
             self.count_lp[r, i - 1] = lpc
             self.arcs[r] = self.arcs[r] + [(heads, deps)]
+            self.words[r] = i
 
     def labels(self, row):
         return flat_arcs(self.arcs[row])

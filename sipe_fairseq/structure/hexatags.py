@@ -13,7 +13,7 @@ hypothesis when another word follows. Unconstrained: any of the 10 pairs, a brok
 ``top_pairs`` M > 0 expands each beam hypothesis with its heads' M best allowed pairs only (the
 "fast-track" pruning of word-synchronous beams); 0, the default, expands with every allowed pair.
 """
-from typing import List, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from ..hexatag.constrained import CLOSED, PAIRS, START, advance, is_valid
 from ..hexatag.tags import NONTERMINALS, TERMINALS
-from .policy import BRANCH, FORCED, GREEDY, StructurePolicy
+from .policy import BRANCH, FORCED, GREEDY, SAMPLE, StructurePolicy
 from .sentences import Sentence
 
 PLACEMENTS = ("first_subword", "last_subword")
@@ -53,13 +53,6 @@ def transitions(max_depth: int) -> torch.Tensor:
     return out
 
 
-def anchor_inputs(starts: Sequence[int], placement: str) -> List[int]:
-    """Input positions whose tag heads choose a later word's pair (module docstring)."""
-    if placement == "first_subword":
-        return [0] + [q + 1 for q in starts]
-    return list(starts)
-
-
 class HexatagPolicy(StructurePolicy):
     prune_before = True
 
@@ -75,31 +68,36 @@ class HexatagPolicy(StructurePolicy):
         self.device = next(model.parameters()).device
 
     # ---------------------------------------------------------------- the decoder
-    def begin(self, batch: Sequence[Sentence], width: int, device) -> None:
-        super().begin(batch, width, device)
-        S, W = len(batch), max(len(s.starts) for s in batch)
-        self.terms = torch.full((S, width), NOTAG_ID, dtype=torch.long, device=device)
-        self.nts = torch.full_like(self.terms, NOTAG_ID)
-        self.depth = torch.full((S,), START, dtype=torch.long)
-        self.anchor = torch.zeros(S, len(PAIRS), dtype=torch.float64)
-        self.pairs = torch.full((S, W), -1, dtype=torch.long)
-        self.restarts = torch.zeros(S, dtype=torch.long)
-        self.is_anchor = torch.zeros(S, width + 1, dtype=torch.bool)
-        self.given = torch.full((S, W), -1, dtype=torch.long)
-        for i, s in enumerate(batch):
-            self.is_anchor[i, torch.tensor(anchor_inputs(s.starts, self.placement))] = True
-            if s.pairs is not None:
-                self.given[i, : len(s.pairs)] = torch.tensor(s.pairs)
-        self.table = transitions(W + 1)
+    def given_of(self, sentence: Sentence):
+        return sentence.pairs
 
-    def step(self, t, src, row_sent):
+    def begin(self, rows, width, words, given=None, state=None):
+        super().begin(rows, width, words, given, state)
+        self.terms = torch.full((rows, width), NOTAG_ID, dtype=torch.long, device=self.device)
+        self.nts = torch.full_like(self.terms, NOTAG_ID)
+        self.depth = torch.full((rows,), START, dtype=torch.long)
+        self.anchor = torch.zeros(rows, len(PAIRS), dtype=torch.float64)
+        self.pairs = torch.full((rows, words), -1, dtype=torch.long)
+        self.restarts = torch.zeros(rows, dtype=torch.long)
+        self.given = torch.full((rows, words), -1, dtype=torch.long)
+        for i, g in enumerate(given or ()):
+            if g is not None and len(g):
+                self.given[i, : len(g)] = torch.as_tensor(list(g)[:words])
+        self.table = transitions(words + 1)
+
+    def step(self, t, src, starts):
         terms, nts = self.terms[:, : t + 1], self.nts[:, : t + 1]
         if self.use_cache:
             logits, extra = self.model(src, src_terminals=terms, src_nonterminals=nts, incremental_state=self.state)
         else:
             logits, extra = self.model(src, src_terminals=terms, src_nonterminals=nts)
         if self.has_heads:
-            rows = self.is_anchor[row_sent, t].nonzero().squeeze(1)
+            # the anchors: first_subword, the sentence start and every word's first subword; last_subword,
+            # every position (the one before a word's first subword is the latest when the word starts)
+            if self.placement == "first_subword":
+                rows = (starts.cpu() | (t == 0)).nonzero().squeeze(1)
+            else:
+                rows = torch.arange(len(src))
             if len(rows):
                 dev = rows.to(self.device)
                 heads = pair_logprobs(extra["terminal_logits"][dev, -1], extra["nonterminal_logits"][dev, -1]).cpu()
@@ -109,39 +107,55 @@ class HexatagPolicy(StructurePolicy):
     def reorder(self, order):
         super().reorder(order)
         cpu = order.cpu()
-        self.terms, self.nts = self.terms[order], self.nts[order]
-        self.depth, self.anchor, self.pairs, self.restarts = (self.depth[cpu], self.anchor[cpu], self.pairs[cpu],
-                                                              self.restarts[cpu])
+        dev = order.to(self.device)
+        self.terms, self.nts = self.terms[dev], self.nts[dev]
+        self.depth, self.anchor, self.pairs, self.restarts, self.given = (
+            self.depth[cpu], self.anchor[cpu], self.pairs[cpu], self.restarts[cpu], self.given[cpu])
 
     # ---------------------------------------------------------------- structure
-    def expand(self, rows, sent, words, t, src, mode):
+    def allowed(self, rows, limits=None):
+        """(E, 10) bool: the pairs the next word of each row may take, the state they apply to and
+        whether it restarts a closed tree. ``limits`` (generation): ``words_left`` (E,) long, at
+        most that many words after this one (a pair may leave only depths that can close in time),
+        and ``keep_open`` (E,) bool, do not close the tree (unless nothing else is allowed)."""
+        E = len(rows)
+        depth = self.depth[rows]
+        if not self.constrained:
+            return torch.ones(E, len(PAIRS), dtype=torch.bool), torch.zeros(E, dtype=torch.bool)
+        restarted = depth == CLOSED
+        state = torch.where(restarted, torch.full_like(depth, START), depth)
+        nxt = self.table[state + 1]
+        allowed = nxt != _BROKEN
+        if limits is not None:
+            left = limits.get("words_left")
+            if left is not None:
+                allowed &= (nxt == CLOSED) | (nxt <= left[:, None])
+            keep_open = limits.get("keep_open")
+            if keep_open is not None:
+                opened = allowed & (nxt != CLOSED)
+                use = keep_open & opened.any(1)
+                allowed = torch.where(use[:, None], opened, allowed)
+        return allowed, restarted
+
+    def expand(self, rows, words, t, src, mode, limits=None):
         E = len(rows)
         anchor = self.anchor[rows]
         if mode == FORCED:
-            pair = self.given[sent, words - 1]
+            pair = self.given[rows, words - 1]
             if bool((pair < 0).any()):
                 raise ValueError("tag source 'given' needs the sentence's tags")
-            return torch.arange(E), anchor.gather(1, pair[:, None]).squeeze(1), {"pair": pair,
-                                                                                  "restarted": torch.zeros(E, dtype=torch.bool),
-                                                                                  "word": words - 1}
-        depth = self.depth[rows]
-        if self.constrained:
-            restarted = depth == CLOSED
-            state = torch.where(restarted, torch.full_like(depth, START), depth)
-            allowed = self.table[state + 1] != _BROKEN
-        else:
-            restarted = torch.zeros(E, dtype=torch.bool)
-            allowed = torch.ones(E, len(PAIRS), dtype=torch.bool)
+            return torch.arange(E), anchor.gather(1, pair[:, None]).squeeze(1), {
+                "pair": pair, "restarted": torch.zeros(E, dtype=torch.bool), "word": words - 1}
+        allowed, restarted = self.allowed(rows, limits)
         masked = anchor.masked_fill(~allowed, -torch.inf)
-        if mode == GREEDY:  # argmax over the allowed pairs; ties: the first in PAIRS order
-            pair = masked.argmax(1)
+        if mode in (GREEDY, SAMPLE):  # GREEDY: argmax over the allowed pairs, ties: the first in PAIRS order
+            pair = masked.argmax(1) if mode == GREEDY else torch.multinomial(F.softmax(masked, -1), 1).squeeze(1)
             return torch.arange(E), anchor.gather(1, pair[:, None]).squeeze(1), {"pair": pair, "restarted": restarted,
                                                                                   "word": words - 1}
         assert mode == BRANCH
         if self.top_pairs:
             best = torch.sort(masked, 1, descending=True, stable=True).indices[:, : self.top_pairs]
-            top = torch.zeros_like(allowed).scatter_(1, best, True)
-            allowed = allowed & top
+            allowed = allowed & torch.zeros_like(allowed).scatter_(1, best, True)
         parent, pair = allowed.nonzero(as_tuple=True)  # by parent, then in PAIRS order
         return parent, anchor[parent, pair], {"pair": pair, "restarted": restarted[parent], "word": (words - 1)[parent]}
 
@@ -151,9 +165,7 @@ class HexatagPolicy(StructurePolicy):
         dev = rows.to(self.device)
         self.terms[dev, t], self.nts[dev, t] = a.to(self.device), b.to(self.device)
         depth = self.depth[rows]
-        state = torch.where(depth == CLOSED, torch.full_like(depth, START), depth) if self.constrained else depth
-        if not self.constrained:  # a closed or broken prefix restarts
-            state = torch.where(state < 0, torch.full_like(state, START), state)
+        state = torch.where(depth < 0, torch.full_like(depth, START), depth)  # a closed (or broken) prefix restarts
         nxt = self.table[state + 1, pair]
         self.depth[rows] = torch.where(nxt == _BROKEN, torch.full_like(nxt, START), nxt)
         self.restarts[rows] += payload["restarted"][pick].long()

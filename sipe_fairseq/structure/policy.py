@@ -7,14 +7,14 @@ Rows are hypotheses; the engine keeps, per row, its sentence, its score and its 
 log-probabilities, and calls the policy with row indices. A policy keeps everything else per row
 (the KV cache included) and follows :meth:`StructurePolicy.reorder`.
 """
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from .sentences import Sentence
 
-GREEDY, FORCED, BRANCH = "greedy", "forced", "branch"  # expansion modes: self, given, beam
+GREEDY, FORCED, BRANCH, SAMPLE = "greedy", "forced", "branch", "sample"  # self, given, beam, generation --sampling
 
 
 class StructurePolicy:
@@ -34,9 +34,15 @@ class StructurePolicy:
         self.state: dict = {}  # incremental_state: the decoder's KV cache
 
     # ---------------------------------------------------------------- the decoder
-    def begin(self, batch: Sequence[Sentence], width: int, device) -> None:
-        """Start one row per sentence of ``batch``; ``width``: the longest sentence's targets."""
-        self.batch, self.state = list(batch), {}
+    def begin(self, rows: int, width: int, words: int, given: Optional[list] = None, state: Optional[dict] = None) -> None:
+        """Start ``rows`` rows of at most ``width`` inputs and ``words`` words; ``given``: per row the
+        forced structure (:meth:`given_of`) or None; ``state``: the dict to keep the KV cache in
+        (fairseq's ``incremental_state`` when generating)."""
+        self.state = {} if state is None else state
+
+    def given_of(self, sentence: Sentence):
+        """The sentence's given structure in this family's form (None: it has none)."""
+        return None
 
     def normalize(self, logits: torch.Tensor, extra: Optional[dict] = None) -> torch.Tensor:
         """LM log-probs in float64 (fairseq's ``get_normalized_probs`` works in float32 and the beam
@@ -45,9 +51,10 @@ class StructurePolicy:
             return F.log_softmax(logits.double(), -1)
         return self.model.get_normalized_probs((logits, extra), log_probs=True).double()
 
-    def step(self, t: int, src: torch.Tensor, row_sent: torch.Tensor) -> torch.Tensor:
-        """Run input position ``t`` of every row (``src`` (R, t+1): the rows' inputs so far) and
-        return the LM log-probs of target ``t`` (R, V), float64."""
+    def step(self, t: int, src: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+        """Run input position ``t`` of every row (``src`` (R, t+1): the rows' inputs so far;
+        ``starts`` (R,) bool: input ``t`` is a word's first subword) and return the LM log-probs of
+        target ``t`` (R, V), float64."""
         raise NotImplementedError
 
     def reorder(self, order: torch.Tensor) -> None:
@@ -56,12 +63,13 @@ class StructurePolicy:
             self.decoder.reorder_incremental_state_scripting(self.state, order)
 
     # ---------------------------------------------------------------- structure
-    def expand(self, rows: torch.Tensor, sent: torch.Tensor, words: torch.Tensor, t: int, src: torch.Tensor,
-               mode: str) -> Tuple[torch.Tensor, torch.Tensor, object]:
+    def expand(self, rows: torch.Tensor, words: torch.Tensor, t: int, src: torch.Tensor, mode: str,
+               limits: Optional[dict] = None) -> Tuple[torch.Tensor, torch.Tensor, object]:
         """Candidates for word ``words[e]`` (1-based) of the rows ``rows`` (E,), whose first subword
         is input ``t`` (``src`` (E, t+1): their inputs through it). Returns ``(parent (C,)`` positions
         in ``rows``, ``cost (C,)`` float64 log-probabilities, ``payload)``: children grouped by parent
-        in parent order; one per row for ``GREEDY`` and ``FORCED``."""
+        in parent order; one per row for ``GREEDY``, ``SAMPLE`` and ``FORCED``. ``limits``: the
+        generator's per-row constraints (family-specific; None when scoring)."""
         raise NotImplementedError
 
     def apply(self, rows: torch.Tensor, payload, pick: torch.Tensor, t: int) -> None:

@@ -7,7 +7,6 @@ fewer, larger decoder calls (faster) and holds a KV cache of ``rows x length`` p
 grows with it. ``given`` for a SiPE decoder is one full forward per batch (the tags are known).
 """
 import logging
-import time
 from typing import List, Optional, Sequence
 
 import torch
@@ -37,7 +36,6 @@ def score_sentences(model, sentences: Sequence[Sentence], source: str, options: 
     policy = None if kind == "none" else policy_for(model, options, needs_heads=src.kind != "given")
     order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
     out: List[Optional[SentenceScore]] = [None] * len(sentences)
-    start = time.time()
     for b in range(0, len(order), batch_sentences):
         idx = order[b:b + batch_sentences]
         batch = [sentences[i] for i in idx]
@@ -52,7 +50,6 @@ def score_sentences(model, sentences: Sequence[Sentence], source: str, options: 
             out[i] = s
         if progress is not None:
             progress(len(idx))
-    logger.debug(f"{source}: {len(sentences)} sentences in {time.time() - start:.1f} s")
     return out
 
 

@@ -55,7 +55,7 @@ def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, e
         word_at[i, torch.tensor(s.starts) + 1] = torch.arange(1, len(s.starts) + 1)
     inp = torch.cat([torch.full((S, 1), eos, dtype=torch.long), tgt[:, :-1]], 1)
     device = policy.device
-    policy.begin(batch, T, device)
+    policy.begin(S, T, W, [policy.given_of(s) for s in batch])
     row_sent = torch.arange(S)
     score = torch.zeros(S, dtype=torch.float64)
     lm = torch.zeros(S, T, dtype=torch.float64)
@@ -96,8 +96,8 @@ def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, e
                     ev_rows = ev_rows[~closed | (open_count[row_sent[ev_rows]] == 0)]
                 ev_rows = ev_rows[top_per_group(row_sent[ev_rows], score[ev_rows], k)]
                 record(ev_rows, score[ev_rows], t - 1)
-            parent, c, payload = policy.expand(ev_rows, row_sent[ev_rows], word_at[row_sent[ev_rows], t], t,
-                                               inp[row_sent[ev_rows], : t + 1], mode)
+            parent, c, payload = policy.expand(ev_rows, word_at[row_sent[ev_rows], t], t, inp[row_sent[ev_rows], : t + 1],
+                                               mode)
             child = ev_rows[parent]
             child_score = score[child] + c
             pick = torch.arange(len(child))
@@ -114,7 +114,7 @@ def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, e
             cost[new, words] = c[chosen]
             score[new] += c[chosen]
             policy.apply(new, payload, chosen, t)
-        lp = policy.step(t, inp[row_sent, : t + 1].to(device), row_sent)
+        lp = policy.step(t, inp[row_sent, : t + 1].to(device), word_at[row_sent, t] > 0)
         step = lp.gather(1, tgt[row_sent, t].to(lp.device)[:, None]).squeeze(1).cpu()
         lm[:, t] = step
         score += step

@@ -1,0 +1,250 @@
+"""Whole splits and sentence sets scored under structure sources (``--tags given,self,beam:K``),
+summarized and tabulated: the aggregation around the structure engine (:mod:`sipe_fairseq.structure`).
+
+Every sentence is scored alone (a ``</s>`` starts it, as ``--sample-break-mode eos``). A row per
+source: perplexity per token and per word (words + ``</s>``), bits per token by position type, the
+structure's bits per word, and for ``given`` a second row ``given-joint`` with the structure paid for.
+SiPE rows add the chosen tags' accuracy against the given ones; GiLT rows the arc F1 of the scored
+graph against the gold graph. What each number is:
+
+* SiPE ``given-joint``: ``-log p(x, tags)`` with the parse's tags, an upper bound on ``-log p(x)``;
+* GiLT ``given-joint``: the gold arcs priced as independent Bernoullis (the training loss). It is
+  not a bound for the count-then-top-c model that ``self`` and ``beam`` score (there a gold graph
+  that is no count's top-c has probability 0), so its label says "training joint";
+* ``self``: exact; ``beam:K``: SiPE a bound, GiLT the beam approximation of the marginal over counts.
+"""
+import math
+import os
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..structure.arcs import flat_arcs
+from ..structure.family import StructureOptions, structure_of
+from ..structure.record import POSITION_TYPES, SentenceScore, joint_token_logprobs
+from ..structure.scoring import score_encoded, score_sentences
+from ..structure.sentences import prepare
+from .progress import progress
+
+
+def default_sources(model) -> List[str]:
+    """The source when none is asked for: GiLT ``self`` (its own graph), others ``given``."""
+    return ["self"] if structure_of(model) == "arcs" else ["given"]
+
+
+def sources_for(model, requested: Optional[Sequence[str]]) -> List[str]:
+    return list(requested) if requested else default_sources(model)
+
+
+# ------------------------------------------------------------------------------ a data split
+def load_split_sentences(task, split: str):
+    """``(sentences, counts)`` of a ``sipe-preprocess`` split in file order: each a
+    :class:`~sipe_fairseq.structure.sentences.Sentence` with its given tags and, where the data
+    has ``{split}.arcs``, its gold graph; ``counts``: ``split_sentences`` and ``empty_sentences``
+    (a line of no word: not scored, counted)."""
+    from fairseq import utils
+    from fairseq.data import data_utils
+
+    from ..data.arcs import decode_words
+    from ..data.tag_dictionary import TAG_KINDS
+    from ..data.tag_streams import load_tag_streams
+
+    path = utils.split_paths(task.args.data)[0]
+    raw = data_utils.load_indexed_dataset(os.path.join(path, split), task.source_dictionary, task.args.dataset_impl)
+    if raw is None:
+        raise FileNotFoundError(f"{path}: no split {split!r} ({split}.bin/.idx)")
+    streams = load_tag_streams(path, split, raw, TAG_KINDS, task.args.dataset_impl)
+    arcs = None
+    if os.path.exists(os.path.join(path, f"{split}.arcs.idx")):  # GiLT's given graph (sipe-preprocess writes it)
+        from ..data.arc_streams import load_arc_stream
+
+        arcs, n_words = load_arc_stream(path, split, raw, streams["terminal"], task.args.dataset_impl)
+    d = task.source_dictionary
+    out, empty = [], 0
+    for i in range(len(raw)):
+        tokens, terms, nts = raw[i].long(), streams["terminal"][i].long(), streams["nonterminal"][i].long()
+        if len(tokens) < 2:
+            empty += 1
+            continue
+        graph = decode_words(arcs[i].tolist(), int(n_words[i])) if arcs is not None else None
+        out.append(prepare(i, tokens, terms, nts, d, d.eos(), graph))
+    return out, {"split_sentences": len(raw), "empty_sentences": empty}
+
+
+def given_tags(sentences) -> List[List[Tuple[str, str]]]:
+    """The given tag pairs per word of each sentence ([] without tags)."""
+    from ..hexatag.constrained import PAIRS
+
+    return [[PAIRS[p] for p in s.pairs] if s.pairs is not None else [] for s in sentences]
+
+
+def gold_arc_set(per_word) -> set:
+    """Per-word (heads, dependents) lists -> the set of arcs (head, dependent)."""
+    return set(flat_arcs(per_word))
+
+
+def arc_f1(pred: Sequence, gold: Sequence) -> Dict[str, float]:
+    """Arc precision, recall and F1 (percent) of predicted arc lists against gold arc sets, summed over sentences."""
+    tp = sum(len(set(p) & set(g)) for p, g in zip(pred, gold))
+    n_pred, n_gold = sum(len(set(p)) for p in pred), sum(len(set(g)) for g in gold)
+    p, r = tp / max(n_pred, 1), tp / max(n_gold, 1)
+    return {"arc_precision": 100.0 * p, "arc_recall": 100.0 * r, "arc_f1": 100.0 * (2 * p * r / (p + r) if p + r else 0.0)}
+
+
+def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence[Tuple[str, str]]]] = None,
+              joint: bool = False) -> Dict[str, float]:
+    """Perplexity per token and per word (words + ``</s>``) of the summed log-probabilities, the
+    position-type breakdown (bits per token), how many sentences' structures form a tree, and with
+    ``given`` (the sentences' own tags) the chosen tags' accuracy. ``joint``: of the joint score
+    (a word's structure cost in its word-initial position's bits). ``bits.tags_per_word``: the
+    structure's cost per word, in bits."""
+    if joint:
+        scores = [SentenceScore(s.source, s.joint, joint_token_logprobs(s), s.position_types, s.tags, s.tag_logprobs,
+                                s.complete, s.joint, s.restarts, s.extra) for s in scores]
+    nll = -sum(s.logprob for s in scores)
+    tokens = sum(s.n_tokens for s in scores)
+    words = sum(s.n_words + 1 for s in scores)
+    out = {"sentences": len(scores), "tokens": tokens, "words": words, "nll": nll,
+           "ppl": math.exp(nll / tokens) if tokens else float("nan"),
+           "ppl_per_word": math.exp(nll / words) if words else float("nan"),
+           "joint_ppl": math.exp(-sum(s.joint for s in scores) / tokens) if tokens else float("nan"),
+           "complete": sum(s.complete for s in scores), "restarts": sum(s.restarts for s in scores),
+           "word_start_mismatch": sum(bool(s.extra.get("word_start_mismatch")) for s in scores)}
+    n_tags = sum(len(s.tag_logprobs) for s in scores)
+    out["bits.tags_per_word"] = -sum(x for s in scores for x in s.tag_logprobs) / n_tags / math.log(2) if n_tags \
+        else float("nan")
+    for kind in POSITION_TYPES:
+        lp = [x for s in scores for x, k in zip(s.token_logprobs, s.position_types) if k == kind]
+        out[f"tokens.{kind}"] = len(lp)
+        out[f"bits.{kind}"] = -sum(lp) / len(lp) / math.log(2) if lp else float("nan")
+    if given is not None:
+        pairs = [(c, g) for s, gs in zip(scores, given) for c, g in zip(s.tags, gs)]
+        if pairs:
+            out["terminal_acc"] = 100.0 * sum(c[0] == g[0] for c, g in pairs) / len(pairs)
+            out["nonterminal_acc"] = 100.0 * sum(c[1] == g[1] for c, g in pairs) / len(pairs)
+        if any(s.tags for s in scores):
+            out["eos_last_word"] = sum(bool(s.tags) and s.tags[-1][1] == "EOS" for s in scores)
+            out["eos_inside"] = sum(sum(t[1] == "EOS" for t in s.tags[:-1]) for s in scores)
+    return out
+
+
+def score_split_sources(model, task, split: str, sources: Sequence[str], options: Optional[StructureOptions] = None,
+                        max_sentences: Optional[int] = None, batch_sentences: int = 64) -> Dict[str, Dict[str, float]]:
+    """Every sentence of ``split`` scored alone under each source; ``{source: summarize(...)}`` and,
+    for ``given``, ``given-joint``. ``max_sentences`` scores the first N only (the counts say so).
+    The placement is the checkpoint's own (the task's ``--tag-head-placement``)."""
+    options = options or StructureOptions()
+    options.placement = str(getattr(task.args, "tag_head_placement", options.placement))
+    sentences, counts = load_split_sentences(task, split)
+    if max_sentences is not None:
+        sentences = sentences[:max_sentences]
+    gold = given_tags(sentences)
+    kind = structure_of(model)
+    if kind == "arcs" and any(s.arcs is None for s in sentences) and "given" in sources:
+        raise ValueError(f"split {split!r}: tag source 'given' for a GiLT model needs the data's {split}.arcs")
+    limit = model.max_positions()
+    limit = min(x for x in limit if x is not None) if isinstance(limit, (tuple, list)) else limit
+    longer = sum(1 for s in sentences if limit is not None and s.n > limit)
+    d = task.source_dictionary
+    results = {}
+    common = dict(counts, longer_than_max_positions=longer, placement=options.placement,
+                  constrained=options.constrained, model=kind)
+    if kind == "arcs":
+        common.update(count_beam=options.count_beam, count_rule=options.count_rule)
+    elif options.top_pairs:
+        common.update(top_pairs=options.top_pairs)
+    for source in sources:
+        start = time.time()
+        bar = progress(desc=f"tags {source}", unit=" sent", total=len(sentences))
+        scores = score_sentences(model, sentences, source, options, d.eos(), d.pad(), batch_sentences, progress=bar.update)
+        bar.close()
+        row = summarize(scores, gold)
+        row.update(common, seconds=time.time() - start)
+        if kind == "arcs" and source != "given":
+            row.update(arc_f1([s.extra["arcs"] for s in scores], [gold_arc_set(s.arcs) for s in sentences]))
+        results[source] = row
+        if source == "given":
+            joint = summarize(scores, gold, joint=True)
+            joint.update(common, seconds=row["seconds"])
+            results["given-joint"] = joint
+    return results
+
+
+# tag source -> (label, whether the row pays for its tags)
+SOURCE_LABELS = {"given": ("given: p(x\\|S) (conditional)", False), "given-joint": ("given: joint bound p(x,S)", True),
+                 "self": ("self: exact q(x)", False)}
+GILT_JOINT_LABEL = "given: training joint (Bernoulli arcs; not a bound)"
+SHORT_LABELS = (("given", "given p(x\\|S)"), ("given-joint", "given joint"), ("self", "self exact"))
+
+
+def _source_label(source: str, row: dict) -> Tuple[str, bool]:
+    if source == "given-joint" and row.get("model") == "arcs":
+        return GILT_JOINT_LABEL, True
+    if source in SOURCE_LABELS:
+        return SOURCE_LABELS[source]
+    if row.get("model") == "arcs":
+        return f"{source}: beam marginal over counts", True
+    return f"{source}: bound on p(x)", True
+
+
+def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
+    """Per checkpoint, one row per source; then a side-by-side summary (one column per checkpoint x source)."""
+    lines = ["| model | tags | ppl/token | ppl/word | bits </s> | bits word-initial | bits continuation | tag bits/word | "
+             "acc T / NT | valid trees | sentences |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, rows in results.items():
+        for source, r in rows.items():
+            label, pays = _source_label(source, r)
+            shows_acc = "terminal_acc" in r and "given" not in source
+            acc = f"{r['terminal_acc']:.1f} / {r['nonterminal_acc']:.1f}" if shows_acc else "-"
+            if "arc_f1" in r:
+                acc = f"arc F1 {r['arc_f1']:.1f}"
+            tag_bits = r.get("bits.tags_per_word", float("nan"))
+            tag_bits = f"{tag_bits:.3f}" if pays and not math.isnan(tag_bits) else "-"
+            lines.append(f"| {name} | {label} | {r['ppl']:.2f} | {r['ppl_per_word']:.2f} | {r['bits.eos']:.3f} | "
+                         f"{r['bits.word_initial']:.3f} | {r['bits.continuation']:.3f} | {tag_bits} | {acc} | "
+                         f"{r['complete']} | {r['sentences']}/{r['split_sentences']} |")
+    cols = [(name, source) for name, rows in results.items() for source in rows]
+    if cols:
+        lines += ["", "| score | " + " | ".join(f"{n} {dict(SHORT_LABELS).get(s, s)}" for n, s in cols) + " |",
+                  "|---|" + "---:|" * len(cols)]
+        for key, label, fmt in (("ppl", "ppl per token", "{:.2f}"), ("ppl_per_word", "ppl per word", "{:.2f}"),
+                                ("bits.eos", "bits/token at </s>", "{:.3f}"),
+                                ("bits.word_initial", "bits/token word-initial", "{:.3f}"),
+                                ("bits.continuation", "bits/token continuation", "{:.3f}")):
+            lines.append(f"| {label} | " + " | ".join(fmt.format(results[n][s][key]) for n, s in cols) + " |")
+        if any("arc_f1" in results[n][s] for n, s in cols):
+            lines.append("| arc F1 vs gold (GiLT) | " + " | ".join(
+                f"{results[n][s]['arc_f1']:.1f}" if "arc_f1" in results[n][s] else "-" for n, s in cols) + " |")
+    empty = sum(rows[next(iter(rows))].get("empty_sentences", 0) for rows in results.values() if rows)
+    lines.append("\nEvery sentence scored alone. given: the data's structure (a parse of the whole sentence), conditional "
+                 "p(x|S) and beside it the joint score (a word's structure bits counted at its word-initial subword): for "
+                 "SiPE -log p(x, tags), a bound comparable with any LM; for GiLT the gold arcs as independent Bernoullis "
+                 "(the training loss, not a bound for the count-then-top-c model). self: exact perplexity with the "
+                 "structure the model chooses from the prefix; beam:K: SiPE a bound log p(x) >= logsumexp_beam "
+                 "log p(x, T), GiLT the beam approximation of the marginal over counts (section 4 of gilt-facts.md). For "
+                 "beam the position-type bits are the running bound's increments (structure costs included). "
+                 "'valid trees' counts structures that form one tree; arc F1 against the gold graph."
+                 + (f" Sentences of no word, not scored: {empty}." if empty else ""))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ sentence sets
+def sentence_logprob_fn(model, source: str, dictionary, options: Optional[StructureOptions] = None):
+    """A ``logprob_fn(model, encoded, eos, pad, batch_size, heads=None)`` returning per-token
+    log-probs (the signature of :func:`~sipe_fairseq.eval.scoring.token_logprobs`, which SyntaxGym
+    takes) under ``source``; beam rows are the running bound's increments, so a region's surprisal is
+    the difference of the prefix score at its boundaries. ``wants_heads``: GiLT's ``given`` needs trees."""
+    if structure_of(model) != "arcs" and source == "given":
+        from .scoring import token_logprobs
+
+        return token_logprobs
+
+    def fn(model, encoded, eos, pad, batch_size, heads=None):
+        scores = score_encoded(model, encoded, source, dictionary, options, heads=heads, batch_sentences=batch_size)
+        return [torch.tensor(s.token_logprobs, dtype=torch.float64) for s in scores]
+
+    fn.wants_heads = structure_of(model) == "arcs"
+    return fn
+
+
