@@ -491,3 +491,23 @@ def test_prefix_differences_count_tags_and_heads_separately(tmp_path):
                              "equality": {"atol": 0.001, "rtol": 1e-5}, "prefix_tag_differences": diff})
     assert "in 1 of 2 items" in md and "dependency heads of those words differ in 2 of the 2 items;" in md
     assert "| np | 6 | 2 | 1 | 2 | 1 |" in md
+
+
+def test_cli_nothing_scored_exits_1(data_dir, tmp_path, train_checkpoint, caplog):
+    """Issue 24: a model for which every sentence is longer than its positions scores no suite: the
+    tables and --json are written (the unscored items listed), then one error line and exit status 1."""
+    from conftest import STOCK_LM
+
+    stock = train_checkpoint([*STOCK_LM, "--max-update", "2", "--tokens-per-sample", "8", "--sample-break-mode", "none"],
+                             data_dir)  # 8 positions: every suite sentence is longer
+    path = write_suite(tmp_path / "s.json", ["(2;%a%) > (2;%b%)"],
+                       [{"a": ["the dogs near the cat", "run and the owls sleep ."],
+                         "b": ["the dog near the cat", "runs and the owls sleep ."]}])
+    out = tmp_path / "sg.json"
+    caplog.clear()
+    assert sipe_eval(["syntaxgym", "--data", str(data_dir), "--path", f"stock={stock}", "--suites", str(path),
+                      "--parser", "none", "--json", str(out)]) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == ["no suite scored by stock (1 suites; the unscored items are listed in --json): no accuracy"]
+    report = json.loads(out.read_text())
+    assert report["overall"]["stock"]["accuracy"] is None and report["suites"]["toy"]["scores"]["stock"]["scored"] == 0
