@@ -169,6 +169,19 @@ def test_generate_max_len_counts_generated_tokens(toy_data, lm_checkpoint):
     assert max(new.values()) > 10, new  # more tokens after the prompt than the old cap would even allow in total
 
 
+def test_generate_gilt_max_len_counts_generated_tokens(toy_data, train_checkpoint):
+    """Issue 24.1, GiLT: the same --max-len rule for a gilt_txl checkpoint (the prompt was cut too)."""
+    from test_gilt_generate import GILT_TRAIN
+
+    ck = train_checkpoint(GILT_TRAIN)
+    for max_len in ("3", "10"):
+        proc = _generate("--path", ck, "--data", toy_data, "--max-len", max_len, stdin=PROMPT_23 + "\n")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        text = next(line for line in proc.stdout.splitlines() if line.startswith("# text = "))[len("# text = "):]
+        assert text.split()[:22] == PROMPT_23.split()[:22]
+        assert "# arcs = " in proc.stdout
+
+
 def test_generate_long_prompt_refused(toy_data, lm_checkpoint, tmp_path):
     """Issue 24.1: a 2,000-word prompt came back as its first 30 words with nothing generated, exit 0.
     Now one line naming its line and length, exit status 2, and nothing written (the prompt before it too)."""
