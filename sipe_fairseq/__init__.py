@@ -14,7 +14,6 @@ def register() -> None:
     """Import the fairseq-registered modules (tasks, models, criterions) and the checkpoint layer
     (which registers the ``hexatagger`` parser backend); idempotent."""
     from . import checkpoints, criterions, models, tasks  # noqa: F401
-    from .eval import structure_sources  # noqa: F401 - registers --inference-tags self (hexatag_lm, gilt_lm)
     from .checkpoints.compat import allow_fairseq_checkpoint_globals
 
     allow_fairseq_checkpoint_globals()

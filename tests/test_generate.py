@@ -1,4 +1,4 @@
-"""Generation with model-chosen tags (``models/tag_generation.py``, issue 12 section 4).
+"""Generation with model-chosen tags (``structure/generation.py`` with the hexatag policy).
 
 Random-init tiny decoders in float64 (dropout off, large tag projections and sharpened tag heads so
 that tags change the LM and choices differ by context), decoded by fairseq's generator. The
@@ -23,8 +23,9 @@ from sipe_fairseq.hexatag import encode
 from sipe_fairseq.hexatag.constrained import CLOSED, PAIRS, START, advance, allowed_pairs, is_valid
 from sipe_fairseq.hexatag.tree import check_tree
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel
-from sipe_fairseq.models.generation import StructuredSequenceGenerator, wrap_for_generation
-from sipe_fairseq.models.tag_generation import TagChoosingLM, pair_logprobs, tag_ids
+from sipe_fairseq.structure.family import StructureOptions
+from sipe_fairseq.structure.generation import StructureChoosingLM, StructuredSequenceGenerator, wrap_for_generation
+from sipe_fairseq.structure.hexatags import pair_logprobs, tag_ids
 import launcher
 from conftest import small_dictionary, tiny_transformer_lm  # noqa: E402
 
@@ -57,13 +58,13 @@ def make_model(dictionary, arch="relative-position", seed=0):
 
 
 def generate(model, dictionary, bsz=4, beam=1, sampling=False, seed=0, max_len=20, placement="first_subword",
-             use_cache=True, constrained=True, prompt=None, prompt_tags=(None, None)):
-    wrapped = TagChoosingLM(model, dictionary, placement=placement, sample_tags=sampling, constrained=constrained,
-                            use_cache=use_cache)
+             use_cache=True, constrained=True, prompt=None, prompt_tags=None):
+    wrapped = StructureChoosingLM(model, dictionary, sample_structure=sampling,
+                                  options=StructureOptions(placement=placement, constrained=constrained, use_cache=use_cache))
     strategy = search.Sampling(dictionary) if sampling else None
     gen = StructuredSequenceGenerator([wrapped], dictionary, beam_size=beam, max_len_b=max_len, search_strategy=strategy)
     src = prompt if prompt is not None else torch.full((bsz, 1), dictionary.eos(), dtype=torch.long)
-    wrapped.decoder.set_prompt(prompt, *prompt_tags)
+    wrapped.decoder.set_prompt(prompt, prompt_tags)
     sample = {"net_input": {"src_tokens": src, "src_lengths": torch.full((src.size(0),), src.size(1))}}
     torch.manual_seed(seed)
     with torch.no_grad():
@@ -77,7 +78,7 @@ def full_forward(model, dictionary, hypo):
     terms = torch.full_like(src, NOTAG_ID)
     nts = torch.full_like(src, NOTAG_ID)
     for q, pair in zip(hypo["word_starts"], hypo["tags"]):
-        terms[q + 1], nts[q + 1] = tag_ids(PAIRS.index(pair))
+        terms[q + 1], nts[q + 1] = tag_ids(torch.tensor(PAIRS.index(pair)))
     with torch.no_grad():
         logits, extra = model(src[None], src_terminals=terms[None], src_nonterminals=nts[None])
     lm = F.log_softmax(logits[0], -1).gather(-1, toks[:, None])[:, 0]
@@ -118,10 +119,16 @@ def check_hypothesis(model, dictionary, hypo, placement, max_len, prompt_len=0):
 class EosBiased(torch.nn.Module):
     """A decoder whose ``</s>`` logit is raised by ``shift`` (sentences end by themselves often)."""
 
+    structure = "hexatags"  # declared: its forward takes **kwargs
+
     def __init__(self, model, eos, shift):
         super().__init__()
         self.inner, self.eos, self.shift = model.decoder, eos, shift
         self.terminal_head = self.inner.terminal_head
+        self.dictionary, self.embed_tokens = self.inner.dictionary, self.inner.embed_tokens
+
+    def max_positions(self):
+        return self.inner.max_positions()
 
     def forward(self, *args, **kwargs):
         logits, extra = self.inner(*args, **kwargs)
@@ -208,11 +215,8 @@ def test_prompt_tags_are_kept(dictionary):
     assert given[-1][1] == "EOS"
     words = [dictionary.index(f"{MARK}w{i}") for i in (3, 5, 7, 9)]
     prompt = torch.tensor([[words[0], words[1], dictionary.index("x2"), words[2], words[3]]])
-    terms = torch.full_like(prompt, NOTAG_ID)
-    nts = torch.full_like(prompt, NOTAG_ID)
-    for k, q in enumerate((0, 1, 3, 4)):
-        terms[0, q], nts[0, q] = tag_ids(PAIRS.index(given[k]))
-    hyps, wrapped = generate(model, dictionary, beam=2, max_len=14, prompt=prompt, prompt_tags=(terms, nts))
+    per_word = [[PAIRS.index(pair) for pair in given]]  # words start at prompt tokens 0, 1, 3, 4
+    hyps, wrapped = generate(model, dictionary, beam=2, max_len=14, prompt=prompt, prompt_tags=per_word)
     for h in hyps[0]:
         assert h["tags"][:3] == given[:3]
         assert h["tag_origin"][:4] == ["prompt"] * 3 + ["model"]
@@ -230,7 +234,7 @@ def test_model_without_tags_generates_as_plain_lm(dictionary):
     models, tagged = wrap_for_generation([plain], dictionary, "first_subword", False)
     assert not tagged and models[0] is plain
     models, tagged = wrap_for_generation([make_model(dictionary)], dictionary, "first_subword", False)
-    assert tagged and isinstance(models[0], TagChoosingLM)
+    assert tagged and isinstance(models[0], StructureChoosingLM)
 
 
 # ------------------------------------------------------------------ end to end through fairseq's CLIs

@@ -136,13 +136,13 @@ class ArcPolicy(StructurePolicy):
         self.given = list(given) if given is not None else [None] * rows
         self.last = None
 
-    def step(self, t, src, starts):
+    def step(self, t, src, starts, targets=None):
         self.wpos[:, t] = self.words
         keys = self.wpos[:, : t + 1]
         feats = self.table.gather(1, keys[:, :, None].expand(-1, -1, N_FEATURES))[:, None]
         logits, extra = self.decoder.cached_step(src, feats.to(self.device), self.state)
         self.last = self.decoder.arc_states(extra)
-        return self.normalize(logits[:, -1:], extra)[:, 0]
+        return self.normalize(logits[:, -1:], extra, None if targets is None else targets[:, None])[:, 0]
 
     def reorder(self, order):
         super().reorder(order)
@@ -216,6 +216,24 @@ class ArcPolicy(StructurePolicy):
             self.count_lp[r, i - 1] = lpc
             self.arcs[r] = self.arcs[r] + [(heads, deps)]
             self.words[r] = i
+
+    # ---------------------------------------------------------------- generation
+    def accept_given(self, rows, words):
+        """(has, ok) (E,) bool: the row has given arcs for the word, and they reach existing nodes
+        only (heads among 0..i-1, dependents among 1..i-1)."""
+        has, ok = [], []
+        for r, i in zip(rows.tolist(), words.tolist()):
+            given = self.given[r]
+            arcs = given[i - 1] if given is not None and i <= len(given) else None
+            has.append(arcs is not None)
+            ok.append(arcs is not None and all(0 <= h < i for h in arcs[0]) and all(1 <= v < i for v in arcs[1]))
+        return torch.tensor(has, dtype=torch.bool), torch.tensor(ok, dtype=torch.bool)
+
+    def generation_mask(self, t, max_len, prompt_len, starts_word):
+        """``<s>`` is never generated: in the training data it is a sentence boundary, a position of no word."""
+        mask = torch.zeros(len(self.words), len(starts_word), dtype=torch.bool)
+        mask[:, self.decoder.dictionary.bos()] = True
+        return mask
 
     def labels(self, row):
         return flat_arcs(self.arcs[row])

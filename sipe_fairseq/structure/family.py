@@ -55,7 +55,7 @@ def policy_for(model, options: StructureOptions = None, needs_heads: bool = True
     ``given`` asks it to)."""
     options = options or StructureOptions()
     kind = structure_of(model)
-    if getattr(model, "decoder", None) is None:
+    if getattr(model, "decoder", None) is None and getattr(model, "encoder", None) is not None:
         raise ValueError(f"{type(model).__name__} is not a left-to-right decoder (masked-LM encoders are scored with "
                          "given tags only)")
     if kind == "arcs":

@@ -65,6 +65,7 @@ class HexatagPolicy(StructurePolicy):
             raise ValueError(f"top pairs {top_pairs}: expected 0 (every allowed pair) or M >= 1")
         self.placement, self.constrained, self.use_cache, self.top_pairs = placement, constrained, use_cache, top_pairs
         self.has_heads = getattr(self.decoder, "terminal_head", None) is not None
+        self.eos = self.decoder.dictionary.eos()
         self.device = next(model.parameters()).device
 
     # ---------------------------------------------------------------- the decoder
@@ -85,7 +86,7 @@ class HexatagPolicy(StructurePolicy):
                 self.given[i, : len(g)] = torch.as_tensor(list(g)[:words])
         self.table = transitions(words + 1)
 
-    def step(self, t, src, starts):
+    def step(self, t, src, starts, targets=None):
         terms, nts = self.terms[:, : t + 1], self.nts[:, : t + 1]
         if self.use_cache:
             logits, extra = self.model(src, src_terminals=terms, src_nonterminals=nts, incremental_state=self.state)
@@ -102,7 +103,7 @@ class HexatagPolicy(StructurePolicy):
                 dev = rows.to(self.device)
                 heads = pair_logprobs(extra["terminal_logits"][dev, -1], extra["nonterminal_logits"][dev, -1]).cpu()
                 self.anchor[rows] = heads
-        return self.normalize(logits[:, -1:], extra)[:, 0]
+        return self.normalize(logits[:, -1:], extra, None if targets is None else targets[:, None])[:, 0]
 
     def reorder(self, order):
         super().reorder(order)
@@ -171,6 +172,37 @@ class HexatagPolicy(StructurePolicy):
         self.restarts[rows] += payload["restarted"][pick].long()
         self.pairs[rows, payload["word"][pick]] = pair
 
+    # ---------------------------------------------------------------- generation
+    def accept_given(self, rows, words):
+        """(has, ok) (E,) bool: the row has a given pair for the word, and the prefix check takes it
+        without closing the tree (a parse of a prompt alone ends in EOS; the model chooses instead)."""
+        pair = self.given[rows, words - 1]
+        has = pair >= 0
+        if not self.constrained:
+            return has, has
+        state = self.depth[rows].clamp(min=START)
+        nxt = self.table[state + 1, pair.clamp(min=0)]
+        return has, has & (nxt != _BROKEN) & (nxt != CLOSED) & (self.depth[rows] != CLOSED)
+
+    def generation_mask(self, t, max_len, prompt_len, starts_word):
+        """(R, V) bool, the tokens input ``t + 1`` may not be: the tree must close exactly at ``</s>``.
+        After a word tagged EOS no new word starts; while the tree is open ``</s>`` is excluded; when
+        the positions left are exactly the words the open tree still needs, continuations are too."""
+        R, V = len(self.depth), len(starts_word)
+        mask = torch.zeros(R, V, dtype=torch.bool)
+        if not self.constrained or (max_len is not None and t >= max_len):
+            return mask  # the generator forces </s> from here
+        free = t >= prompt_len  # the next token is generated, not the prompt's
+        closed = (self.depth == CLOSED) & free
+        mask[closed] = starts_word.cpu()
+        open_ = (self.depth != CLOSED) & free
+        mask[open_, self.eos] = True
+        if max_len is not None:
+            needed = self.depth.clamp(min=1)  # words that close the open tree (none so far: one)
+            tight = open_ & (max_len - t <= needed)
+            mask[tight] |= ~starts_word.cpu()
+        return mask
+
     def closed(self, rows):
         return self.depth[rows] == CLOSED if self.constrained else None
 
@@ -200,10 +232,13 @@ class HexatagPolicy(StructurePolicy):
             terms[i, pos], nts[i, pos] = a, b
         dev = self.device
         logits, extra = self.model(src.to(dev), src_terminals=terms.to(dev), src_nonterminals=nts.to(dev))
-        lprobs = self.normalize(logits, extra)
+        targets = torch.cat([src[:, 1:], torch.full((S, 1), pad, dtype=torch.long)], 1)
+        for i, s in enumerate(batch):
+            targets[i, s.n - 1] = s.tokens[-1]
+        lprobs = self.normalize(logits, extra, targets)
         out = []
         for i, s in enumerate(batch):
-            lm = lprobs[i, : s.n].gather(-1, s.tokens[:, None].to(lprobs.device)).squeeze(-1).tolist()
+            lm = lprobs[i, : s.n].tolist()
             bounds = [-1] + list(s.starts)
             anchors = [bounds[w] + 1 if self.placement == "first_subword" else bounds[w + 1] for w in range(len(s.starts))]
             heads = pair_logprobs(extra["terminal_logits"][i, anchors], extra["nonterminal_logits"][i, anchors]).cpu()

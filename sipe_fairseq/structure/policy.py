@@ -11,6 +11,7 @@ from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from fairseq.models import FairseqIncrementalDecoder
 
 from .sentences import Sentence
 
@@ -44,23 +45,44 @@ class StructurePolicy:
         """The sentence's given structure in this family's form (None: it has none)."""
         return None
 
-    def normalize(self, logits: torch.Tensor, extra: Optional[dict] = None) -> torch.Tensor:
-        """LM log-probs in float64 (fairseq's ``get_normalized_probs`` works in float32 and the beam
-        sums many terms); a decoder with an adaptive softmax normalizes itself."""
+    def normalize(self, logits: torch.Tensor, extra: Optional[dict] = None,
+                  targets: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """LM log-probs (..., V), float64; with ``targets`` (...,) only theirs (...,): the target's
+        logit minus the log-sum-exp over the vocabulary, the sum taken in the logits' dtype (float32:
+        about 1e-7 per token, no float64 copy of every row's logits). A decoder with an adaptive
+        softmax normalizes itself."""
         if getattr(self.decoder, "adaptive_softmax", None) is None:
-            return F.log_softmax(logits.double(), -1)
-        return self.model.get_normalized_probs((logits, extra), log_probs=True).double()
+            if targets is None:
+                return F.log_softmax(logits.double(), -1)
+            picked = logits.gather(-1, targets[..., None].to(logits.device)).squeeze(-1)
+            return (picked.double() - torch.logsumexp(logits, -1).double()).cpu()
+        lprobs = self.model.get_normalized_probs((logits, extra), log_probs=True).double()
+        if targets is None:
+            return lprobs
+        return lprobs.gather(-1, targets[..., None].to(lprobs.device)).squeeze(-1).cpu()
 
-    def step(self, t: int, src: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    def step(self, t: int, src: torch.Tensor, starts: torch.Tensor, targets: Optional[torch.Tensor] = None
+             ) -> torch.Tensor:
         """Run input position ``t`` of every row (``src`` (R, t+1): the rows' inputs so far;
         ``starts`` (R,) bool: input ``t`` is a word's first subword) and return the LM log-probs of
-        target ``t`` (R, V), float64."""
+        target ``t`` (R, V), float64, or with ``targets`` (R,) only theirs (R,) (:meth:`normalize`)."""
         raise NotImplementedError
 
     def reorder(self, order: torch.Tensor) -> None:
-        """The rows become ``order`` (indices into the current rows; repeats allowed, rows may go)."""
-        if self.use_cache and self.state:
+        """The rows become ``order`` (indices into the current rows; repeats allowed, rows may go),
+        through fairseq's entry point ``reorder_incremental_state_scripting``; where a decoder keeps
+        fairseq's own (which walks every module at every call), the modules that hold a cache are
+        found once."""
+        if not (self.use_cache and self.state):
+            return
+        own = getattr(type(self.decoder), "reorder_incremental_state_scripting", None)
+        if own is not None and own is not FairseqIncrementalDecoder.reorder_incremental_state_scripting:
             self.decoder.reorder_incremental_state_scripting(self.state, order)
+            return
+        if getattr(self, "_reorderers", None) is None:
+            self._reorderers = [m for m in self.decoder.modules() if hasattr(m, "reorder_incremental_state")]
+        for module in self._reorderers:
+            module.reorder_incremental_state(self.state, order)
 
     # ---------------------------------------------------------------- structure
     def expand(self, rows: torch.Tensor, words: torch.Tensor, t: int, src: torch.Tensor, mode: str,

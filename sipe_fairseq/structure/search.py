@@ -62,6 +62,7 @@ def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, e
     cost = torch.zeros(S, W, dtype=torch.float64)
     z_last = torch.zeros(S, dtype=torch.float64)
     running = torch.zeros(S, T, dtype=torch.float64)
+    positions = torch.zeros(S, dtype=torch.long)  # decoder positions run per sentence (its rows, summed over steps)
     traces: List[list] = [[] for _ in range(S)]
     results: List[Optional[SentenceScore]] = [None] * S
 
@@ -114,8 +115,8 @@ def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, e
             cost[new, words] = c[chosen]
             score[new] += c[chosen]
             policy.apply(new, payload, chosen, t)
-        lp = policy.step(t, inp[row_sent, : t + 1].to(device), word_at[row_sent, t] > 0)
-        step = lp.gather(1, tgt[row_sent, t].to(lp.device)[:, None]).squeeze(1).cpu()
+        step = policy.step(t, inp[row_sent, : t + 1].to(device), word_at[row_sent, t] > 0, tgt[row_sent, t])
+        positions += torch.bincount(row_sent, minlength=S)
         lm[:, t] = step
         score += step
         if branch:
@@ -135,6 +136,7 @@ def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, e
             for s_, rows_s in groups.items():
                 results[s_] = _result(policy, batch[s_], source, rows_s, lm, cost, score, running[s_], z_last[s_],
                                       traces[s_] if keep_trace else None)
+                results[s_].extra["positions"] = int(positions[s_])
             keep = (~ending[row_sent]).nonzero().squeeze(1)
             if len(keep) < len(row_sent):
                 reorder(keep)
@@ -178,12 +180,17 @@ def plain_scores(model, batch: Sequence[Sentence], source: Source, eos: int, pad
             src[i, 1:s.n] = s.tokens[:-1]
         dev = next(model.parameters()).device
         logits, extra = model(src.to(dev))
+        targets = torch.cat([src[:, 1:], torch.full((len(chunk), 1), pad, dtype=torch.long)], 1)
+        for i, s in enumerate(chunk):
+            targets[i, s.n - 1] = s.tokens[-1]
         if getattr(decoder, "adaptive_softmax", None) is None:
-            lprobs = torch.log_softmax(logits.double(), -1)
+            picked = logits.gather(-1, targets[..., None].to(logits.device)).squeeze(-1)
+            lprobs = (picked.double() - torch.logsumexp(logits, -1).double()).cpu()
         else:
             lprobs = model.get_normalized_probs((logits, extra), log_probs=True).double()
+            lprobs = lprobs.gather(-1, targets[..., None].to(lprobs.device)).squeeze(-1).cpu()
         for i, s in enumerate(chunk):
-            lm = lprobs[i, : s.n].gather(-1, s.tokens[:, None].to(lprobs.device)).squeeze(-1).tolist()
+            lm = lprobs[i, : s.n].tolist()
             out.append(SentenceScore(str(source), sum(lm), lm, position_types(s.n, s.starts), [], [], False, sum(lm),
                                      extra={"hypotheses": 1, "word_start_mismatch": s.mismatch,
                                             "prefix_logp": _prefix_logp(lm, position_types(s.n, s.starts))}))

@@ -2,8 +2,6 @@
 import logging
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable, Dict
-
 import numpy as np
 from fairseq import utils
 from fairseq.data import TokenBlockDataset
@@ -13,16 +11,11 @@ from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageMode
 
 from ..data.lm_dataset import TAG_KINDS, HexatagContextWindowDataset, HexatagLMDataset, HexatagWindowDataset
 from ..data.tag_dictionary import NOTAG
+from ..structure.family import StructureOptions
+from ..structure.inference import self_structured_sample
 from .sipe_data import EvaluationError, OptionError, SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
-
-# --inference-tags source -> fn(model, sample, dictionary, placement) -> the sample with net_input's
-# structure inputs (hexatags; for gilt_lm the graph) replaced by the model's own choice from the prefix
-# only; the scorer lives in eval/ (above this layer): eval/structure_sources.py registers "self" on
-# import (sipe_fairseq.register() imports it)
-INFERENCE_TAGGERS: Dict[str, Callable] = {}
-
 
 @dataclass
 class HexatagLMConfig(LanguageModelingConfig, SiPEDataConfig):
@@ -32,8 +25,8 @@ class HexatagLMConfig(LanguageModelingConfig, SiPEDataConfig):
     inference_tags: ChoiceEnum(["given", "self"]) = field(
         default="given", metadata={"help": "fairseq-eval-lm: the tags the model reads. given: the data's (a parse of "
                                            "the whole sentence, p(x | tags); gilt_lm: the gold graph); self: chosen by the "
-                                           "model itself from the prefix (constrained argmax tags, eval/prefix_tags.py; "
-                                           "gilt_lm: the greedy graph, eval/gilt_scoring.py), so the perplexity is exact "
+                                           "model itself from the prefix (constrained argmax tags; gilt_lm: the greedy "
+                                           "graph; sipe_fairseq/structure), so the perplexity is exact "
                                            "(needs --sample-break-mode eos: every sentence scored alone)"})
 
 
@@ -78,14 +71,14 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, **kwargs):
         """Prompts for ``fairseq-interactive`` (as ``language_modeling``; no tags or arcs: the model
-        chooses the prompt's structure too, see :mod:`sipe_fairseq.models.generation`)."""
+        chooses the prompt's structure too, see :mod:`sipe_fairseq.structure.generation`)."""
         return super().build_dataset_for_inference(src_tokens, src_lengths, **kwargs)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
         """Models that read structure generate through a wrapper that chooses it per word as the words
-        are generated (:func:`~sipe_fairseq.models.generation.wrap_for_generation`: tags for a tagged
+        are generated (:func:`~sipe_fairseq.structure.generation.wrap_for_generation`: tags for a tagged
         SiPE decoder, arcs for ``gilt_txl``); plain ones as ``language_modeling``."""
-        from ..models.generation import StructuredSequenceGenerator, wrap_for_generation
+        from ..structure.generation import StructuredSequenceGenerator, wrap_for_generation
 
         if getattr(args, "score_reference", False):  # scoring the data's sentences: with their own tags
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
@@ -106,7 +99,7 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         model: the data's tags), and each hypothesis's structure is printed: ``TAGS-<id>``/``TREE-<id>``
         (SiPE) or ``ARCS-<id>`` and one ``GRAPH-<id>`` row per word (GiLT)
         (``generator.print_structure = False`` silences them)."""
-        from ..models.generation import StructuredSequenceGenerator
+        from ..structure.generation import StructuredSequenceGenerator
 
         if not isinstance(generator, StructuredSequenceGenerator):
             return super().inference_step(generator, models, sample, prefix_tokens, constraints)
@@ -172,13 +165,11 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         if str(self.args.sample_break_mode) != "eos" or windowed:
             raise EvaluationError(f"--inference-tags {source} scores every sentence alone: use --sample-break-mode eos, "
                                   "no --context-window, and sentences within the model's positions")
-        if source not in INFERENCE_TAGGERS:
-            raise EvaluationError(f"--inference-tags {source}: no tagger registered (call sipe_fairseq.register())")
         model = getattr(self, "_inference_model", lambda: None)()
         if model is None:
             raise EvaluationError(f"--inference-tags {source}: the task built no model (load it with this task)")
-        placement = str(self.args.tag_head_placement)
-        return PrefixTagged(itr, lambda sample: INFERENCE_TAGGERS[source](model, sample, self.source_dictionary, placement))
+        options = StructureOptions(placement=str(self.args.tag_head_placement))
+        return PrefixTagged(itr, lambda sample: self_structured_sample(model, sample, self.source_dictionary, options))
 
 
 class _WrappedBatches:
