@@ -1,4 +1,4 @@
-"""Generation with a GiLT model choosing each new word's arcs (``models/gilt_generation.py``, issue 13).
+"""Generation with a GiLT model choosing each new word's arcs (``structure/generation.py`` with the arc policy).
 
 In process: random-init ``gilt_txl`` decoders in float64 (dropout 0, feature projections large
 enough that the graph changes the LM) decoded by fairseq's generator with the KV cache. The
@@ -18,9 +18,9 @@ import fairseq  # noqa: F401
 import sipe_fairseq
 from fairseq import search
 from sipe_fairseq.data.gilt_dataset import block_graph, position_words
-from sipe_fairseq.eval.gilt_scoring import score_sentence
-from sipe_fairseq.models.generation import StructuredSequenceGenerator, wrap_for_generation
-from sipe_fairseq.models.gilt_generation import ArcChoosingLM
+from sipe_fairseq.structure.generation import StructureChoosingLM, StructuredSequenceGenerator, wrap_for_generation
+from sipe_fairseq.structure.scoring import score_sentences
+from sipe_fairseq.structure.sentences import Sentence
 from sipe_fairseq.models.gilt_lm import GiltConfig, GiltDecoder
 from sipe_fairseq.modules.arc_scorer import MAX_COUNT
 from sipe_fairseq.modules.tag_embedding import FIRST_TAG_ID
@@ -57,7 +57,7 @@ def model(dictionary):
 
 def generate(model, dictionary, bsz=4, beam=1, sampling=False, sample_counts=False, seed=0, max_len=16, prompt=None,
              prompt_arcs=None):
-    wrapped = ArcChoosingLM(model, dictionary, sample_counts=sample_counts)
+    wrapped = StructureChoosingLM(model, dictionary, sample_structure=sample_counts)
     strategy = search.Sampling(dictionary) if sampling else None
     gen = StructuredSequenceGenerator([wrapped], dictionary, beam_size=beam, max_len_b=max_len, search_strategy=strategy)
     src = prompt if prompt is not None else torch.full((bsz, 1), dictionary.eos(), dtype=torch.long)
@@ -155,11 +155,12 @@ def test_arcs_equal_the_greedy_graph_search(model, dictionary):
             toks = h["tokens"].tolist()
             bounds = h["word_starts"] + [len(toks) - 1]
             words = [toks[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-            greedy = score_sentence(model, words, eos, beam=1, count_beam=1)
-            assert sorted(greedy.best_arcs) == sorted(all_arcs(h))
+            starts = [sum(len(x) for x in words[:k]) for k in range(len(words))]
+            greedy = score_sentences(model, [Sentence(torch.tensor(toks), starts)], "self", eos=eos, pad=dictionary.pad())[0]
+            assert sorted(greedy.extra["arcs"]) == sorted(all_arcs(h))
             # the greedy score is log p(x | G) + sum log pi(c) over the same graph
             want = float(h["positional_scores"].double().sum()) + sum(h["arc_count_logprobs"])
-            assert greedy.logp == pytest.approx(want, abs=1e-6)
+            assert greedy.joint == pytest.approx(want, abs=1e-6)
             checked += 1
     assert checked == 12
 
@@ -199,7 +200,7 @@ def test_prompt_keeps_given_arcs(model, dictionary):
 
 def test_dispatch_on_the_model_family(model, dictionary):
     models, wrapped = wrap_for_generation([model], dictionary, "first_subword", True)
-    assert wrapped and isinstance(models[0], ArcChoosingLM) and models[0].decoder.sample_counts
+    assert wrapped and isinstance(models[0], StructureChoosingLM) and models[0].decoder.sample_structure
     cfg = GiltConfig(decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_layers=2, decoder_attention_heads=2,
                      dropout=0.0, tokens_per_sample=64, max_target_positions=64, gilt_arc_scorer=False)
     with pytest.raises(ValueError, match="no arc scorer"):

@@ -2,10 +2,10 @@
 one or several checkpoints on the same ``sipe-preprocess`` directory, side by side; with ``--tags
 given,self,beam:K`` also every sentence scored alone under each tag source (conditional and joint
 bound with the given tags, ``self`` exact, ``beam:K`` bound), per token and per word, each with its
-position-type breakdown (:mod:`sipe_fairseq.eval.prefix_tags`). GiLT checkpoints (``gilt_txl``,
-task ``gilt_lm``) take the same options: their structure is a graph (given: the data's ``{split}.arcs``;
-self: the greedy graph; beam:K: the beam over graphs with ``--gilt-count-beam`` counts per hypothesis;
-:mod:`sipe_fairseq.eval.structure_sources`), with the arc F1 of their own graphs against the gold one.
+position-type breakdown (:mod:`sipe_fairseq.structure`, :mod:`sipe_fairseq.eval.prefix_scores`). GiLT
+checkpoints (``gilt_txl``, task ``gilt_lm``) take the same options: their structure is a graph (given: the
+data's ``{split}.arcs``; self: the greedy graph; beam:K: the beam over graphs with ``--gilt-count-beam``
+counts per hypothesis), with the arc F1 of their own graphs against the gold one.
 
     sipe-eval-lm DATA --path none=ckpt_none/checkpoint_best.pt --path position=ckpt_pos/checkpoint_best.pt
 
@@ -30,27 +30,30 @@ from sipe_fairseq.cli import logs
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
 from sipe_fairseq.eval.options import int_at_least, output_path_problem
 from sipe_fairseq.eval.progress import add_progress_argument, configure
+from sipe_fairseq.eval.prefix_scores import markdown_tag_sources, score_split_sources
 from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
+from sipe_fairseq.structure.arcs import COUNT_RULES
+from sipe_fairseq.structure.family import StructureOptions
+from sipe_fairseq.structure.sources import parse_sources
 from sipe_fairseq.tasks.sipe_data import EvaluationError
 
 logger = logging.getLogger(__name__)
 
 
 def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None, tags=None,
-             constrained=True, max_sentences=None, count_beam=5):
+             options=None, max_sentences=None, batch_sentences=64):
     """:func:`~sipe_fairseq.eval.scoring.score_split` of one checkpoint (loaded once by
     :func:`~sipe_fairseq.checkpoints.load.load_lm`); with ``tags`` (tag sources), also
     ``tag_sources``: every sentence scored alone under each
-    (:func:`~sipe_fairseq.eval.structure_sources.score_split_sources`: hexatags for SiPE checkpoints,
-    graphs for GiLT ones, ``count_beam`` counts per GiLT beam hypothesis)."""
+    (:func:`~sipe_fairseq.eval.prefix_scores.score_split_sources`: hexatags for SiPE checkpoints,
+    graphs for GiLT ones; ``options``: :class:`~sipe_fairseq.structure.family.StructureOptions`)."""
     model, task = load_lm(path, data, context_window)
     rows = score_split(model, task, split, context_window, max_tokens, batch_size)
     if tags:
-        from sipe_fairseq.eval.structure_sources import score_split_sources
-
         if context_window:  # the tag sources score sentences alone: a task without the context-window shortening
             model, task = load_lm(path, data)
-        rows["tag_sources"] = score_split_sources(model, task, split, tags, constrained, max_sentences, count_beam)
+        rows["tag_sources"] = score_split_sources(model, task, split, tags, StructureOptions(**vars(options)) if options
+                                                  else None, max_sentences, batch_sentences)
     return rows
 
 
@@ -67,22 +70,28 @@ def main(argv=None):
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
     p.add_argument("--tags", default=None, metavar="SOURCES",
                    help="also score every sentence alone under these tag sources, comma-separated: given, self, beam:K "
-                        "(eval/prefix_tags.py), e.g. given,self,beam:4; beam-word:K (SiPE) ranks the beam before the "
-                        "next word's first subword is scored (a looser bound; issue 12's hand reference)")
+                        "(sipe_fairseq/structure), e.g. given,self,beam:4")
     p.add_argument("--tags-unconstrained", action="store_true", help="self/beam: any tag pair, not only valid prefixes")
     p.add_argument("--tags-max-sentences", type=int_at_least(1), default=None, metavar="N",
                    help="score the first N sentences only with --tags (N >= 1)")
+    p.add_argument("--tags-top-pairs", type=int_at_least(0), default=0, metavar="M",
+                   help="SiPE, beam:K: expand each hypothesis with its tag heads' M best allowed pairs only (the "
+                        "fast-track pruning of word-synchronous beams; default 0: every allowed pair)")
+    p.add_argument("--tags-batch-sentences", type=int_at_least(1), default=64, metavar="N",
+                   help="sentences scored together under a tag source: larger is faster and holds a KV cache of "
+                        "N x (hypotheses) x (length) positions per layer (default 64)")
     p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
                    help="GiLT checkpoints, beam:K: counts each hypothesis branches on (gilt-facts.md section 4; default 5)")
+    p.add_argument("--gilt-count-rule", choices=COUNT_RULES, default=COUNT_RULES[0],
+                   help="GiLT, beam:K: top-then-allowed (the authors': the counts among the top C of all 30 that a word "
+                        "may take, c <= 2i - 1) or allowed-then-top (the top C among the allowed counts)")
     add_progress_argument(p)
     args = p.parse_args(argv)
     configure(args)
     sources = None
     if args.tags:
-        from sipe_fairseq.eval.prefix_tags import parse_tag_sources
-
         try:
-            sources = parse_tag_sources(args.tags)
+            sources = parse_sources(args.tags)
         except ValueError as e:
             p.error(f"--tags: {e}")  # exit status 2
     problem = output_path_problem(args, ("json",))
@@ -93,8 +102,10 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
     try:
+        options = StructureOptions(constrained=not args.tags_unconstrained, top_pairs=args.tags_top_pairs,
+                                   count_beam=args.gilt_count_beam, count_rule=args.gilt_count_rule)
         results = {name: evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size,
-                                  sources, not args.tags_unconstrained, args.tags_max_sentences, args.gilt_count_beam)
+                                  sources, options, args.tags_max_sentences, args.tags_batch_sentences)
                    for name, path in checkpoint_specs(args.path).items()}
         empty = [f"{name} [{source}]" for name, r in results.items() for source, row in (r.get("tag_sources") or {}).items()
                  if not row.get("tokens")]
@@ -102,9 +113,7 @@ def main(argv=None):
             raise EvaluationError(f"split {args.gen_subset!r}: no token scored under --tags for {', '.join(empty)}, "
                                   "so no perplexity")
         print(perplexity_markdown({name: {k: v for k, v in r.items() if k != "tag_sources"} for name, r in results.items()}))
-        if sources:  # issue 12: tags from the prefix only, per checkpoint side by side
-            from sipe_fairseq.eval.prefix_tags import markdown_tag_sources
-
+        if sources:  # tags from the prefix only, per checkpoint side by side
             print(markdown_tag_sources({name: r["tag_sources"] for name, r in results.items()}))
     except CheckpointError as e:
         logger.error("%s", e)

@@ -12,13 +12,13 @@ closes its tree on the last word: that word's pair is chosen by the model); othe
 chooses the prompt's tags too. A GiLT checkpoint (``gilt_txl``) chooses each word's arcs instead;
 with ``--prompt-tags SPEC`` the prompt's words get the arcs of the parse's tree (each arc belongs to
 its later word, as ``sipe-preprocess`` writes them). Generation is fairseq's generator through the
-task's ``build_generator`` (:mod:`sipe_fairseq.models.generation`).
+task's ``build_generator`` (:mod:`sipe_fairseq.structure.generation`).
 
 Output (stdout): per hypothesis one CoNLL-U block: ``# prompt``, ``# text``, ``# score`` (log p of
 the generated tokens given the tags, natural log, summed), ``# tags`` (``*``: from the prompt's
 parse), and one row per word with the decoded head (DEPREL ``root``/``dep``) and ``Hexatag=t,n``
 in MISC. A GiLT model's blocks have ``# arcs`` (per word ``word/h->d,...``, ``*``: the prompt's)
-and graph rows (:func:`~sipe_fairseq.models.gilt_generation.graph_rows`: a word may have several
+and graph rows (:func:`~sipe_fairseq.structure.generation.graph_rows`: a word may have several
 heads or none, so HEAD is filled only for a word with exactly one head and DEPS lists them all).
 A model without tags (``--sipe-injection none``) generates as a plain LM: the blocks have ``_`` heads.
 
@@ -116,7 +116,7 @@ def conllu_block(prompt: str, words: List[str], hypo: dict, nth: int, index: int
     lines = [f"# sent_id = {index + 1}.{nth + 1}", f"# prompt = {prompt}", f"# text = {' '.join(words)}",
              f"# score = {float(hypo['positional_scores'].sum()):.4f}"]
     if "arcs" in hypo:  # GiLT: a graph
-        from sipe_fairseq.models.gilt_generation import format_arcs, graph_rows
+        from sipe_fairseq.structure.generation import format_arcs, graph_rows
 
         lines.append(f"# arcs = {format_arcs(words, hypo)}")
         return "\n".join(lines + graph_rows(words, hypo)) + "\n\n"
@@ -134,7 +134,7 @@ def conllu_block(prompt: str, words: List[str], hypo: dict, nth: int, index: int
 
 
 def _words_of_plain(hypo, dictionary) -> List[str]:
-    from sipe_fairseq.models.generation import WORD_MARK
+    from sipe_fairseq.structure.generation import WORD_MARK
 
     text = "".join(dictionary[int(t)] for t in hypo["tokens"][:-1])
     return [w for w in text.split(WORD_MARK) if w]
@@ -182,8 +182,8 @@ def run(args, prompts: List[str], model, task, backend=None) -> int:
     from sipe_fairseq.data.arcs import per_word, tree_arcs
     from sipe_fairseq.data.encode import SentenceEncoder
     from sipe_fairseq.data.tag_dictionary import NOTAG_ID
-    from sipe_fairseq.models.generation import hypothesis_words
-    from sipe_fairseq.models.gilt_lm import is_gilt
+    from sipe_fairseq.structure.generation import hypothesis_words
+    from sipe_fairseq.structure.family import is_gilt
     from sipe_fairseq.parsing import parse_each, split_words
 
     model.eval()

@@ -266,16 +266,18 @@ def score_sentences_tags(model, prepared: Prepared, dictionary, source: str = "g
     prefix only: the sentence's exact ``log q(x)`` (self) or the beam's bound on ``log p(x)``
     (already joint), decoders only. GiLT checkpoints get graphs instead of tags under every source
     (given: the tree source's tree as arcs, ``joint`` adding the arcs' cost; ``count_beam`` counts per
-    beam hypothesis), all through :func:`~sipe_fairseq.eval.structure_sources.score_encoded`."""
-    from .structure_sources import is_gilt, score_encoded
+    beam hypothesis), all through :func:`~sipe_fairseq.structure.scoring.score_encoded`."""
+    from ..structure.family import StructureOptions, is_gilt
+    from ..structure.scoring import score_encoded
 
     if source == "given" and not is_gilt(model):
         return score_sentences(model, prepared, dictionary, batch_size, joint, placement)
     skip = unscorable(model, prepared)
     texts = [t for t in prepared.encoded if t not in skip]
     heads = [prepared.heads.get(t) for t in texts]
-    scores = score_encoded(model, [prepared.encoded[t] for t in texts], source, dictionary, placement, heads=heads,
-                           count_beam=count_beam, batch_size=batch_size)
+    scores = score_encoded(model, [prepared.encoded[t] for t in texts], source, dictionary,
+                           StructureOptions(placement=placement, count_beam=count_beam), heads=heads,
+                           batch_sentences=batch_size)
     return {t: (s.joint if joint and source == "given" else s.logprob) for t, s in zip(texts, scores)}
 
 
@@ -353,8 +355,8 @@ def evaluate(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Pr
     ``placements``: each model's ``--tag-head-placement`` (default first_subword); ``tags`` None:
     each model's default source (:func:`~sipe_fairseq.eval.structure_sources.default_sources`: given,
     for GiLT self)."""
-    from .prefix_tags import source_label
-    from .structure_sources import sources_for
+    from ..structure.sources import source_label
+    from .prefix_scores import sources_for
 
     scores, seconds, unscored = {}, {}, {}
     for name, model in models.items():
@@ -469,7 +471,7 @@ def run(args) -> int:
     1 when a model scored no pair."""
     from ..checkpoints import checkpoint_specs
 
-    from .prefix_tags import parse_tag_sources
+    from ..structure.sources import parse_sources as parse_tag_sources
 
     try:
         args.tag_sources = parse_tag_sources(args.tags) if getattr(args, "tags", None) else None  # None: per model

@@ -169,7 +169,7 @@ def syntaxgym_values(report: dict, where: str = "SyntaxGym report") -> Dict[str,
 def by_model(values: Dict[str, dict], key_map=None) -> Dict[str, dict]:
     """Columns ``"pos [self]"`` (:func:`~sipe_fairseq.eval.prefix_tags.source_label`) folded into
     model ``pos`` with keys ``metric@self`` (:func:`source_key`)."""
-    from .prefix_tags import split_label
+    from ..structure.sources import split_label
 
     out = OrderedDict()
     for label, v in values.items():
@@ -229,7 +229,7 @@ class Collected:
 
     def put_columns(self, metric: str, columns: Dict[str, dict], source: str) -> None:
         """Values per report column (``pos``, ``pos [self]``): each column's tag source is its own metric."""
-        from .prefix_tags import split_label
+        from ..structure.sources import split_label
 
         for label, v in columns.items():
             name, tags = split_label(label)
@@ -370,7 +370,7 @@ def checkpoint_layer_info(path: str) -> dict:
 
 
 def sg_name(label: str) -> str:
-    from .prefix_tags import split_label
+    from ..structure.sources import split_label
 
     return split_label(label)[0]
 
@@ -395,8 +395,9 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
     from ..data.encode import SentenceEncoder
     from . import blimp, syntaxgym
     from ..parsing import tree_source_from_args, tree_source_stats
-    from .prefix_tags import parse_tag_sources, source_label
-    from .structure_sources import score_split_sources
+    from ..structure.family import StructureOptions
+    from ..structure.sources import parse_sources as parse_tag_sources, source_label
+    from .prefix_scores import score_split_sources
     from .scoring import score_split
 
     try:
@@ -453,8 +454,8 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
             if "ppl" in todo[name]:
                 rows = score_split(model, task, args.split, args.context_window, args.max_tokens)
                 if extra:  # every sentence of the split scored alone under each other tag source
-                    rows["tag_sources"] = score_split_sources(model, task, args.split, extra,
-                                                              count_beam=getattr(args, "gilt_count_beam", 5))
+                    options = StructureOptions(count_beam=getattr(args, "gilt_count_beam", 5))
+                    rows["tag_sources"] = score_split_sources(model, task, args.split, extra, options)
                 ppl_rows[name] = rows
                 collected.put(name, "ppl", ppl_values({name: rows})[name], "scored")
             if "blimp" in todo[name]:

@@ -77,7 +77,7 @@ def read_reports(paths: Sequence[str], suffix: str = r"-s(\d+)$") -> "OrderedDic
 
 def suite_rows(report: dict):
     """``{NAME: {"suites": {"BLiMP given": %, ...}}}`` of a BLiMP or SyntaxGym report, None for others."""
-    from .prefix_tags import split_label
+    from ..structure.sources import split_label
 
     if not ("models" in report or "suites" in report) or not isinstance(report.get("overall"), dict):
         return None

@@ -94,18 +94,20 @@ def tag_source_columns(name: str, model, task, dictionary, sources, count_beam: 
     """``{column: (model, eos, pad, logprob_fn)}`` for :func:`evaluate_suites`: one column per tag
     source (:func:`~sipe_fairseq.eval.prefix_tags.source_label`; ``sources`` None: the model's default,
     given, for GiLT self), the per-token log-probs of
-    :func:`~sipe_fairseq.eval.structure_sources.sentence_logprob_fn` at the checkpoint's own
+    :func:`~sipe_fairseq.eval.prefix_scores.sentence_logprob_fn` at the checkpoint's own
     ``--tag-head-placement``: ``given`` = the parser's tags (GiLT: its tree as arcs), ``self`` =
     the model's own choice from the prefix, ``beam:K`` = the increments of the beam's running
     logsumexp (GiLT: ``count_beam`` counts per hypothesis), so a region's surprisal is the
     difference of the prefix marginal at its boundaries."""
-    from .prefix_tags import source_label
-    from .structure_sources import sentence_logprob_fn, sources_for
+    from ..structure.family import StructureOptions
+    from ..structure.sources import source_label
+    from .prefix_scores import sentence_logprob_fn, sources_for
 
     placement = str(getattr(getattr(task, "args", None), "tag_head_placement", "first_subword"))
     d = dictionary
     return {source_label(name, src): (model, d.eos(), d.pad(),
-                                      sentence_logprob_fn(model, src, d, placement, count_beam=count_beam))
+                                      sentence_logprob_fn(model, src, d, StructureOptions(placement=placement,
+                                                                                  count_beam=count_beam)))
             for src in sources_for(model, sources)}
 
 
@@ -136,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..data.encode import SentenceEncoder
     from ..parsing import tree_source_from_args, tree_source_stats
 
-    from .prefix_tags import parse_tag_sources
+    from ..structure.sources import parse_sources as parse_tag_sources
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -10,8 +10,8 @@ arc scorer runs on every word (teacher forcing) and ``extra["arcs"]`` holds its 
 
 Incremental decoding: pass ``gilt_features`` (B, k, S+k, 3), the feature values of the k new query
 rows against every key, and an ``incremental_state`` (the KV cache of ``sipe_txl``); the arc scorer
-for one word is :meth:`ArcScorer.score_word` (used by the beam over graphs, ``eval/gilt_scoring.py``, and by
-generation, :mod:`.gilt_generation`); :func:`top_arcs` picks a word's c best arcs.
+for one word is :meth:`ArcScorer.score_word` (used by the structure engine, ``structure/arcs.py``, for scoring
+and generation).
 """
 import logging
 from dataclasses import dataclass, field
@@ -46,40 +46,9 @@ def pair_values(src_words: torch.Tensor, pairs: torch.Tensor, rows: slice = slic
     return pairs[b, src_words[:, rows, None], src_words[:, None, :]]
 
 
-def is_gilt(model) -> bool:
-    """Whether ``model`` (or its decoder) reads graph features and predicts arcs: ``gilt_txl`` and
-    ``gilt_transformer_lm`` (both expose :class:`GiltDecoder`'s scoring interface: ``arc_scorer``,
-    ``arc_states``, ``arc_embedding``, ``arc_dim``, ``cached_step``)."""
-    decoder = getattr(model, "decoder", model)
-    return hasattr(decoder, "graph_tables") and hasattr(decoder, "arc_scorer")
-
-
-def check_prefix_decodable(model) -> None:
-    """ValueError unless a GiLT model can build its graph from the prefix alone (beam over graphs,
-    generation): it needs its arc scorer, and reads no hexatags (``gilt_transformer_lm
-    --gilt-hexatag-input``, post-trained from a ``sipe_transformer_lm``, does)."""
-    decoder = getattr(model, "decoder", model)
-    if getattr(decoder, "arc_scorer", None) is None:
-        raise ValueError("this GiLT model has no arc scorer (trained with the flag --gilt-arc-scorer, which turns the "
-                         "default-on scorer off): it cannot choose a graph")
-    if getattr(decoder, "hexatag_input", False):
-        raise ValueError("this gilt_transformer_lm reads hexatags as input (--gilt-hexatag-input, a sipe_transformer_lm "
-                         "base): its structure cannot be chosen from the prefix alone")
-
-
-def top_arcs(head: torch.Tensor, dep: torch.Tensor, i: int, c: int):
-    """Word i's c most likely arcs by p_ij (gilt-facts.md section 4; never a tree constraint) from one
-    row of :meth:`ArcScorer.score_word`'s ``head``/``dep`` logits (i+1,): the 2i - 1 candidates
-    v -> i (v = 0..i-1), then i -> v (v = 1..i-1), sorted by logit (stable: ties keep this order).
-    Returns (heads among 0..i-1, dependents among 1..i-1), ascending."""
-    cand = torch.cat([head[:i], dep[1:i]])
-    order = torch.sort(cand, descending=True, stable=True).indices[:c].tolist()
-    heads = sorted(v for v in order if v < i)
-    deps = sorted(v - i + 1 for v in order if v >= i)
-    return heads, deps
-
-
 class GiltDecoder(SiPEDecoder):
+    structure = "arcs"  # what it reads (structure/family.py)
+
     def __init__(self, cfg, dictionary):
         if str(cfg.sipe_injection) != "none":
             raise ValueError("gilt_txl takes no hexatag injection (--sipe-injection none)")
@@ -123,8 +92,7 @@ class GiltDecoder(SiPEDecoder):
             extra["arcs"] = self.arc_scorer(o, gilt_local, gilt_sent, gilt_prev)
         return x, extra
 
-    # the interface the beam over graphs (eval/gilt_scoring.py) and generation (gilt_generation.py) use,
-    # shared with gilt_transformer_lm's decoder
+    # the interface the structure engine (structure/arcs.py) uses, shared with gilt_transformer_lm's decoder
     def cached_step(self, prefix: torch.Tensor, features: torch.Tensor, incremental_state: dict):
         """(logits (B, k, V), extra) of the k new positions of ``prefix`` (B, S) through the KV cache, with their
         graph feature rows ``features`` (B, k, S, 3); one call (this decoder takes k >= 1 new tokens)."""
