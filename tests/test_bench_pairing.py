@@ -116,7 +116,7 @@ def test_generate_random_sentences_are_tagged_trees():
     gen = _load("bench_generate")
     from fairseq.data import Dictionary
     from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID
-    from sipe_fairseq.eval.prefix_tags import given_tags, word_starts
+    from sipe_fairseq.structure.sentences import prepare, word_starts
     from sipe_fairseq.hexatag.constrained import is_valid
 
     d = Dictionary()
@@ -132,7 +132,9 @@ def test_generate_random_sentences_are_tagged_trees():
         assert 3 <= len(starts) <= 9 and bool((terms[:-1] >= FIRST_TAG_ID).any())
         assert all(b - a <= 3 for a, b in zip(starts, starts[1:] + [len(toks) - 1]))  # 1..3 subwords per word
         assert (nts >= FIRST_TAG_ID).tolist() == (terms >= FIRST_TAG_ID).tolist()
-    assert all(is_valid(tags) for tags in given_tags(sents))
+    from sipe_fairseq.hexatag.constrained import PAIRS
+
+    assert all(is_valid([PAIRS[p] for p in prepare(i, *s, eos=d.eos()).pairs]) for i, s in enumerate(sents))
     assert len({len(t) for t, _, _ in sents}) > 3  # lengths vary
 
 

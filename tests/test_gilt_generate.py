@@ -4,7 +4,7 @@ In process: random-init ``gilt_txl`` decoders in float64 (dropout 0, feature pro
 enough that the graph changes the LM) decoded by fairseq's generator with the KV cache. The
 independent computations: a full (teacher-forced) forward over each finished hypothesis with its
 reported arcs as the gold graph (``data/gilt_dataset.block_graph``), and the greedy graph search
-of ``eval/gilt_scoring.py`` (beam 1, count beam 1) on the same words. End to end: ``fairseq-generate``,
+of the structure engine's ``self`` on the same words. End to end: ``fairseq-generate``,
 ``fairseq-interactive`` and ``sipe-generate`` on a tiny trained GiLT checkpoint (conftest cache).
 """
 import re
@@ -145,7 +145,7 @@ def test_cached_generation_equals_full_forward_with_generated_arcs(model, dictio
 
 
 def test_arcs_equal_the_greedy_graph_search(model, dictionary):
-    """The arcs of generated sentences are the ones eval/gilt_scoring.py's greedy search (beam 1,
+    """The arcs of generated sentences are the ones the structure engine's greedy search (self,
     count beam 1) finds on the same words: both are determined by the prefix."""
     hyps, _ = generate(model, dictionary, bsz=6, beam=2, sampling=True, seed=3)
     checked = 0

@@ -1,4 +1,4 @@
-"""Tags from the prefix only (``eval/prefix_tags.py``): ``self`` and ``beam:K`` tag sources.
+"""Tags from the prefix only (``structure/``, the hexatag policy): ``given``, ``self`` and ``beam:K``.
 
 Random-init tiny decoders in float64 (position injection with a large W_E so the tags matter).
 The independent computation: :func:`reference` scores sentences with fixed tags in one full
@@ -21,7 +21,11 @@ import fairseq  # noqa: F401
 import sipe_fairseq  # noqa: F401
 from sipe_fairseq.data.lm_dataset import tag_targets
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
-from sipe_fairseq.eval.prefix_tags import PrefixTagScorer, parse_tag_source, score_sentences, summarize, supports_kv_cache
+from sipe_fairseq.eval.prefix_scores import summarize
+from sipe_fairseq.structure.family import StructureOptions
+from sipe_fairseq.structure.scoring import score_sentences
+from sipe_fairseq.structure.sentences import prepare
+from sipe_fairseq.structure.sources import Source, parse_source
 from sipe_fairseq.eval.scoring import decoder_sentence_scores, token_logprobs
 from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS, encode
 from sipe_fairseq.hexatag.constrained import CLOSED, PAIRS, START, advance
@@ -30,6 +34,25 @@ from conftest import small_dictionary  # noqa: E402
 
 PLACEMENTS = ("first_subword", "last_subword")
 TOL = 1e-6
+
+
+class PrefixTagScorer:
+    """The structure engine with one source, on sentences ``(tokens, terminals, nonterminals)``
+    (``batch``: sentences scored together; the beam's trace kept)."""
+
+    def __init__(self, model, source="self", placement="first_subword", constrained=True, use_cache=True, batch=64,
+                 top_pairs=0):
+        self.model, self.source, self.batch = model, source, batch
+        self.options = StructureOptions(placement=placement, constrained=constrained, use_cache=use_cache,
+                                        top_pairs=top_pairs)
+
+    def score(self, tokens, terminals=None, nonterminals=None, dictionary=None):
+        return self.score_batch([(tokens, terminals, nonterminals)], dictionary)[0]
+
+    def score_batch(self, encoded, dictionary=None):
+        eos = int(encoded[0][0][-1])
+        sents = [prepare(i, t, a, b, dictionary, eos) for i, (t, a, b) in enumerate(encoded)]
+        return score_sentences(self.model, sents, self.source, self.options, eos, 1, self.batch, keep_trace=True)
 
 
 @pytest.fixture(scope="module")
@@ -124,13 +147,11 @@ def shared_targets(x, y):
 
 
 def test_parse_tag_source():
-    assert parse_tag_source("given") == ("given", 0)
-    assert parse_tag_source("self") == ("self", 1)
-    assert parse_tag_source("beam:16") == ("beam", 16)
-    assert parse_tag_source("beam-word:4") == ("beam-word", 4)
-    for bad in ("beam", "beam:0", "beam:x", "gold", "beam-word", "beam-word:0"):
+    assert parse_source("given") == Source("given") and parse_source("self") == Source("self")
+    assert parse_source("beam:16") == Source("beam", 16) and str(parse_source(" beam:16 ")) == "beam:16"
+    for bad in ("beam", "beam:0", "beam:x", "gold", "beam-word", "beam-word:4"):
         with pytest.raises(ValueError):
-            parse_tag_source(bad)
+            parse_source(bad)
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
@@ -219,56 +240,22 @@ def test_beam_equals_enumerated_marginal(model, dictionary, placement, constrain
         assert abs(own.joint - float(joint[k])) < TOL
 
 
-def word_tag_logprobs(model, toks, a, b, placement):
-    """Per word, log p(word's tags) from the tag heads at its anchor (ascending anchors = word order)."""
-    eos = int(toks[-1])
-    src = torch.cat([toks.new([eos]), toks[:-1]])[None]
-    sa, sb = (torch.cat([x.new([NOTAG_ID]), x[:-1]])[None] for x in (a, b))
-    _, extra = model(src, src_terminals=sa, src_nonterminals=sb)
-    out = 0.0
-    for (kind, n), future in zip((("terminal", 2), ("nonterminal", 5)), (a, b)):
-        lp = torch.log_softmax(extra[f"{kind}_logits"][0].double(), -1)
-        cls = tag_targets(src[0], sa[0], future, (eos,), NOTAG_ID, placement) - FIRST_TAG_ID
-        pos = ((cls >= 0) & (cls < n)).nonzero().squeeze(-1)
-        out = out + lp[pos].gather(-1, cls[pos][:, None]).squeeze(-1)
-    return out
-
-
 @pytest.mark.parametrize("placement", PLACEMENTS)
-def test_beam_word_ranks_before_the_next_word(dictionary, placement):
-    """beam-word:1 = an independent greedy search that ranks word w's pairs by log p(x up to word w's
-    last subword, T_<=w) (the next word's first subword not yet seen), and here differs from beam:1;
-    beam-word:K with K = every sequence is the exact marginal, as beam:K."""
-    model = make_model(dictionary)
-    with torch.no_grad():  # soft tag heads: the LM's scores decide, so where the ranking stops matters
-        model.decoder.terminal_head.weight.mul_(0.02)
-        model.decoder.nonterminal_head.weight.mul_(0.02)
-    pieces = word_pieces(dictionary, [(7, 1), (10, 2), (11, 1), (1, 1)])
-    toks, gold_a, gold_b = encode_sentence(dictionary, pieces, parser_tags(4))
-    starts = [k for k in range(len(toks) - 1) if int(gold_a[k]) >= FIRST_TAG_ID]
-    ends = starts[1:] + [len(toks) - 1]  # word w's step ranks targets < ends[w]
-    chosen = []
-    for w in range(len(starts)):
-        best = None
-        for p in PAIRS:
-            seq = chosen + [p] + [PAIRS[0]] * (len(starts) - w - 1)  # later tags cannot reach these positions
-            t, a, b = encode_sentence(dictionary, pieces, seq)
-            lm, _ = reference(model, [(t, a, b)], placement)
-            rank = float(lm[0, : ends[w]].sum() + word_tag_logprobs(model, t, a, b, placement)[: w + 1].sum())
-            if best is None or rank > best[0]:
-                best = (rank, p)
-        chosen.append(best[1])
-    one = PrefixTagScorer(model, "beam-word:1", placement, constrained=False).score(toks, gold_a, gold_b)
-    assert one.tags == chosen
-    assert PrefixTagScorer(model, "beam:1", placement, constrained=False).score(toks, gold_a, gold_b).tags != chosen
-    _, joint = reference(model, [encode_sentence(dictionary, pieces, chosen)], placement)
-    assert abs(one.logprob - float(joint[0])) < TOL
-    short = word_pieces(dictionary, [(1, 1), (7, 0), (4, 2)])
-    toks, a, b = encode_sentence(dictionary, short, parser_tags(3))
-    seqs = [list(x) for x in itertools.product(PAIRS, repeat=3)]
-    _, joint = reference(model, [encode_sentence(dictionary, short, q) for q in seqs], placement)
-    full = PrefixTagScorer(model, f"beam-word:{len(seqs)}", placement, constrained=False).score(toks, a, b)
-    assert abs(full.logprob - float(torch.logsumexp(joint, 0))) < TOL
+def test_top_pairs_pruning(model, dictionary, placement):
+    """beam:K expanding each hypothesis with its heads' M best allowed pairs: with M = 10 (every pair)
+    it is the exhaustive beam; with M = 1 one path survives, the greedy one: its tags are self's and
+    its bound is self's joint log p(x, tags) (a beam is not monotone in M: it drops closed trees)."""
+    for (ta, aa, ba), _ in sentence_pairs(dictionary, 3, seed=7):
+        full = PrefixTagScorer(model, "beam:16", placement).score(ta, aa, ba)
+        all_pairs = PrefixTagScorer(model, "beam:16", placement, top_pairs=10).score(ta, aa, ba)
+        assert all_pairs.tags == full.tags and abs(all_pairs.logprob - full.logprob) < 1e-10
+        one = PrefixTagScorer(model, "beam:16", placement, top_pairs=1).score(ta, aa, ba)
+        own = PrefixTagScorer(model, "self", placement).score(ta, aa, ba)
+        assert one.tags == own.tags and one.extra["hypotheses"] == 1
+        assert abs(one.logprob - own.joint) < TOL
+        two = PrefixTagScorer(model, "beam:16", placement, top_pairs=2).score(ta, aa, ba)
+        assert 1 <= two.extra["hypotheses"] <= 16 and math.isfinite(two.logprob)
+        assert two.extra["positions"] < full.extra["positions"]  # fewer candidates scored
 
 
 class OneHotHeads(torch.nn.Module):
@@ -337,6 +324,7 @@ class FakeCache(torch.nn.Module):
         super().__init__()
         self.inner = inner
         self.terminal_head = inner.decoder.terminal_head
+        self.dictionary = inner.decoder.dictionary
         self.needs_tags = True
         self.calls = self.reorders = 0
 
@@ -370,7 +358,6 @@ def test_cache_path_matches_full_forward(model, dictionary, placement):
     """The scorer's cache bookkeeping (a fake cache that checks every prefix) and the decoder's real
     KV cache both give the full-forward scores."""
     fake = FakeCache(model)
-    assert supports_kv_cache(fake) and supports_kv_cache(model)
     for (ta, aa, ba), _ in sentence_pairs(dictionary, 3):
         for source in ("self", "beam:4"):
             x = PrefixTagScorer(model, source, placement, use_cache=False).score(ta, aa, ba)
@@ -394,7 +381,7 @@ def test_model_without_tags_scores_plain_lm(dictionary):
 def test_summarize_counts(model, dictionary):
     pairs = sentence_pairs(dictionary, 2)
     encoded = [s for pair in pairs for s in pair]
-    scores = score_sentences(model, encoded, "self")
+    scores = PrefixTagScorer(model, "self").score_batch(encoded)
     given = [[(TERMINALS[int(a[k]) - FIRST_TAG_ID], NONTERMINALS[int(b[k]) - FIRST_TAG_ID])
               for k in range(len(t) - 1) if int(a[k]) >= FIRST_TAG_ID] for t, a, b in encoded]
     out = summarize(scores, given)
@@ -420,7 +407,7 @@ def test_split_given_matches_eval_lm_blocks(tmp_path):
     from sipe_fairseq.cli.preprocess import main as preprocess_main
     from sipe_fairseq.data import toy_grammar
     from sipe_fairseq.eval.scoring import score_split
-    from sipe_fairseq.eval.prefix_tags import score_split_tag_sources
+    from sipe_fairseq.eval.prefix_scores import score_split_sources
     from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
 
     # its own tiny corpus (not conftest's toy_data): every valid sentence is scored alone, prefix by prefix
@@ -436,7 +423,7 @@ def test_split_given_matches_eval_lm_blocks(tmp_path):
     task = HexatagLanguageModelingTask.setup_task(cfg)
     model = make_model(task.source_dictionary, positions=512)
     blocks = score_split(model, task, "valid")
-    ours = score_split_tag_sources(model, task, "valid", ["given", "self", "beam:2"])
+    ours = score_split_sources(model, task, "valid", ["given", "self", "beam:2"])
     given, joint = ours["given"], ours["given-joint"]
     assert given["sentences"] == given["split_sentences"] == 12 and given["placement"] == "last_subword"
     assert given["longer_than_max_positions"] == 0
@@ -451,19 +438,37 @@ def test_split_given_matches_eval_lm_blocks(tmp_path):
     assert ours["self"]["complete"] <= 12 and ours["given"]["complete"] == 12
 
 
-@pytest.mark.parametrize("source", ["self", "beam:3"])
-def test_batched_sentences_match_one_at_a_time(model, dictionary, source):
-    """Sentences of different lengths run together (ragged rows, right-padded, in chunks) give
-    each sentence what it gets alone, in input order."""
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("source", ["given", "self", "beam:1", "beam:3", "beam:16"])
+def test_batched_sentences_match_one_at_a_time(model, dictionary, source, placement):
+    """Sentences of different lengths scored together (every hypothesis of every sentence through one
+    decoder call per position; each sentence leaves the batch after its </s>), in batches of 3 or all
+    at once, give each sentence what it gets alone, in input order (float64)."""
     encoded = [s for pair in sentence_pairs(dictionary, 4, seed=11) for s in pair]
-    together = score_sentences(model, encoded, source, batch_sentences=len(encoded), eos=dictionary.eos(), pad=dictionary.pad())
-    scorer = PrefixTagScorer(model, source, max_tokens=40)  # forces several chunks per step
-    chunked = scorer.score_batch(encoded)
-    for sent, x, y in zip(encoded, together, chunked):
-        alone = PrefixTagScorer(model, source).score(*sent)
+    together = PrefixTagScorer(model, source, placement, batch=len(encoded)).score_batch(encoded)
+    threes = PrefixTagScorer(model, source, placement, batch=3).score_batch(encoded)
+    for sent, x, y in zip(encoded, together, threes):
+        alone = PrefixTagScorer(model, source, placement).score(*sent)
         for other in (x, y):
             assert other.tags == alone.tags and other.n_tokens == len(sent[0])
-            assert max(abs(u - v) for u, v in zip(other.token_logprobs, alone.token_logprobs)) < TOL
+            assert abs(other.logprob - alone.logprob) < 1e-9 and abs(other.joint - alone.joint) < 1e-9
+            assert max(abs(u - v) for u, v in zip(other.token_logprobs, alone.token_logprobs)) < 1e-9
+
+
+def test_given_forced_path_equals_one_full_forward(model, dictionary):
+    """given: the search's forced path (one position at a time through the KV cache) gives the one
+    full forward's per-token scores and tag costs."""
+    encoded = [s for pair in sentence_pairs(dictionary, 3, seed=5) for s in pair]
+    eos = dictionary.eos()
+    sents = [prepare(i, *e, eos=eos) for i, e in enumerate(encoded)]
+    for placement in PLACEMENTS:
+        opts = StructureOptions(placement=placement)
+        full = score_sentences(model, sents, "given", opts, eos, dictionary.pad())
+        step = score_sentences(model, sents, "given", opts, eos, dictionary.pad(), force_incremental=True)
+        for x, y in zip(full, step):
+            assert x.tags == y.tags
+            assert max(abs(u - v) for u, v in zip(x.token_logprobs, y.token_logprobs)) < TOL
+            assert max(abs(u - v) for u, v in zip(x.tag_logprobs, y.tag_logprobs)) < TOL
 
 
 def test_word_start_mismatch_is_counted(model, dictionary):
@@ -473,6 +478,6 @@ def test_word_start_mismatch_is_counted(model, dictionary):
     t, a, b = (x.clone() for x in good)
     a[1], b[1] = a[2], b[2]  # move word 2's tags onto word 1's continuation piece
     a[2] = b[2] = NOTAG_ID
-    out = score_sentences(model, [good, (t, a, b)], "self", dictionary=dictionary, eos=dictionary.eos())
+    out = PrefixTagScorer(model, "self").score_batch([good, (t, a, b)], dictionary)
     assert [s.extra["word_start_mismatch"] for s in out] == [False, True]
     assert summarize(out)["word_start_mismatch"] == 1

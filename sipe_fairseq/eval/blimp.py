@@ -22,7 +22,7 @@ per model and source, named ``model`` for ``given`` and ``model [self]``, ``mode
 ``given`` = the tree source's tags, a parse of the whole sentence (default, the paper's protocol);
 ``self`` = the sentence's exact ``log q(x)`` with tags the model chooses from the prefix only;
 ``beam:K`` = the word-synchronous beam's lower bound on ``log p(x)`` (tags paid for), both from
-:func:`~sipe_fairseq.eval.prefix_tags.score_sentences` (``--score`` applies to ``given`` only; the
+:func:`~sipe_fairseq.structure.scoring.score_sentences` (``--score`` applies to ``given`` only; the
 tree source then only marks word starts, which ``--parser none`` takes from sentencepiece's U+2581).
 
 Masked-LM encoders (``hexatag_mlm`` checkpoints: ``sipe_roberta``, ``sipe_deberta``,
@@ -268,7 +268,7 @@ def score_sentences_tags(model, prepared: Prepared, dictionary, source: str = "g
     (given: the tree source's tree as arcs, ``joint`` adding the arcs' cost; ``count_beam`` counts per
     beam hypothesis), all through :func:`~sipe_fairseq.structure.scoring.score_encoded`."""
     from ..structure.family import StructureOptions, is_gilt
-    from ..structure.scoring import score_encoded
+    from .prefix_scores import score_encoded
 
     if source == "given" and not is_gilt(model):
         return score_sentences(model, prepared, dictionary, batch_size, joint, placement)
@@ -351,9 +351,9 @@ def evaluate(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Pr
              batch_size: int = 64, joint: bool = False, placements: Optional[Dict[str, str]] = None,
              tags: Optional[Sequence[str]] = ("given",), count_beam: int = 5) -> dict:
     """Score every prepared sentence under every model and tag source; the :func:`compute_report`
-    tables, one column per model and source (:func:`~sipe_fairseq.eval.prefix_tags.source_label`).
+    tables, one column per model and source (:func:`~sipe_fairseq.structure.sources.source_label`).
     ``placements``: each model's ``--tag-head-placement`` (default first_subword); ``tags`` None:
-    each model's default source (:func:`~sipe_fairseq.eval.structure_sources.default_sources`: given,
+    each model's default source (:func:`~sipe_fairseq.eval.prefix_scores.default_sources`: given,
     for GiLT self)."""
     from ..structure.sources import source_label
     from .prefix_scores import sources_for
@@ -431,7 +431,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where a decoder's structure comes from, comma-separated (one column per model and source): given "
                         "(the tree source's tags; GiLT: its tree as arcs), self (the model's own choice from the prefix: "
                         "exact log q(x)), beam:K (bound on log p(x)); default: given, for GiLT checkpoints self; see "
-                        "eval/structure_sources.py")
+                        "sipe_fairseq/structure")
     p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
                    help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
     p.add_argument("--batch-size", type=int_at_least(1), default=64,

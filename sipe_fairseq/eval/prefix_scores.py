@@ -23,7 +23,8 @@ import torch
 from ..structure.arcs import flat_arcs
 from ..structure.family import StructureOptions, structure_of
 from ..structure.record import POSITION_TYPES, SentenceScore, joint_token_logprobs
-from ..structure.scoring import score_encoded, score_sentences
+from ..structure import scoring as engine
+from ..structure.scoring import score_sentences
 from ..structure.sentences import prepare
 from .progress import progress
 
@@ -230,6 +231,17 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
 
 
 # ------------------------------------------------------------------------------ sentence sets
+def score_encoded(model, encoded, source: str, dictionary, options: Optional[StructureOptions] = None, heads=None,
+                  batch_sentences: int = 64) -> List[SentenceScore]:
+    """:func:`sipe_fairseq.structure.scoring.score_encoded` with a progress bar (``tags SOURCE``)."""
+    bar = progress(desc=f"tags {source}", unit=" sent", total=len(encoded))
+    try:
+        return engine.score_encoded(model, encoded, source, dictionary, options, heads, batch_sentences,
+                                    progress=bar.update)
+    finally:
+        bar.close()
+
+
 def sentence_logprob_fn(model, source: str, dictionary, options: Optional[StructureOptions] = None):
     """A ``logprob_fn(model, encoded, eos, pad, batch_size, heads=None)`` returning per-token
     log-probs (the signature of :func:`~sipe_fairseq.eval.scoring.token_logprobs`, which SyntaxGym

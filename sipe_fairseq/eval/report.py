@@ -40,7 +40,7 @@ skipped (no tree) or unscored (longer than a model's positions) are counted unde
 ``--tags given,self,beam:K`` (issue 12): Table 2's columns use ``given`` tags (a parse of each
 whole sentence); every other source adds a column group (``BLiMP [self]``, ``PPL/word [self]``,
 ``SyntaxGym [self]``, ``PPL/token [self]``, value keys ``blimp@self`` ...) scored with tags from the
-prefix only (:mod:`~sipe_fairseq.eval.prefix_tags`; perplexities with every sentence of ``--split``
+prefix only (:mod:`~sipe_fairseq.structure`; perplexities with every sentence of ``--split``
 scored alone). Precomputed reports bring their groups: BLiMP/SyntaxGym columns named ``pos [self]``,
 ``sipe-eval-lm --json`` rows' ``tag_sources``.
 
@@ -167,7 +167,7 @@ def syntaxgym_values(report: dict, where: str = "SyntaxGym report") -> Dict[str,
 
 
 def by_model(values: Dict[str, dict], key_map=None) -> Dict[str, dict]:
-    """Columns ``"pos [self]"`` (:func:`~sipe_fairseq.eval.prefix_tags.source_label`) folded into
+    """Columns ``"pos [self]"`` (:func:`~sipe_fairseq.structure.sources.source_label`) folded into
     model ``pos`` with keys ``metric@self`` (:func:`source_key`)."""
     from ..structure.sources import split_label
 
@@ -183,7 +183,7 @@ def ppl_values(results: dict, where: str = "perplexity report") -> Dict[str, Dic
     """``{model: {ppl, joint_ppl, ppl_word, joint_ppl_word, tokens, sees_tags}}`` from the
     ``sipe-eval-lm --json`` output (``{model: rows}``, rows of :func:`~sipe_fairseq.eval.scoring.summarize`);
     with ``--tags``, also ``ppl@self``, ``ppl_word@self``, ... from each row's ``tag_sources``
-    (every sentence scored alone, :func:`~sipe_fairseq.eval.prefix_tags.score_split_tag_sources`)."""
+    (every sentence scored alone, :func:`~sipe_fairseq.eval.prefix_scores.score_split_sources`)."""
     if not isinstance(results, dict) or not results or \
             not all(isinstance(r, dict) and isinstance(r.get("lm"), dict) for r in results.values()):
         raise ReportError(f"{where}: not a `sipe-eval-lm --json` output ({{model: {{'lm': ..., 'joint': ...}}}})")
@@ -325,12 +325,12 @@ def markdown(report: dict) -> str:
              "use given tags (a parse of each whole sentence)."]
     extra = [m.label for m in metrics if "@" in m.key]
     if extra:
-        notes.append("Column groups [self] / [beam:K]: tags from the prefix only (eval/prefix_tags.py), every sentence "
+        notes.append("Column groups [self] / [beam:K]: tags from the prefix only (sipe_fairseq/structure), every sentence "
                      "scored alone: [self] = exact perplexity and sentence log-probabilities with the model's own tag "
                      "choices, [beam:K] = the beam's bound on log p(x) (tags paid for); BLiMP/SyntaxGym score the "
                      "sentences under the same source. GiLT rows (gilt_txl): graphs instead of tags (given: gold graphs, "
                      "the data's arcs for PPL and the tree source's trees for BLiMP/SyntaxGym; [self]: the greedy graph; "
-                     "[beam:K]: the beam over graphs; eval/structure_sources.py).")
+                     "[beam:K]: the beam over graphs; sipe_fairseq/structure).")
     left_out = [f"{r['model']} {r.get('blimp_skipped') or 0} skipped + {r.get('blimp_unscored') or 0} unscored "
                 f"of {r.get('blimp_pairs')}" for r in report["rows"] if r.get("blimp_skipped") or r.get("blimp_unscored")]
     if left_out:
@@ -531,9 +531,9 @@ def add_input_arguments(p: argparse.ArgumentParser, blimp_inputs: bool = True) -
     g.add_argument("--tags", default="given", metavar="SOURCES",
                    help="tag sources, comma-separated: given (Table 2's columns, always shown) plus one column group per "
                         "other source, self and/or beam:K (BLiMP, PPL per word and per token, SyntaxGym with tags from the "
-                        "prefix only; eval/prefix_tags.py). GiLT checkpoints: given = gold graphs (the data's arcs for "
+                        "prefix only; sipe_fairseq/structure). GiLT checkpoints: given = gold graphs (the data's arcs for "
                         "PPL, the tree source's trees as arcs for BLiMP/SyntaxGym), self = the greedy graph, beam:K = the "
-                        "beam over graphs (eval/structure_sources.py)")
+                        "beam over graphs (sipe_fairseq/structure)")
     g.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
                    help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
     g.add_argument("--context-window", type=int_at_least(0), default=0, help="as sipe-eval-lm --context-window (>= 0)")

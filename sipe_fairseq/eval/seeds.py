@@ -11,7 +11,7 @@ group and score the table shows ``mean ± sd`` (sample standard deviation over s
   complete sentences, what ``fairseq-eval-lm`` prints);
 * one column per tag source of ``--tags`` (every sentence scored alone): ``given`` (conditional),
   ``given-joint`` (joint bound), ``self`` (exact), ``beam:K`` (bound), as
-  :func:`~sipe_fairseq.eval.prefix_tags.markdown_tag_sources` names them.
+  :func:`~sipe_fairseq.eval.prefix_scores.markdown_tag_sources` names them.
 
 ``sipe-eval blimp --json`` and ``sipe-eval syntaxgym --json`` reports may be given too (``blimp-s1.json``:
 the seed is the file's suffix): each column ``NAME`` / ``NAME [SOURCE]`` adds the overall accuracy (%) as

@@ -28,7 +28,7 @@ suite scores in :mod:`~sipe_fairseq.eval.syntaxgym_scoring`; the tables in
 ``--tags`` (issue 12) adds a column per model and tag source: ``given`` (the parser's tags on
 each whole sentence, default), ``self`` (tags the model chooses from the prefix: region
 surprisals from the exact per-token ``log q``), ``beam:K`` (the per-token increments of the
-beam's running bound, :mod:`~sipe_fairseq.eval.prefix_tags`); columns are named ``model``,
+beam's running bound, :mod:`~sipe_fairseq.structure`); columns are named ``model``,
 ``model [self]``, ``model [beam:K]``. With ``given``, the items whose conditions share the words
 before the critical region (the lowest region a prediction names) but get different parser tags
 on them are counted and listed (``prefix_tag_differences`` in the JSON): there the tags leak
@@ -92,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def tag_source_columns(name: str, model, task, dictionary, sources, count_beam: int = 5) -> dict:
     """``{column: (model, eos, pad, logprob_fn)}`` for :func:`evaluate_suites`: one column per tag
-    source (:func:`~sipe_fairseq.eval.prefix_tags.source_label`; ``sources`` None: the model's default,
+    source (:func:`~sipe_fairseq.structure.sources.source_label`; ``sources`` None: the model's default,
     given, for GiLT self), the per-token log-probs of
     :func:`~sipe_fairseq.eval.prefix_scores.sentence_logprob_fn` at the checkpoint's own
     ``--tag-head-placement``: ``given`` = the parser's tags (GiLT: its tree as arcs), ``self`` =

@@ -17,7 +17,7 @@ accepts for every sequence with ``N <= 5``.
 
 The same automaton read one word at a time (:func:`advance`, :func:`allowed_pairs`,
 :func:`prefix_state`) is the incremental prefix check used when a model chooses each word's tags
-from the prefix alone (``sipe_fairseq/eval/prefix_tags.py``): which next pairs can still complete
+from the prefix alone (``sipe_fairseq/structure/hexatags.py``): which next pairs can still complete
 to a sequence that ``decode`` accepts, and which of them end one (``EOS``).
 """
 from typing import List, Sequence, Tuple

@@ -155,7 +155,7 @@ class HexatagPolicy(StructurePolicy):
                                                                                   "word": words - 1}
         assert mode == BRANCH
         if self.top_pairs:
-            best = torch.sort(masked, 1, descending=True, stable=True).indices[:, : self.top_pairs]
+            best = torch.sort(masked, dim=1, descending=True, stable=True).indices[:, : self.top_pairs]
             allowed = allowed & torch.zeros_like(allowed).scatter_(1, best, True)
         parent, pair = allowed.nonzero(as_tuple=True)  # by parent, then in PAIRS order
         return parent, anchor[parent, pair], {"pair": pair, "restarted": restarted[parent], "word": (words - 1)[parent]}
