@@ -226,14 +226,16 @@ def test_generate_non_utf8_prompts(toy_data, lm_checkpoint, tmp_path):
     (["--sampling", "--sampling-topk", "0"], "sipe-generate: ERROR: --sampling-topk 0: expected k >= 1 (or -1: all words)"),
     (["--prompt-tags", "bogus"], "sipe-generate: ERROR: --prompt-tags: unknown parser 'bogus'; available: "
                                  "['hexatagger', 'spacy']"),
+    (["--data", "{tmp}"], "sipe-generate: ERROR: --data {tmp}: no dict.txt there: not a sipe-preprocess directory"),
 ])
-def test_generate_bad_options_before_any_model(tmp_path, options, line):
+def test_generate_bad_options_before_any_model(toy_data, tmp_path, options, line):
     """Issue 24.7: --max-len 0 and --sampling --temperature 0 gave fairseq assertion tracebacks, --prompt-tags
     bogus was refused after the model had loaded. Now each is a usage error (2) before anything is loaded:
     the checkpoint named here does not exist (loading it would give status 3)."""
-    proc = _generate("--path", tmp_path / "missing.pt", "--data", tmp_path, *options, stdin="the dog\n")
+    options = [o.format(tmp=tmp_path) for o in options]
+    proc = _generate("--path", tmp_path / "missing.pt", "--data", toy_data, *options, stdin="the dog\n")
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip().splitlines()[-1] == line
+    assert proc.stderr.strip().splitlines()[-1] == line.format(tmp=tmp_path)
 
 
 def test_generate_prompt_tags_not_a_hexatagger(toy_data, lm_checkpoint, tmp_path):

@@ -35,6 +35,7 @@ naming it and, for a file that is not a hexatagger, what it is).
 import argparse
 import io
 import logging
+import os
 import sys
 from typing import List, Optional, Sequence
 
@@ -82,6 +83,8 @@ def option_problem(args) -> Optional[str]:
             resolve_parser(args.prompt_tags)  # the backend's name only: loading it may load a model
         except ValueError as e:
             return f"--prompt-tags: {e}"
+    if not os.path.isfile(os.path.join(args.data, "dict.txt")):
+        return f"--data {args.data}: no dict.txt there: not a sipe-preprocess directory"
     return None
 
 
