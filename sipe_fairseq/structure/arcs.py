@@ -241,4 +241,5 @@ class ArcPolicy(StructurePolicy):
     def result(self, row, n_words):
         arcs = flat_arcs(self.arcs[row][:n_words])
         return {"tags": [], "complete": is_tree(arcs, n_words),
-                "extra": {"arcs": arcs, "counts": self.counts[row, :n_words].tolist()}}
+                "extra": {"arcs": arcs, "counts": self.counts[row, :n_words].tolist(),
+                          "count_logprobs": self.count_lp[row, :n_words].tolist()}}
