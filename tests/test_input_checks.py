@@ -61,6 +61,7 @@ def test_eval_lm_json_path_checked_before_any_work(toy_data, lm_checkpoint, tmp_
 @pytest.mark.parametrize("argv", [
     ["blimp", "--data", "{data}", "--path", "{ck}", "--blimp", "{tmp}", "--json", "{out}"],
     ["blimp", "--data", "{data}", "--path", "{ck}", "--blimp", "{tmp}", "--markdown", "{out}"],
+    ["blimp", "--data", "{data}", "--path", "{ck}", "--blimp", "{tmp}", "--parser", "spacy", "--cache", "{out}"],
     ["syntaxgym", "--data", "{data}", "--path", "{ck}", "--suites", "{tmp}", "--json", "{out}"],
     ["report", "--data", "{data}", "--path", "{ck}", "--ppl-out", "{out}"],
     ["report", "--ppl-json", "{tmp}/x.json", "--markdown", "{out}"],
