@@ -363,6 +363,7 @@ def test_sipe_generate_keeps_parser_tags_of_the_prompt(trained, tmp_path):
 
 
 def test_sipe_generate_bad_checkpoint_is_one_line(tmp_path):
+    (tmp_path / "dict.txt").write_text("")  # --data is checked before the checkpoint is read (a usage error, 2)
     proc = launcher.run([sys.executable, "-m", "sipe_fairseq.cli.generate", "--path", str(tmp_path / "missing.pt"),
                          "--data", str(tmp_path), "-"], env=ENV, input="the dog\n", timeout=300)
     assert proc.returncode == 3
