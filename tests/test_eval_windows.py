@@ -126,3 +126,15 @@ def test_eval_lm_scoring_nothing_exits_1(data_dir, trained):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("sipe_fairseq: error:")]
     assert len(errors) == 1 and "split 'valid': no token scored of" in errors[0], proc.stderr[-2000:]
     assert "Perplexity" not in proc.stdout + proc.stderr
+
+
+def test_eval_lm_negative_context_window_one_line(data_dir, trained):
+    """Issue 24.3: a negative --context-window was accepted and left tokens out (reported only on
+    stderr); fairseq-eval-lm --task hexatag_lm now stops with one line and exit status 1."""
+    ckpt, _ = trained("txl-position", data_dir)
+    proc = _eval_lm(data_dir, ckpt, "--context-window", "-3")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("sipe_fairseq: error:")]
+    assert errors == ["sipe_fairseq: error: --context-window -3: expected an integer >= 0 (tokens of left context "
+                      "before each scored piece)"], proc.stderr[-2000:]
+    assert "Perplexity" not in proc.stdout + proc.stderr

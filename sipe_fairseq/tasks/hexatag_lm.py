@@ -127,7 +127,10 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         positions are scored in windows with left context (:class:`HexatagWindowDataset`; with
         ``--context-window C``, in pieces of ``positions - C`` that the context-window dataset
         extends by up to C tokens), and the iterator reports at its end how many of the split's
-        tokens were scored -- an :class:`EvaluationError` if none was."""
+        tokens were scored -- an :class:`EvaluationError` if none was (or if ``context_window`` < 0)."""
+        if context_window < 0:  # fairseq accepts any integer; a negative one shortened nothing and left tokens out
+            raise EvaluationError(f"--context-window {context_window}: expected an integer >= 0 (tokens of left "
+                                  "context before each scored piece)")
         split = next((k for k, v in self.datasets.items() if v is dataset), "?")
         total, rows = int(np.sum(dataset.sizes)), dataset
         limit = max_positions if isinstance(max_positions, int) else None
