@@ -220,14 +220,15 @@ def test_gilt_and_sipe_side_by_side(gilt, train_checkpoint, tmp_path, capsys):
     sipe_ck = train_checkpoint(txl("position"))
     res = run_eval_lm(gilt, tmp_path, f"gilt={gilt['ck']}", f"pos={sipe_ck}", tags="given,self,beam:2")
     printed = capsys.readouterr().out
-    for name, joint, beam in (("gilt", "given: training joint (Bernoulli arcs; not a bound)",
-                               "beam:2: beam marginal over counts"),
-                              ("pos", "given: joint bound p(x,S)", "beam:2: bound on p(x)")):
-        for label in ("given: p(x\\|S) (conditional)", joint, "self: exact q(x)", beam):
+    for name, given, joint, beam in (("gilt", "given: p(x\\|G) (conditional)",
+                                      "given: training joint (Bernoulli arcs; not a bound)", "beam:2: beam marginal over counts"),
+                                     ("pos", "given: p(x\\|tags) (conditional)", "given: joint bound p(x,tags)",
+                                      "beam:2: bound on p(x)")):
+        for label in (given, joint, "self: exact q(x)", beam):
             assert f"| {name} | {label} |" in printed
         assert sorted(res[name]["tag_sources"]) == ["beam:2", "given", "given-joint", "self"]  # --json sorts keys
         assert all(math.isfinite(r["ppl"]) for r in res[name]["tag_sources"].values())
-    assert "gilt given p(x\\|S) | gilt given joint | gilt self exact | gilt beam:2 | pos given" in printed
+    assert "gilt given p(x\\|G) | gilt given joint | gilt self exact | gilt beam:2 | pos given p(x\\|tags)" in printed
     assert "arc_f1" in res["gilt"]["tag_sources"]["beam:2"] and "arc_f1" not in res["pos"]["tag_sources"]["beam:2"]
     model, task = load_lm(str(sipe_ck), str(gilt["data"]))
     own = prefix_scores.score_split_sources(model, task, "valid", ["self", "beam:2"])

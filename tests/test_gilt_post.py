@@ -304,15 +304,18 @@ def test_structure_sources_score_a_post_trained_model(bases, toy_data):
     one full forward on the gold graph, ``beam:1`` with one count pays the counts on top of ``self``."""
     from test_gilt_eval import greedy_loop, per_token
 
-    from sipe_fairseq.eval import gilt_scoring, structure_sources
+    from test_gilt_eval import read_sentences
+
+    from sipe_fairseq.eval import prefix_scores
+    from sipe_fairseq.structure.family import StructureOptions, is_gilt
 
     task, model, _ = build(toy_data, "--gilt-init-from", bases["transformer_lm"], "--gilt-proj-init-std", "0.5")
     model = model.double()
-    assert structure_sources.is_gilt(model) and structure_sources.default_sources(model) == ["self"]
+    assert is_gilt(model) and prefix_scores.default_sources(model) == ["self"]
     n = 6
-    res = structure_sources.score_split_sources(model, task, "valid", ["given", "self", "beam:1"], max_sentences=n,
-                                                count_beam=1)
-    sentences = gilt_scoring.read_sentences(str(toy_data), "valid", task.source_dictionary)[:n]
+    res = prefix_scores.score_split_sources(model, task, "valid", ["given", "self", "beam:1"], StructureOptions(count_beam=1),
+                                            max_sentences=n)
+    sentences = read_sentences(task, "valid")[:n]
     lm, counts, cond = 0.0, 0.0, 0.0
     for words, gold in sentences:
         _, token_lp, count_lp = greedy_loop(model, words)
@@ -335,11 +338,11 @@ def test_unbounded_beam_equals_enumeration(bases, toy_data):
 
 
 def test_hexatag_input_model_is_refused_by_structure_sources(bases, toy_data):
-    from sipe_fairseq.eval import structure_sources
+    from sipe_fairseq.eval import prefix_scores
 
     task, model, _ = build(toy_data, "--gilt-init-from", bases["sipe_transformer_lm"])
     with pytest.raises(ValueError, match="reads hexatags as input"):  # before any forward
-        structure_sources.score_split_sources(model, task, "valid", ["self"], max_sentences=1)
+        prefix_scores.score_split_sources(model, task, "valid", ["self"], max_sentences=1)
 
 
 def test_generation_with_a_post_trained_model(bases, toy_data):

@@ -4,7 +4,7 @@ tags differ between conditions.
 
 One tiny ``position`` decoder trained for a few updates on the toy grammar (W_E initialised large,
 ``--sipe-proj-init-std 0.5``, so that the tags change the scores). The independent
-computation for ``self``: the tags :mod:`~sipe_fairseq.eval.prefix_tags` chooses are put into
+computation for ``self``: the tags the structure engine (:mod:`sipe_fairseq.structure`) chooses are put into
 the sentence and scored by one ordinary full forward (``scoring.token_logprobs``, float32); as the
 tags depend on the prefix only, that forward gives the exact per-token ``log q`` the step-wise
 search computed (float64): they must agree to 1e-4.
@@ -29,7 +29,8 @@ from sipe_fairseq.data import toy_grammar as tg  # noqa: E402
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID  # noqa: E402
 from sipe_fairseq.eval import blimp  # noqa: E402
 from sipe_fairseq.eval import syntaxgym as sg  # noqa: E402
-from sipe_fairseq.eval.prefix_tags import score_sentences, score_split_tag_sources  # noqa: E402
+from sipe_fairseq.eval.prefix_scores import markdown_tag_sources, score_encoded, score_split_sources  # noqa: E402
+from sipe_fairseq.structure.family import StructureOptions  # noqa: E402
 from sipe_fairseq.eval.scoring import token_logprobs  # noqa: E402
 from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS  # noqa: E402
 from sipe_fairseq.parsing import PARSERS, register_parser  # noqa: E402
@@ -110,7 +111,7 @@ def test_fairseq_eval_lm_inference_tags_self_equals_sipe_eval_lm_self(toy):
     from sipe_fairseq.tasks.sipe_data import EvaluationError
 
     model, task = load(toy)
-    ours = score_split_tag_sources(model, task, "test", ["given", "self"])
+    ours = score_split_sources(model, task, "test", ["given", "self"])
     assert ours["self"]["sentences"] == ours["self"]["split_sentences"] == 12
     # the position-type breakdown of each row adds up to its NLL; the joint bound's tag cost is in word-initial
     for row in ours.values():
@@ -120,7 +121,6 @@ def test_fairseq_eval_lm_inference_tags_self_equals_sipe_eval_lm_self(toy):
     assert (j["bits.eos"], j["bits.continuation"]) == (g["bits.eos"], g["bits.continuation"])
     tag_bits = (j["bits.word_initial"] - g["bits.word_initial"]) * j["tokens.word_initial"]
     assert tag_bits == pytest.approx(j["bits.tags_per_word"] * (j["words"] - j["sentences"]), rel=1e-9) and tag_bits > 0
-    from sipe_fairseq.eval.prefix_tags import markdown_tag_sources
 
     md = markdown_tag_sources({"pos": ours})
     assert "| pos | self: exact q(x) | " in md and "| pos | given: joint bound p(x,tags) | " in md
@@ -161,7 +161,7 @@ def test_blimp_tag_sources_match_prefix_scores(toy):
     texts = list(prepared.encoded)
     encoded = [prepared.encoded[t] for t in texts]
     d = enc.dictionary
-    scores = score_sentences(model, encoded, "self", str(task.args.tag_head_placement), dictionary=d, eos=d.eos())
+    scores = score_encoded(model, encoded, "self", d, StructureOptions(placement=str(task.args.tag_head_placement)))
     full = chosen_tags_logprobs(model, encoded, scores, d)
     for s, lp in zip(scores, full):
         assert s.logprob == pytest.approx(float(lp.sum()), abs=1e-4)
@@ -229,7 +229,7 @@ def test_syntaxgym_tag_sources_and_prefix_differences(toy, later_parser, tmp_pat
     sg.tree_and_encode(sentences, LaterWordsParser(), enc)
     d = enc.dictionary
     encoded = [s.encoded[:3] for s in sentences]
-    scores = score_sentences(model, encoded, "self", str(task.args.tag_head_placement), dictionary=d, eos=d.eos())
+    scores = score_encoded(model, encoded, "self", d, StructureOptions(placement=str(task.args.tag_head_placement)))
     full = chosen_tags_logprobs(model, encoded, scores, d)
     checked = 0
     for s, lp in zip(sentences, full):

@@ -172,21 +172,28 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
     return results
 
 
-# tag source -> (label, whether the row pays for its tags)
-SOURCE_LABELS = {"given": ("given: p(x\\|S) (conditional)", False), "given-joint": ("given: joint bound p(x,S)", True),
+# tag source -> (label, whether the row pays for its tags); a GiLT row's structure is a graph G
+SOURCE_LABELS = {"given": ("given: p(x\\|tags) (conditional)", False), "given-joint": ("given: joint bound p(x,tags)", True),
                  "self": ("self: exact q(x)", False)}
-GILT_JOINT_LABEL = "given: training joint (Bernoulli arcs; not a bound)"
-SHORT_LABELS = (("given", "given p(x\\|S)"), ("given-joint", "given joint"), ("self", "self exact"))
+GILT_LABELS = {"given": ("given: p(x\\|G) (conditional)", False),
+               "given-joint": ("given: training joint (Bernoulli arcs; not a bound)", True)}
+SHORT_LABELS = {"given": "given p(x\\|tags)", "given-joint": "given joint", "self": "self exact"}
+GILT_SHORT = {"given": "given p(x\\|G)"}
 
 
 def _source_label(source: str, row: dict) -> Tuple[str, bool]:
-    if source == "given-joint" and row.get("model") == "arcs":
-        return GILT_JOINT_LABEL, True
+    gilt = row.get("model") == "arcs"
+    if gilt and source in GILT_LABELS:
+        return GILT_LABELS[source]
     if source in SOURCE_LABELS:
         return SOURCE_LABELS[source]
-    if row.get("model") == "arcs":
-        return f"{source}: beam marginal over counts", True
-    return f"{source}: bound on p(x)", True
+    return (f"{source}: beam marginal over counts" if gilt else f"{source}: bound on p(x)"), True
+
+
+def _short_label(source: str, row: dict) -> str:
+    if row.get("model") == "arcs" and source in GILT_SHORT:
+        return GILT_SHORT[source]
+    return SHORT_LABELS.get(source, source)
 
 
 def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
@@ -207,7 +214,7 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
                          f"{r['complete']} | {r['sentences']}/{r['split_sentences']} |")
     cols = [(name, source) for name, rows in results.items() for source in rows]
     if cols:
-        lines += ["", "| score | " + " | ".join(f"{n} {dict(SHORT_LABELS).get(s, s)}" for n, s in cols) + " |",
+        lines += ["", "| score | " + " | ".join(f"{n} {_short_label(s, results[n][s])}" for n, s in cols) + " |",
                   "|---|" + "---:|" * len(cols)]
         for key, label, fmt in (("ppl", "ppl per token", "{:.2f}"), ("ppl_per_word", "ppl per word", "{:.2f}"),
                                 ("bits.eos", "bits/token at </s>", "{:.3f}"),

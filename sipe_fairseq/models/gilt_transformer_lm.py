@@ -92,6 +92,7 @@ class _GiltDecoderLayer(TransformerDecoderLayerBase):
 
 
 class GiltTransformerDecoder(TransformerDecoder):
+    structure = "arcs"  # what it reads (structure/family.py)
     """fairseq's ``TransformerDecoder``; layers >= ``--gilt-first-layer`` get the graph key offsets."""
 
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True):
