@@ -20,15 +20,17 @@ same family and batch size). Times are this process's CPU time (one thread: robu
 processes' load on a shared machine), wall-clock ratios in brackets as a cross-check. Targets
 (issue 12): speed-up >= 5x at 256 tokens; every injection's cached tokens/s >= 0.8x ``none``.
 
-Scoring part (``--parts scoring``; issue 12 section 5): ``--score-sentences`` random sentences (word
-counts uniform around ``--score-words``, 1-3 subwords per word, the hexatags of a random tree on
-word starts) scored by :class:`~sipe_fairseq.eval.prefix_tags.PrefixTagScorer` -- ``none`` (no tags:
-one forward per sentence, "plain") and a ``position`` decoder of the same size under ``given`` (one
-forward with the data's tags), ``self`` and each ``beam:K``, the last two through the KV cache.
-One process, one unmeasured run, then ``--score-rounds`` rounds running every configuration in an
-order rotated each round (``benchlib.paired_runs``); sentences/s from the median CPU time; ratio =
-median over rounds of the per-round throughput ratio to ``none`` (``benchlib.speed_ratio``), with
-its min-max, the wall-clock ratio beside it.
+Scoring part (``--parts scoring``): a SiPE decoder scoring sentences with structure from the prefix
+(``sipe_fairseq/structure``): ``given`` (the data's tags, one full forward per batch), ``self`` and each
+``beam:K`` through the KV cache (every hypothesis of every sentence of a ``--score-batch`` batch in one
+decoder call per position), and ``beam:--score-prune-k`` pruned to the heads' top M pairs for each
+``--score-top-pairs`` M. With ``--data DIR --path CKPT``: the checkpoint on the first
+``--score-sentences`` sentences of ``--score-split``; without: a random-init ``position`` decoder of the
+sizes above on random sentences (word counts uniform around ``--score-words``, 1-3 subwords per word,
+the hexatags of a random tree on word starts). One process, one unmeasured run, then ``--score-rounds``
+rounds running every configuration in an order rotated each round (``benchlib.paired_runs``); CPU time
+(one thread); ratio = median over rounds of the per-round throughput ratio to ``given``, with its
+min-max; efficiency = candidate positions scored per second over ``given``'s tokens per second.
 """
 import argparse
 import statistics
@@ -134,53 +136,97 @@ def random_sentences(n, words, dictionary, seed, max_subwords=3):
     return out
 
 
-def scoring_rows(runs, sources, n_sentences):
-    """Table rows of the scoring part from :func:`benchlib.paired_runs` results (``runs[label]``, ``none`` the
-    reference): label, tag source, sentences/s (CPU), its ratio to ``none`` [min-max of the paired ratios],
-    the wall-clock ratio. Ratios are of throughput (``none``'s time / the row's, paired by round)."""
+def scoring_rows(runs, configs, n_sentences, n_tokens, stats):
+    """Table rows of the scoring part from :func:`benchlib.paired_runs` results (``runs[label]``, ``given`` the
+    reference): label, sentences/s and tokens/s (CPU), the throughput ratio to ``given`` [min-max of the paired
+    ratios], candidate positions per token, the efficiency (positions/s over given's tokens/s), the wall-clock
+    ratio, and the source's perplexity per token (exact, or the beam's bound)."""
     from benchlib import fmt_range, median, speed_ratio
 
+    given_tps = n_tokens / median(runs["given"]["cpu"])
     rows = []
-    for label, source in sources:
-        res = runs[label]
-        if label == "none":
-            rows.append(["none", source, f"{n_sentences / median(res['cpu']):,.1f}", "(reference)", "(reference)"])
-            continue
-        cpu, rng = speed_ratio(res, runs["none"], "cpu")
-        wall, _ = speed_ratio(res, runs["none"], "wall")
-        rows.append([label.split(" ")[0], source, f"{n_sentences / median(res['cpu']):,.1f}",
-                     f"{cpu:.3g}x{fmt_range(rng, '.3g')}", f"{wall:.3g}x"])
+    for label, _, _ in configs:
+        res, st = runs[label], stats[label]
+        t = median(res["cpu"])
+        ratio, rng = (1.0, None) if label == "given" else speed_ratio(res, runs["given"], "cpu")
+        wall = 1.0 if label == "given" else speed_ratio(res, runs["given"], "wall")[0]
+        eff = st["positions"] / t / given_tps
+        rows.append([label, f"{n_sentences / t:,.1f}", f"{n_tokens / t:,.0f}",
+                     "(reference)" if label == "given" else f"{ratio:.3g}x{fmt_range(rng, '.3g')}",
+                     f"{st['positions'] / n_tokens:.1f}", f"{eff:.2f}x", f"{wall:.3g}x", f"{st['ppl']:.2f}"])
     return rows
 
 
-def run_scoring(a, dictionary):
-    """The scoring part: ``none``'s plain scoring vs a ``position`` decoder under ``given``, ``self`` and
-    ``beam:K`` (:class:`~sipe_fairseq.eval.prefix_tags.PrefixTagScorer`, KV cache), timed in one process by
-    :func:`benchlib.paired_runs`; prints its table."""
-    from benchlib import markdown_table, paired_runs
-    from sipe_fairseq.eval.prefix_tags import PrefixTagScorer
+def scoring_setup(a, dictionary):
+    """(model, sentences, eos, pad, description): a checkpoint and the first ``--score-sentences`` sentences of
+    ``--score-split`` of ``--data`` (real sentences), else a random-init ``position`` decoder and random sentences."""
+    import torch
+
+    if a.data:
+        from sipe_fairseq.checkpoints import load_lm
+        from sipe_fairseq.eval.prefix_scores import load_split_sentences
+
+        model, task = load_lm(a.path, a.data)
+        model.eval()
+        sents, _ = load_split_sentences(task, a.score_split)
+        sents = sents[:a.score_sentences]
+        d = task.source_dictionary
+        n_params = sum(p.numel() for p in model.parameters())
+        return model, sents, d.eos(), d.pad(), (f"{a.path} ({n_params:,} parameters, placement "
+                                                f"{getattr(task.args, 'tag_head_placement', 'first_subword')}), the first "
+                                                f"{len(sents)} sentences of {a.data} {a.score_split}")
     from sipe_fairseq.models.sipe_lm import SiPETransformerXLModel
+    from sipe_fairseq.structure.sentences import prepare
 
     a = argparse.Namespace(**{**vars(a), "tokens": max(a.tokens, 3 * ((3 * a.score_words) // 2) + 2)})  # longest sentence
-    models = {inj: SiPETransformerXLModel(build("sipe_txl", inj, a, dictionary)).eval() for inj in ("none", "position")}
-    sents = random_sentences(a.score_sentences, a.score_words, dictionary, a.seed)
-    sources = [("none", "plain")] + [(f"position [{src}]", src) for src in ["given"] + a.score_sources]
-    scorers = {lab: PrefixTagScorer(models["none" if lab == "none" else "position"], "given" if src == "plain" else src,
-                                    eos=dictionary.eos(), pad=dictionary.pad()) for lab, src in sources}
-    assert not scorers["none"].sees_tags and all(s.cache for lab, s in scorers.items() if lab != "none")
-    fns = {lab: (lambda sc=sc: sc.score_batch(sents)) for lab, sc in scorers.items()}
-    for fn in fns.values():  # first-call costs out of the measurement
-        fn()
+    model = SiPETransformerXLModel(build("sipe_txl", "position", a, dictionary)).eval()
+    with torch.no_grad():  # sharper heads than the init, as a trained model's
+        model.decoder.terminal_head.weight.mul_(8)
+        model.decoder.nonterminal_head.weight.mul_(8)
+    sents = [prepare(i, *s, eos=dictionary.eos()) for i, s in
+             enumerate(random_sentences(a.score_sentences, a.score_words, dictionary, a.seed))]
+    return model, sents, dictionary.eos(), dictionary.pad(), (
+        f"a random-init position decoder, d {a.embed_dim} x {a.layers} layers ({a.heads} heads, FFN {a.ffn}), vocab "
+        f"{a.vocab}, {len(sents)} random sentences (about {a.score_words} words each)")
+
+
+def run_scoring(a, dictionary):
+    """The scoring part: a SiPE decoder under ``given`` (one full forward per batch), ``self`` and each
+    ``beam:K`` (the structure engine, KV cache, ``--score-batch`` sentences at a time), and ``beam:K`` pruned
+    to the heads' top M pairs, timed in one process by :func:`benchlib.paired_runs`; prints its table."""
+    import math
+
+    from benchlib import markdown_table, paired_runs
+    from sipe_fairseq.structure.family import StructureOptions
+    from sipe_fairseq.structure.scoring import score_sentences
+
+    model, sents, eos, pad, what = scoring_setup(a, dictionary)
+    configs = [("given", "given", 0)] + [(src, src, 0) for src in a.score_sources]
+    configs += [(f"beam:{a.score_prune_k} top {m}", f"beam:{a.score_prune_k}", m) for m in a.score_top_pairs]
+    stats = {}
+
+    def fn(label, source, m):
+        out = score_sentences(model, sents, source, StructureOptions(placement=a.placement, top_pairs=m), eos, pad,
+                              a.score_batch)
+        tokens = sum(s.n_tokens for s in out)
+        stats[label] = {"positions": sum(s.extra.get("positions", s.n_tokens) for s in out),
+                        "ppl": math.exp(-sum(s.logprob for s in out) / tokens)}
+
+    fns = {label: (lambda c=(label, src, m): fn(*c)) for label, src, m in configs}
+    for f in fns.values():  # first-call costs out of the measurement
+        f()
     runs = paired_runs(fns, a.score_rounds)
-    n_tokens = sum(len(t) for t, _, _ in sents)
-    print(f"\n### Scoring with prefix tags: d {a.embed_dim} x {a.layers} layers ({a.heads} heads, FFN {a.ffn}), vocab "
-          f"{a.vocab}, {len(sents)} random sentences ({n_tokens} tokens incl. </s>, about {a.score_words} words each), "
-          f"{a.threads} thread(s), {a.score_rounds} rounds\n")
-    print(markdown_table(["model", "tags", "sentences/s (CPU)", "vs none plain, CPU [range]", "vs none, wall"],
-                         scoring_rows(runs, sources, len(sents)), align="llrrr"))
-    print("\nnone plain = one forward per sentence (no tags); position: given = the data's tags, one forward; self and "
-          "beam:K through the KV cache (PrefixTagScorer). Ratio = median over rounds of the per-round throughput ratio "
-          "to none plain (same round, same process, order rotated each round); [range] = their min-max.")
+    n_tokens = sum(s.n for s in sents)
+    print(f"\n### Scoring with structure from the prefix: {what}; {n_tokens} tokens incl. </s>; {a.threads} thread(s), "
+          f"{a.score_batch} sentences per batch, {a.score_rounds} rounds\n")
+    print(markdown_table(["tags", "sentences/s (CPU)", "tokens/s (CPU)", "vs given, CPU [range]", "positions/token",
+                          "efficiency", "vs given, wall", "ppl/token"],
+                         scoring_rows(runs, configs, len(sents), n_tokens, stats), align="lrrrrrrr"))
+    print("\ngiven = the data's tags, one full forward per batch; self and beam:K through the KV cache, every hypothesis "
+          "of every sentence of a batch in one decoder call per position. positions/token = decoder positions run "
+          "(hypotheses x positions) per token; efficiency = positions/s over given's tokens/s. Ratios = median over "
+          "rounds of the per-round throughput ratio to given (same round, same process, order rotated each round); "
+          "[range] = their min-max. ppl/token: exact for given (p(x|tags)) and self, the bound for beam.")
     return runs
 
 
@@ -204,7 +250,15 @@ def main():
     p.add_argument("--quick", action="store_true", help="tiny sizes (d 64, 2 layers, 64 tokens, 1 round): a smoke test")
     p.add_argument("--parts", nargs="+", default=["sampling", "scoring"], choices=("sampling", "scoring"),
                    help="sampling: the KV-cache/injection table; scoring: beam:K prefix-tag scoring vs none")
-    p.add_argument("--score-sentences", type=int, default=8, help="scoring: random sentences per round")
+    p.add_argument("--data", help="scoring: a sipe-preprocess directory: score real sentences with --path")
+    p.add_argument("--path", help="scoring: the checkpoint scored on --data")
+    p.add_argument("--score-split", default="test", help="scoring: the split of --data (default test)")
+    p.add_argument("--placement", default="first_subword", help="scoring, random model: the tag head placement")
+    p.add_argument("--score-batch", type=int, default=64, help="scoring: sentences per batch (default 64)")
+    p.add_argument("--score-top-pairs", type=int, nargs="*", default=[2, 3],
+                   help="scoring: also beam:--score-prune-k pruned to the heads' top M pairs, for each M (default 2 3)")
+    p.add_argument("--score-prune-k", type=int, default=16, help="scoring: the beam width of the pruned rows")
+    p.add_argument("--score-sentences", type=int, default=64, help="scoring: sentences per round")
     p.add_argument("--score-words", type=int, default=20, help="scoring: mean words per sentence (1-3 subwords each)")
     p.add_argument("--score-sources", nargs="+", default=["self", "beam:1", "beam:4", "beam:16"],
                    help="scoring: tag sources of the position decoder besides given")
@@ -212,20 +266,22 @@ def main():
     a = p.parse_args()
     if a.quick:
         a.embed_dim, a.ffn, a.layers, a.tokens, a.repeats, a.warmup = 64, 256, 2, 64, 1, 0
-        a.score_sentences, a.score_words, a.score_rounds = 4, 8, 2
+        a.score_sentences, a.score_words, a.score_rounds, a.score_prune_k = 4, 8, 2, 4
 
     import torch
     import sipe_fairseq  # noqa: F401  (registers the models)
     from fairseq.data import Dictionary
 
-    from sipe_fairseq.eval.prefix_tags import parse_tag_source
+    from sipe_fairseq.structure.sources import parse_source
 
     for src in a.score_sources:
         try:
-            if parse_tag_source(src)[0] == "given":
+            if parse_source(src).kind == "given":
                 raise ValueError("given is always run")
         except ValueError as e:
             p.error(f"--score-sources {src}: {e}")
+    if bool(a.data) != bool(a.path):
+        p.error("--data and --path go together (real sentences scored by a checkpoint)")
     torch.set_num_threads(a.threads)
     dictionary = Dictionary()
     for i in range(a.vocab - len(dictionary)):

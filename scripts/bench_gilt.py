@@ -13,8 +13,8 @@ round (``benchlib.paired_runs``); the ratio is the median of the per-round ratio
 and load for both, so the ratio is what counts on a shared machine), [min-max] beside it. Memory:
 each model's first step under ``torch.profiler`` with ``profile_memory``, the maximum of the running
 sum of allocator events plus the tensors alive before (parameters, Adam state, batch). Scoring: the
-first ``--sentences`` sentences of the valid split, sentences/s of ``eval/gilt_scoring.py``'s beam
-over graphs for every ``--beams BEAM:COUNT_BEAM`` (the paper's default is 300:5; SyntaxGym and GLUE
+first ``--sentences`` sentences of the valid split, sentences/s of the structure engine's beam
+over graphs (``sipe_fairseq/structure``, a batch of 64 sentences at a time) for every ``--beams BEAM:COUNT_BEAM`` (the paper's default is 300:5; SyntaxGym and GLUE
 parsing use 20:5) against the ``none`` model's plain scoring of the same sentences (one forward of
 ``</s>`` + the sentence each, log-softmax, the targets' log-probabilities): every round runs all
 of them in rotated order after one unmeasured run, ratios paired by round as for the train step.
@@ -148,22 +148,25 @@ def main():
     paired_runs(steps, 2)  # unmeasured rounds
     train = paired_runs(steps, args.rounds)
 
-    from sipe_fairseq.eval.gilt_scoring import read_sentences, score_sentence
+    from sipe_fairseq.eval.prefix_scores import load_split_sentences
+    from sipe_fairseq.structure.family import StructureOptions
+    from sipe_fairseq.structure.scoring import score_sentences
 
     task = built["gilt"][0]
-    sents = read_sentences(args.data, "valid", task.dictionary, args.sentences)
+    sentences = load_split_sentences(task, "valid")[0][:args.sentences]
+    sents = [(s.words(), s.arcs) for s in sentences]
     eos = task.dictionary.eos()
     gilt, none = built["gilt"][1], built["none"][1]
 
-    def score_none():  # as PrefixTagScorer's plain scoring: one forward, log-softmax, the targets' log-probs
+    def score_none():  # plain scoring: one forward, log-softmax, the targets' log-probs
         for words, _ in sents:
             toks = torch.tensor([eos] + [t for w in words for t in w] + [eos])
             logits = none(toks[None, :-1])[0]
             float(F.log_softmax(logits[0].double(), -1).gather(-1, toks[1:, None]).sum())
 
     def score_beam(beam, count_beam):
-        for words, _ in sents:
-            score_sentence(gilt, words, eos, beam=beam, count_beam=count_beam)
+        score_sentences(gilt, sentences, f"beam:{beam}", StructureOptions(count_beam=count_beam), eos,
+                        task.dictionary.pad())
 
     fns = {"none": score_none}
     fns.update({beam_label(b, c): (lambda b=b, c=c: score_beam(b, c)) for b, c in beams})

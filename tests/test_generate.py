@@ -139,9 +139,6 @@ class EosBiased(torch.nn.Module):
     def reorder_incremental_state_scripting(self, state, order):
         self.inner.reorder_incremental_state_scripting(state, order)
 
-    def max_positions(self):
-        return self.inner.max_positions()
-
 
 @pytest.mark.parametrize("placement", ["first_subword", "last_subword"])
 def test_sampled_sentences_always_decode_to_a_tree(dictionary, placement):
