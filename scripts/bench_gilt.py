@@ -14,7 +14,8 @@ and load for both, so the ratio is what counts on a shared machine), [min-max] b
 each model's first step under ``torch.profiler`` with ``profile_memory``, the maximum of the running
 sum of allocator events plus the tensors alive before (parameters, Adam state, batch). Scoring: the
 first ``--sentences`` sentences of the valid split, sentences/s of the structure engine's beam
-over graphs (``sipe_fairseq/structure``, a batch of 64 sentences at a time) for every ``--beams BEAM:COUNT_BEAM`` (the paper's default is 300:5; SyntaxGym and GLUE
+over graphs (``sipe_fairseq/structure``, 64 sentences at a time) for every
+``--beams BEAM:COUNT_BEAM`` (the paper's default is 300:5; SyntaxGym and GLUE
 parsing use 20:5) against the ``none`` model's plain scoring of the same sentences (one forward of
 ``</s>`` + the sentence each, log-softmax, the targets' log-probabilities): every round runs all
 of them in rotated order after one unmeasured run, ratios paired by round as for the train step.
