@@ -225,8 +225,7 @@ def test_generate_non_utf8_prompts(toy_data, lm_checkpoint, tmp_path):
     (["--nbest", "3", "--beam", "2"], "sipe-generate: ERROR: --nbest 3 is larger than --beam 2"),
     (["--sampling", "--temperature", "0"], "sipe-generate: error: argument --temperature: expected a number > 0, got 0"),
     (["--sampling", "--sampling-topk", "0"], "sipe-generate: ERROR: --sampling-topk 0: expected k >= 1 (or -1: all words)"),
-    (["--prompt-tags", "bogus"], "sipe-generate: ERROR: --prompt-tags: unknown parser 'bogus'; available: "
-                                 "['hexatagger', 'spacy']"),
+    (["--prompt-tags", "bogus"], "sipe-generate: ERROR: --prompt-tags: unknown parser 'bogus'; available: [*"),
     (["--data", "{tmp}"], "sipe-generate: ERROR: --data {tmp}: no dict.txt there: not a sipe-preprocess directory"),
 ])
 def test_generate_bad_options_before_any_model(toy_data, tmp_path, options, line):
@@ -236,7 +235,11 @@ def test_generate_bad_options_before_any_model(toy_data, tmp_path, options, line
     options = [o.format(tmp=tmp_path) for o in options]
     proc = _generate("--path", tmp_path / "missing.pt", "--data", toy_data, *options, stdin="the dog\n")
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip().splitlines()[-1] == line.format(tmp=tmp_path)
+    last = proc.stderr.strip().splitlines()[-1]
+    if line.endswith("[*"):  # the registered backends: also the test session's fakes when forked from a worker
+        assert last.startswith(line[:-1]) and "'hexatagger'" in last and "'spacy'" in last
+    else:
+        assert last == line.format(tmp=tmp_path)
 
 
 def test_generate_prompt_tags_not_a_hexatagger(toy_data, lm_checkpoint, tmp_path):

@@ -47,6 +47,55 @@ def _total(terms):
     return out
 
 
+def _buffers(cache: dict, name: str):
+    """(live, spare) buffers of cache entry ``name``; live is None when ``cache[name]`` is not a view of
+    it (a new cache, or one a caller replaced)."""
+    live, spare = cache.get(f"{name}_buf"), cache.get(f"{name}_spare")
+    cur = cache.get(name)
+    if live is None or cur is None or cur.data_ptr() != live.data_ptr() or cur.stride() != live[: cur.size(0)].stride():
+        live = None
+    return live, spare
+
+
+def _room(buf, like, rows: int, length: int):
+    """``buf`` if it holds ``rows`` x ``length`` positions (in ``like``'s dtype), else a new buffer shaped
+    like ``like`` with room to grow: as many positions as ``like`` has if that is enough, else doubled
+    (at least ``length``, 64); rows as asked or as ``buf`` had. The KV cache is written in place, never
+    re-concatenated."""
+    if buf is not None and buf.size(0) >= rows and buf.size(2) >= length and buf.dtype == like.dtype:
+        return buf
+    have = like.size(2)
+    positions = have if have >= length else max(length, 2 * have, 64)
+    return like.new_empty(max(rows, buf.size(0) if buf is not None else 0), like.size(1), positions, like.size(3))
+
+
+def _append(cache: dict, k_new: torch.Tensor, v_new: torch.Tensor):
+    """Keys and values of the cached positions plus the new ones, as views of preallocated buffers
+    (``{k,v}_buf``, with a ``{k,v}_spare`` of the same size that :meth:`SiPEAttention.reorder_cache`
+    gathers into): appending writes the new positions only, and a reorder writes the kept rows into
+    memory already allocated. A cache belongs to one decoding (a shallow copy shares its buffers)."""
+    out = []
+    for name, new in (("k", k_new), ("v", v_new)):
+        past = cache.get(name)
+        if past is None:
+            buf = _room(None, new, new.size(0), new.size(2))
+            s = 0
+        else:
+            live, _ = _buffers(cache, name)
+            s = past.size(2)
+            buf = live if live is not None and live.size(2) >= s + new.size(2) and live.size(0) >= past.size(0) else None
+            if buf is None:  # grow (or adopt a tensor a caller put there)
+                buf = _room(None, past, past.size(0), s + new.size(2))
+                buf[: past.size(0), :, :s] = past
+                cache[f"{name}_spare"] = None
+        rows = new.size(0)
+        buf[:rows, :, s:s + new.size(2)] = new
+        view = buf[:rows, :, : s + new.size(2)]
+        cache[name], cache[f"{name}_buf"] = view, buf
+        out.append(view)
+    return out
+
+
 class SiPEAttention(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, position: str = "relative", bias: bool = False,
                  window: int = 0, rotary_base: float = 10000.0):
@@ -192,9 +241,7 @@ class SiPEAttention(nn.Module):
         offsets = [o for o in (inj.value_offset(new_tags) for inj in hooks) if o is not None]
         if offsets:  # Eq. 9, by linearity on the values (as the full forward)
             v = v + _total(offsets).to(v.dtype)
-        keys = k_new if past is None else torch.cat([past, k_new], dim=2)
-        values = v if past is None else torch.cat([cache["v"], v], dim=2)
-        cache["k"], cache["v"] = keys, values
+        keys, values = _append(cache, k_new, v)
 
         q_content = q + self.u_bias[None, :, None, :] if self.relative is not None else q
         scores = torch.matmul(q_content * self.score_scale, keys.transpose(-1, -2))  # AC, (B, H, k, S+k)
@@ -229,5 +276,16 @@ class SiPEAttention(nn.Module):
 
     @staticmethod
     def reorder_cache(cache: Dict[str, torch.Tensor], new_order: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """The cache for batch rows ``new_order`` (beam search: may repeat or drop rows)."""
-        return {name: t if name == "r" else t.index_select(0, new_order) for name, t in cache.items()}
+        """The cache for batch rows ``new_order`` (beam search: may repeat or drop rows): the rows are
+        gathered into the spare buffer, which becomes the live one (:func:`_append`)."""
+        if "k" not in cache:
+            return dict(cache)
+        out = {name: t for name, t in cache.items() if name == "r"}
+        rows, n = len(new_order), cache["k"].size(2)
+        for name in ("k", "v"):
+            live, spare = _buffers(cache, name)
+            spare = _room(spare, live, rows, n)
+            view = spare[:rows, :, :n]
+            torch.index_select(cache[name], 0, new_order, out=view)
+            out[name], out[f"{name}_buf"], out[f"{name}_spare"] = view, spare, live
+        return out
