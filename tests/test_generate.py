@@ -327,9 +327,8 @@ def test_sipe_generate_prompts_to_conllu(trained, tmp_path):
     assert len(blocks) == 6
     for meta, rows in blocks:
         words = [r[1] for r in rows]
-        given = meta["prompt"].split()  # the last prompt word may go on with continuation subwords
-        assert meta["text"].split() == words and words[:max(len(given) - 1, 0)] == given[:-1]
-        assert not given or words[len(given) - 1].startswith(given[-1])
+        given = meta["prompt"].split()  # the prompt's words stay whole: the first generated token starts a word
+        assert meta["text"].split() == words and words[:len(given)] == given
         tags = [tuple(t.rstrip("*").split("/")) for t in meta["tags"].split()]
         heads = [int(r[6]) for r in rows]
         assert decode(tags) == heads and [r[9] for r in rows] == [f"Hexatag={t},{n}" for t, n in tags]
@@ -354,9 +353,26 @@ def test_sipe_generate_keeps_parser_tags_of_the_prompt(trained, tmp_path):
     (meta, rows), = conllu_blocks(out)
     tags = meta["tags"].split()
     n = len(words)
-    assert [r[1] for r in rows][:n - 1] == words[:-1] and rows[n - 1][1].startswith(words[-1])
+    assert [r[1] for r in rows][:n] == words
     assert tags[:n - 1] == [f"{t}/{nt}*" for t, nt in given[:n - 1]]  # kept, marked as the prompt's
     assert not tags[n - 1].endswith("*")  # the parse closes its tree there: the model chose that pair
+
+
+def test_sipe_generate_keeps_the_prompt_words_whole(trained, tmp_path):
+    """The first generated token starts a new word: "the dog" stays "the dog" in every sample, the tag
+    of the word after it sits on a new word; with --continue-word the last prompt word may go on (here it
+    does in some of 24 samples)."""
+    data, ck = trained
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the dog\nthe cat\n")
+    common = [sys.executable, "-m", "sipe_fairseq.cli.generate", "--path", ck, "--data", data, prompts, "--sampling",
+              "--beam", "12", "--nbest", "12", "--max-len", "8", "--seed", "3"]
+    whole = conllu_blocks(run(common, tmp_path))
+    assert len(whole) == 24
+    for meta, rows in whole:
+        assert [r[1] for r in rows][:2] == meta["prompt"].split()
+    going_on = conllu_blocks(run(common + ["--continue-word"], tmp_path))
+    assert any([r[1] for r in rows][1] != meta["prompt"].split()[1] for meta, rows in going_on)
 
 
 def test_sipe_generate_bad_checkpoint_is_one_line(tmp_path):

@@ -64,6 +64,9 @@ def get_parser() -> argparse.ArgumentParser:
                    help="at most this many tokens generated after the prompt (</s> not counted; the prompt is never cut, "
                         "and the model's positions bound prompt + continuation)")
     p.add_argument("--seed", type=int, default=1, help="random seed")
+    p.add_argument("--continue-word", action="store_true",
+                   help="the first generated token may continue the prompt's last word (default: it starts a new word, "
+                        "so the prompt's words stay whole)")
     p.add_argument("--prompt-tags", metavar="SPEC", default=None,
                    help="parse each prompt with this backend and keep its tags (GiLT: its tree's arcs) "
                         "(default: the model chooses them)")
@@ -201,7 +204,8 @@ def run(args, prompts: List[str], model, task, backend=None) -> int:
                 raise PromptError(f"{name}:{i + 1}: the parser failed on the prompt: {parse}")
             parses[i] = parse
     gen_args = argparse.Namespace(beam=args.beam, sampling=args.sampling, sampling_topk=args.sampling_topk,
-                                  temperature=args.temperature, max_len_a=0, max_len_b=args.max_len, min_len=1)
+                                  temperature=args.temperature, max_len_a=0, max_len_b=args.max_len, min_len=1,
+                                  continue_word=args.continue_word)
     try:
         generator = task.build_generator([model], gen_args)
     except ValueError as e:  # a model that cannot choose the tags or arcs it reads (no tag heads, no arc scorer)

@@ -22,6 +22,9 @@ class HexatagLMConfig(LanguageModelingConfig, SiPEDataConfig):
     tag_head_placement: ChoiceEnum(["first_subword", "last_subword"]) = field(
         default="first_subword", metadata={"help": "where the tag heads predict the next word's tags: at the previous "
                                                    "word's first subword (paper A.1) or just before the word (most context)"})
+    continue_prompt_word: bool = field(
+        default=False, metadata={"help": "generation: the first generated token may continue the prompt's last word "
+                                         "(default: it starts a new word, so the prompt's words stay whole)"})
     inference_tags: ChoiceEnum(["given", "self"]) = field(
         default="given", metadata={"help": "fairseq-eval-lm: the tags the model reads. given: the data's (a parse of "
                                            "the whole sentence, p(x | tags); gilt_lm: the gold graph); self: chosen by the "
@@ -83,8 +86,9 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         if getattr(args, "score_reference", False):  # scoring the data's sentences: with their own tags
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
         try:
+            continue_word = bool(getattr(args, "continue_word", False) or getattr(self.args, "continue_prompt_word", False))
             models, wrapped = wrap_for_generation(models, self.target_dictionary, str(self.args.tag_head_placement),
-                                                  bool(getattr(args, "sampling", False)))
+                                                  bool(getattr(args, "sampling", False)), continue_word=continue_word)
         except ValueError as e:  # a model that cannot choose what it reads: one line (USER_ERRORS), no traceback
             raise OptionError(f"generation: {e}") from e
         if wrapped and len(models) > 1:
