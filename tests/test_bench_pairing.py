@@ -139,13 +139,16 @@ def test_generate_random_sentences_are_tagged_trees():
 
 
 def test_generate_scoring_rows():
+    """Throughput ratios to given paired by round, positions per token and efficiency from the stats."""
     gen = _load("bench_generate")
     slots = [[0, 0], [1, 0], [2, 0]]
-    runs = {"none": {"wall": [1.0, 2.0, 1.0], "cpu": [1.0, 1.0, 1.0], "slots": slots},
-            "position [beam:4]": {"wall": [10.0, 20.0, 10.0], "cpu": [5.0, 4.0, 5.0], "slots": slots}}
-    rows = gen.scoring_rows(runs, [("none", "plain"), ("position [beam:4]", "beam:4")], 8)
-    assert rows[0] == ["none", "plain", "8.0", "(reference)", "(reference)"]
-    assert rows[1] == ["position", "beam:4", "1.6", "0.2x [0.2-0.25]", "0.1x"]
+    runs = {"given": {"wall": [1.0, 2.0, 1.0], "cpu": [1.0, 1.0, 1.0], "slots": slots},
+            "beam:4": {"wall": [10.0, 20.0, 10.0], "cpu": [5.0, 4.0, 5.0], "slots": slots}}
+    stats = {"given": {"positions": 100, "ppl": 10.0}, "beam:4": {"positions": 2500, "ppl": 12.5}}
+    rows = gen.scoring_rows(runs, [("given", "given", 0), ("beam:4", "beam:4", 0)], 8, 100, stats)
+    assert rows[0] == ["given", "8.0", "100", "(reference)", "1.0", "1.00x", "1x", "10.00"]
+    # beam: 8 / 5 s = 1.6 sentences/s, 20 tokens/s, 0.2x [0.2-0.25]; 25 positions per token: 500/s vs given's 100/s
+    assert rows[1] == ["beam:4", "1.6", "20", "0.2x [0.2-0.25]", "25.0", "5.00x", "0.1x", "12.50"]
 
 
 def test_generate_scoring_part_runs(capsys):
@@ -158,12 +161,14 @@ def test_generate_scoring_part_runs(capsys):
     for i in range(60):
         d.add_symbol(f"w{i}")
     a = argparse.Namespace(embed_dim=16, ffn=32, layers=1, heads=2, vocab=64, tokens=16, seed=0, threads=1,
-                           score_sentences=2, score_words=4, score_sources=["self", "beam:2"], score_rounds=2)
+                           score_sentences=2, score_words=4, score_sources=["self", "beam:2"], score_rounds=2,
+                           data=None, path=None, placement="first_subword", score_batch=64, score_top_pairs=[1],
+                           score_prune_k=2)
     runs = gen.run_scoring(a, d)
-    assert set(runs) == {"none", "position [given]", "position [self]", "position [beam:2]"}
+    assert set(runs) == {"given", "self", "beam:2", "beam:2 top 1"}
     assert all(len(r["cpu"]) == 2 for r in runs.values())
     out = capsys.readouterr().out
-    assert "| position | beam:2 |" in out and "| none | plain |" in out
+    assert "| beam:2 | " in out and "| given | " in out and "| beam:2 top 1 | " in out
 
 
 def test_gilt_parse_beams_and_table():

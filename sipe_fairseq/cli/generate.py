@@ -205,7 +205,7 @@ def run(args, prompts: List[str], model, task, backend=None) -> int:
             parses[i] = parse
     gen_args = argparse.Namespace(beam=args.beam, sampling=args.sampling, sampling_topk=args.sampling_topk,
                                   temperature=args.temperature, max_len_a=0, max_len_b=args.max_len, min_len=1,
-                                  continue_word=args.continue_word)
+                                  continue_word=getattr(args, "continue_word", False))
     try:
         generator = task.build_generator([model], gen_args)
     except ValueError as e:  # a model that cannot choose the tags or arcs it reads (no tag heads, no arc scorer)
