@@ -95,7 +95,9 @@ def anchors(dictionary, src, terms, placement):
 
 def check_hypothesis(model, dictionary, hypo, placement, max_len, prompt_len=0):
     """The tags sit on U+2581 pieces; each model-chosen pair is the argmax over the allowed pairs of
-    the heads at its anchor; the hypothesis's scores are the full forward's log-probs."""
+    the heads at its anchor; the hypothesis's scores are the full forward's log-probs. ``max_len``: the
+    generator's max_len_b, the tokens after the prompt."""
+    max_len += prompt_len
     toks = hypo["tokens"].tolist()
     starts = [q for q in range(len(toks) - 1) if q == 0 or dictionary[toks[q]].startswith(MARK)]
     assert hypo["word_starts"] == starts
@@ -222,6 +224,22 @@ def test_prompt_tags_are_kept(dictionary):
         assert h["heads"] is not None
         check_hypothesis(model, dictionary, h, "first_subword", 14, prompt_len=5)
     assert wrapped.decoder.given_replaced == 2  # the last prompt word, once per beam row
+
+
+def test_max_len_counts_generated_tokens_and_long_prompts_are_refused(dictionary):
+    """The structured generator's ``max_len_b`` counts the tokens after the prompt (fairseq's counts the
+    prompt too): a 6-token prompt with max_len_b 4 keeps the prompt and ends within 4 new tokens + </s>;
+    a prompt that leaves no room in the model's 64 positions is refused, not cut."""
+    model = make_model(dictionary)
+    words = [dictionary.index(f"{MARK}w{i}") for i in (1, 2, 3, 4, 5, 6)]
+    prompt = torch.tensor([words])
+    hyps, _ = generate(model, dictionary, beam=2, max_len=4, prompt=prompt)
+    for h in hyps[0]:
+        assert h["tokens"][:6].tolist() == words and len(h["tokens"]) <= 6 + 4 + 1
+    assert any(len(h["tokens"]) > 5 for h in hyps[0])
+    long = torch.tensor([[words[i % 6] for i in range(63)]])
+    with pytest.raises(ValueError, match="sample|prompt.*63 tokens.*no room"):
+        generate(model, dictionary, beam=1, max_len=4, prompt=long)
 
 
 def test_model_without_tags_generates_as_plain_lm(dictionary):

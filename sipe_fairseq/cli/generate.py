@@ -212,6 +212,9 @@ def run(args, prompts: List[str], model, task, backend=None) -> int:
         logger.error(f"{args.path}: {e}")
         return CHECKPOINT_EXIT_STATUS
     generator.print_structure = False
+    from sipe_fairseq.structure.generation import StructuredSequenceGenerator
+
+    structured = isinstance(generator, StructuredSequenceGenerator)
     limit = int(generator.max_len)  # the model's positions: fairseq's generator ends every hypothesis by then
     encoded = []
     for index, prompt in enumerate(prompts):  # all prompts checked before any output
@@ -239,8 +242,9 @@ def run(args, prompts: List[str], model, task, backend=None) -> int:
             "src_terminals": torch.cat([notag, terms[:-1]])[None], "src_nonterminals": torch.cat([notag, nts[:-1]])[None]}}
         if heads is not None and is_gilt(model):  # the parse's tree as the prompt words' arcs
             sample["prompt_arcs"] = [per_word(tree_arcs(heads), len(heads))]
-        # --max-len counts the tokens after the prompt: fairseq's limit covers the forced prompt too
-        generator.max_len_b = len(tokens) - 1 + args.max_len
+        # --max-len counts the tokens after the prompt (the structured generator adds the prompt's length;
+        # a plain LM's fairseq generator counts the forced prompt too)
+        generator.max_len_b = args.max_len if structured else len(tokens) - 1 + args.max_len
         with torch.no_grad():
             hypos = task.inference_step(generator, [model], sample)[0]
         counts["prompts"] += 1

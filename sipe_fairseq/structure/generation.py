@@ -276,13 +276,24 @@ class StructuredSequenceGenerator(SequenceGenerator):
         return [m.decoder for m in self.model.models if isinstance(getattr(m, "decoder", None), StructureChoosingDecoder)]
 
     def _generate(self, sample, prefix_tokens=None, constraints=None, bos_token=None):
+        """``--max-len-b`` counts the tokens generated after the prompt (fairseq's own limit counts the
+        forced prompt too, which cut long prompts); a prompt with no room left in the model's positions
+        is refused, naming the sample."""
         src_len = sample["net_input"]["src_tokens"].size(1)
-        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
+        prompt = 0 if prefix_tokens is None else int(prefix_tokens.ne(self.pad).sum(1).max())
+        if prompt and prompt + 1 > self.max_len - 1:
+            ids = sample.get("id")
+            which = f"sample {int(ids[0])}" if ids is not None and len(ids) == 1 else "a prompt of this batch"
+            raise ValueError(f"generation: {which} is {prompt} tokens; the model's {self.max_len} positions leave no "
+                             "room for a continuation (prompts are never cut)")
+        max_len = min(prompt + int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
+        saved, self.max_len_a, self.max_len_b = (self.max_len_a, self.max_len_b), 0, max_len
         for w in self.wrappers():
             w.max_len = max_len
         try:
             return super()._generate(sample, prefix_tokens, constraints, bos_token)
         finally:
+            self.max_len_a, self.max_len_b = saved
             for w in self.wrappers():  # a prompt is for one batch
                 w.prompt = None
 

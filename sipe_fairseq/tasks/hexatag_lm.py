@@ -114,7 +114,12 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
             prompt = src[:, 1:] if bool(src[:, 0].eq(bos).all()) else src
         wrapper = generator.wrappers()[0]
         wrapper.set_prompt_from_sample(prompt, sample, bos)
-        hypos = super().inference_step(generator, models, sample, prefix_tokens, constraints)
+        try:
+            hypos = super().inference_step(generator, models, sample, prefix_tokens, constraints)
+        except ValueError as e:  # a prompt with no room left (prompts are never cut): one line (USER_ERRORS)
+            if str(e).startswith("generation:"):
+                raise OptionError(str(e)) from e
+            raise
         if getattr(generator, "print_structure", True):
             for i, beam in enumerate(hypos):
                 sid = int(sample["id"][i]) if "id" in sample else i
