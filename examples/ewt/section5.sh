@@ -8,7 +8,8 @@
 #   TAGS=given,self,beam:1,beam:4,beam:16   MAX_SENTENCES=N (score the first N test sentences only)
 #   PARALLEL=2 (evaluations at a time)      SUITE_TAG=x: suites reports named blimp-x-sS.json (runs scored apart)      OUT=dir for the JSON/markdown reports (default $WORK/section5;
 #   the developers commit theirs to examples/ewt/results, so a later session adds seeds without rescoring)
-#   repro: REPRO_RUN=position-s1, REPRO_TAGS="given self beam:1 beam:4 beam:16 beam-word:1 beam-word:4 beam-word:16"
+#   repro: REPRO_RUN=position-s1, REPRO_TAGS="given self beam:1 beam:4 beam:16"
+#          (beam-word:K, the hand reference's ranking, was dropped with the structure engine: results/ keeps its runs)
 #          (one process per source, PARALLEL at a time; none-s1 too, every sentence alone as the reference's `none`)
 # Data: runs/ewt/data-bin from run.sh. Writes $WORK/checkpoints-NAME-sSEED/, $OUT/*.json and *.md.
 # A report that exists is not recomputed: delete it to score again.
@@ -76,7 +77,7 @@ suites_all() {  # BLiMP and SyntaxGym samples, one report per seed with every ru
 repro() {  # issue 12's hand reference: full test split, every sentence alone, unconstrained
   mkdir -p "$OUT"
   run=${REPRO_RUN:-position-s1}
-  for job in "none-s1=given" $(for src in ${REPRO_TAGS:-given self beam:1 beam:4 beam:16 beam-word:1 beam-word:4 beam-word:16}; do echo "$run=$src"; done); do
+  for job in "none-s1=given" $(for src in ${REPRO_TAGS:-given self beam:1 beam:4 beam:16}; do echo "$run=$src"; done); do
     job=${job/=/ }; set -- $job; run=$1; src=$2
     out="$OUT/repro-$run-${src/:/}.json"
     [ -f "$out" ] && continue
