@@ -12,7 +12,9 @@ __version__ = "0.1.0"
 
 def register() -> None:
     """Import the fairseq-registered modules (tasks, models, criterions) and the checkpoint layer
-    (which registers the ``hexatagger`` parser backend); idempotent."""
+    (which registers the ``hexatagger`` parser backend); idempotent. Layer 4 only: nothing above the
+    tasks (no ``eval``, no ``cli``)."""
+    # lazy (heavy): importing sipe_fairseq, e.g. for sipe_fairseq.hexatag, stays free of torch and fairseq
     from . import checkpoints, criterions, models, tasks  # noqa: F401
     from .checkpoints.compat import allow_fairseq_checkpoint_globals
 

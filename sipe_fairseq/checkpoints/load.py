@@ -13,11 +13,13 @@ import pickle
 import re
 from typing import Optional, Tuple
 
+import sipe_fairseq
+
+from ..hexatag.errors import CHECKPOINT_EXIT_STATUS, CheckpointError  # noqa: F401  CHECKPOINT_EXIT_STATUS: re-exported
 from .compat import allow_fairseq_checkpoint_globals
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_EXIT_STATUS = 3  # every sipe-* command: a checkpoint is missing, refused or unreadable
 # tasks whose checkpoints are masked-LM encoders (scored by pseudo-log-likelihood, not by eval-lm)
 MASKED_LM_TASKS = ("hexatag_mlm", "masked_lm")
 _UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
@@ -30,15 +32,10 @@ def _unpickler_reason(message: str) -> str:
     return lines[0] if lines else "not a pickle"
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be loaded; the message is one line naming the file."""
-
-
 def read_checkpoint(path: str, arg_overrides: Optional[dict] = None) -> dict:
     """fairseq's ``load_checkpoint_to_cpu(path, arg_overrides)`` with the allowlist; raises
     :class:`CheckpointError` for a missing, refused (untrusted) or unreadable file."""
-    import sipe_fairseq
-    from fairseq import checkpoint_utils
+    from fairseq import checkpoint_utils  # lazy (heavy): importing sipe_fairseq.checkpoints stays light
 
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint {path}: no such file")
@@ -62,32 +59,34 @@ def read_checkpoint(path: str, arg_overrides: Optional[dict] = None) -> dict:
     return state
 
 
+def scoring_task(saved_name: Optional[str]) -> str:
+    """The registered task that scores a checkpoint saved with task ``saved_name``: ``hexatag_mlm`` for
+    masked-LM encoders, ``gilt_lm`` for GiLT decoders, ``hexatag_lm`` for every other decoder."""
+    if saved_name in MASKED_LM_TASKS:
+        return "hexatag_mlm"
+    return "gilt_lm" if saved_name == "gilt_lm" else "hexatag_lm"
+
+
 def load_lm(path: str, data: str, context_window: int = 0):
     """(model, task) for a checkpoint, scored on ``data``: a ``hexatag_lm`` task for decoders
     (``hexatag_lm`` and stock ``language_modeling`` checkpoints; ``gilt_lm`` for GiLT ones), a ``hexatag_mlm`` task for
     masked-LM encoders (``hexatag_mlm`` and stock ``masked_lm`` ones, e.g. fairseq ``roberta``),
     built from the checkpoint's own task settings; the encoder task's dictionary is ``dict.txt``
     with ``<mask>`` appended, as in training."""
+    # lazy (heavy): importing sipe_fairseq.checkpoints stays light
     from fairseq import checkpoint_utils
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
     from omegaconf import OmegaConf
 
-    from ..tasks.gilt_lm import GiltLanguageModelingTask, GiltLMConfig
-    from ..tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
-    from ..tasks.hexatag_mlm import HexatagMaskedLMTask, HexatagMLMConfig
-
     overrides = {"data": data}
-    state = read_checkpoint(path, overrides)
+    state = read_checkpoint(path, overrides)  # registers the plugin's tasks (sipe_fairseq.register)
     saved = OmegaConf.to_container(state["cfg"]["task"], resolve=True)
-    if saved.get("_name") in MASKED_LM_TASKS:
-        if context_window:
-            raise ValueError(f"{path}: a masked-LM encoder ({saved['_name']} checkpoint) has no --context-window")
-        config, task_cls = HexatagMLMConfig, HexatagMaskedLMTask
-    elif saved.get("_name") == "gilt_lm":  # GiLT decoders read the gold graphs ({split}.arcs), not hexatags
-        if context_window:
-            raise ValueError(f"{path}: a gilt_lm checkpoint scores whole sentences: no --context-window")
-        config, task_cls = GiltLMConfig, GiltLanguageModelingTask
-    else:
-        config, task_cls = HexatagLMConfig, HexatagLanguageModelingTask
+    name = scoring_task(saved.get("_name"))
+    if context_window and name == "hexatag_mlm":
+        raise ValueError(f"{path}: a masked-LM encoder ({saved['_name']} checkpoint) has no --context-window")
+    if context_window and name == "gilt_lm":  # GiLT decoders read the gold graphs ({split}.arcs), not hexatags
+        raise ValueError(f"{path}: a gilt_lm checkpoint scores whole sentences: no --context-window")
+    config, task_cls = TASK_DATACLASS_REGISTRY[name], TASK_REGISTRY[name]  # looked up by name: no task import
     fields = set(config.__dataclass_fields__)
     cfg = OmegaConf.merge(OmegaConf.structured(config), {k: v for k, v in saved.items() if k in fields})
     cfg.data = data
@@ -102,7 +101,7 @@ def load_with_task(path: str, data: Optional[str] = None, state: Optional[dict] 
     overrides the task's data directory. A tagger whose encoder came from ``--init-encoder``
     rebuilds from its own config; the init checkpoint is not needed. ``state``: the checkpoint
     already read by :func:`read_checkpoint` with the same ``data``."""
-    from fairseq import checkpoint_utils
+    from fairseq import checkpoint_utils  # lazy (heavy): importing sipe_fairseq.checkpoints stays light
 
     overrides = {"data": data} if data else {}
     state = read_checkpoint(path, overrides) if state is None else state

@@ -41,6 +41,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..hexatag.errors import DataError
 from .arcs import ArcError, decode_words
 from .mlm_dataset import word_start_mask
 from .tag_dictionary import FIRST_TAG_ID, NOTAG_ID
@@ -58,12 +59,6 @@ _IDX_HEADER = len(_IDX_MAGIC) + 8 + 1 + 8  # magic, version <Q, dtype code <B, c
 _IDX_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.double,
                8: np.uint16, 9: np.uint32, 10: np.uint64}  # fairseq.data.indexed_dataset._code_to_dtype
 _REBUILD = "rebuild the data directory with sipe-preprocess"
-
-
-class DataError(ValueError):
-    """A data directory that cannot be used as it is; the message names the file (and the first bad
-    sentence) in one line. fairseq commands stop on it with that line and exit status 1 (see
-    :mod:`sipe_fairseq.tasks.sipe_data`)."""
 
 
 # ----------------------------------------------------------------------------- streams

@@ -1,4 +1,15 @@
-"""Errors raised by the hexatag core. All are ``ValueError`` subclasses."""
+"""The plugin's error classes and exit statuses, in its lowest layer so that every layer can raise
+and catch them (pure Python: no torch, no fairseq).
+
+* The hexatag core's errors (:class:`HexatagError` and its subclasses), all ``ValueError``.
+* The user errors (:data:`USER_ERRORS`): :class:`DataError`, :class:`EvaluationError`,
+  :class:`OptionError`, :class:`CheckpointError`. Each message is one line naming the file or the
+  option. A fairseq command stops on one with that line and exit status 1, without a traceback
+  (the ``sys.excepthook`` of :mod:`sipe_fairseq.tasks.sipe_data`); a ``sipe-*`` command that cannot
+  read a checkpoint prints the line and exits with :data:`CHECKPOINT_EXIT_STATUS`.
+"""
+
+CHECKPOINT_EXIT_STATUS = 3  # every sipe-* command: a checkpoint is missing, refused or unreadable
 
 
 class HexatagError(ValueError):
@@ -19,3 +30,25 @@ class ConlluError(HexatagError):
     def __init__(self, path, line, message):
         self.path, self.line = str(path), line
         super().__init__(f"{path}:{line}: {message}")
+
+
+class DataError(ValueError):
+    """A data directory that cannot be used as it is; the message names the file (and the first bad
+    sentence) in one line (:mod:`sipe_fairseq.data.validate`)."""
+
+
+class EvaluationError(RuntimeError):
+    """An evaluation that cannot give a meaningful result (e.g. it scored no token)."""
+
+
+class OptionError(ValueError):
+    """Options that cannot work together (e.g. ``--task gilt_lm`` with blocks that cut sentences, or
+    generation with a model that cannot choose the structure it reads), or data the options cannot
+    take (a ``gilt_lm`` sentence longer than ``--tokens-per-sample``)."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be loaded; the message is one line naming the file."""
+
+
+USER_ERRORS = (DataError, EvaluationError, OptionError, CheckpointError)

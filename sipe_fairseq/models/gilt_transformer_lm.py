@@ -10,8 +10,8 @@ reads o_w = [h^(L-1)_(k-1); h^(L/2+1)_(k-1); wte+wpe of x_k] (hidden_states[-2],
 and the scaled token + position embedding after dropout, fairseq's ``inner_states[0]``).
 
 ``--gilt-init-from CKPT`` (read by task ``gilt_lm`` when a model is first built, see
-:mod:`.gilt_init`) copies a trained ``transformer_lm``/``sipe_transformer_lm`` (or an earlier stage's
-``gilt_transformer_lm``) checkpoint: its architecture settings replace the preset's, every weight
+:mod:`sipe_fairseq.checkpoints.gilt_init`) copies a trained ``transformer_lm``/``sipe_transformer_lm``
+(or an earlier stage's ``gilt_transformer_lm``) checkpoint: its architecture settings replace the preset's, every weight
 of the base is copied, the graph projections (``--gilt-proj-init zero``: the model starts as the
 base LM, exactly) and the arc scorer are new. A ``sipe_transformer_lm`` base keeps its hexatag input
 injection (``--gilt-hexatag-input``, set from the checkpoint); its tag heads are dropped.

@@ -10,7 +10,7 @@ first subwords. The encoder is one of:
   sentence encoder (``roberta*``), from scratch with the architecture's preset sizes;
 * ``--init-encoder CK.pt``: that body initialized from a ``hexatag_mlm`` (sipe_*) or fairseq
   ``masked_lm`` (``roberta``) checkpoint, its architecture settings taken from the checkpoint's
-  config (see :mod:`sipe_fairseq.models.encoder_init`). Its LM head (and MLM tag heads,
+  config (see :mod:`sipe_fairseq.checkpoints.encoder_init`). Its LM head (and MLM tag heads,
   classification heads) are dropped; the tag heads are new.
 
 A body sees ``<s> tokens </s>`` as in masked-LM pre-training: the model prepends ``<s>`` and drops
@@ -29,9 +29,9 @@ import torch.nn as nn
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
 
+from ..checkpoints import encoder_init
 from ..data.tag_dictionary import NOTAG_ID
 from ..modules import SiPETransformerLayer
-from . import encoder_init
 from ._common import build_tag_heads, preset
 
 logger = logging.getLogger(__name__)

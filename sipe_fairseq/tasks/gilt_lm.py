@@ -14,10 +14,11 @@ from fairseq import utils
 from fairseq.data import data_utils
 from fairseq.tasks import register_task
 
+from ..checkpoints import gilt_init
 from ..data.arc_streams import load_arc_stream
 from ..data.gilt_dataset import WHOLE_SENTENCE_BREAK_MODES, GiltLMDataset
+from ..hexatag.errors import OptionError
 from .hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
-from .sipe_data import OptionError
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +59,8 @@ class GiltLanguageModelingTask(HexatagLanguageModelingTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         """A new model with ``--gilt-init-from CKPT`` (``gilt_transformer_lm``) takes the checkpoint's
-        architecture and weights (:mod:`sipe_fairseq.models.gilt_init`); a model rebuilt from its own
+        architecture and weights (:mod:`sipe_fairseq.checkpoints.gilt_init`); a model rebuilt from its own
         checkpoint does not read it again."""
-        from ..models import gilt_init
-
         path = "" if from_checkpoint else getattr(cfg, "gilt_init_from", "")
         base = gilt_init.read_base(path) if path else None
         if base is not None:

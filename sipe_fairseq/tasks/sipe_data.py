@@ -15,8 +15,8 @@
     per-update dropout seed (``seed + num_updates``, ``Trainer._set_seed``) a run resumed from
     ``checkpoint_last.pt`` logs the same loss at every update as the uninterrupted run.
 
-* User errors (:class:`~sipe_fairseq.data.validate.DataError`, :class:`EvaluationError`,
-  :class:`OptionError`, :class:`~sipe_fairseq.checkpoints.CheckpointError`) end a fairseq command with one
+* User errors (:data:`~sipe_fairseq.hexatag.errors.USER_ERRORS`: ``DataError``, ``EvaluationError``,
+  ``OptionError``, ``CheckpointError``, e.g. from ``--gilt-init-from``) end a fairseq command with one
   line on stderr, ``sipe_fairseq: error: <file>: <what>``, and exit status 1, without a traceback: the plugin
   installs a ``sys.excepthook`` for these types only (fairseq runs ``load_dataset`` and ``build_model``
   outside any handler of its own). In Python they are ordinary exceptions.
@@ -31,24 +31,14 @@ import numpy as np
 from fairseq.data import BaseWrapperDataset, data_utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
-from ..checkpoints.load import CheckpointError
 from ..data.tag_dictionary import load_tag_dictionary
 from ..data.tag_streams import load_tag_streams
-from ..data.validate import VALIDATION_MODES, DataError, expectations, split_files, validate_split
+from ..data.validate import VALIDATION_MODES, expectations, split_files, validate_split
+from ..hexatag.errors import (  # noqa: F401  EvaluationError, OptionError: imported from here by the tasks and tests
+    USER_ERRORS, DataError, EvaluationError, OptionError,
+)
 
 logger = logging.getLogger(__name__)
-
-
-class EvaluationError(RuntimeError):
-    """An evaluation that cannot give a meaningful result (e.g. it scored no token)."""
-
-
-class OptionError(ValueError):
-    """Options that cannot work together (e.g. ``--task gilt_lm`` with blocks that cut sentences, or
-    generation with a model that cannot choose the structure it reads)."""
-
-
-USER_ERRORS = (DataError, EvaluationError, OptionError, CheckpointError)  # CheckpointError: e.g. --gilt-init-from
 
 
 def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):

@@ -23,9 +23,12 @@ from dataclasses import dataclass, field
 from typing import Dict, List
 
 import torch
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+from omegaconf import OmegaConf, open_dict
 
-from ..checkpoints.load import CheckpointError, read_checkpoint
+from ..hexatag.errors import CheckpointError
 from .encoder_init import summarize
+from .load import read_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +58,6 @@ class BaseCheckpoint:
 
 
 def _model_config(state) -> dict:
-    from omegaconf import OmegaConf
-
     if state.get("cfg") is not None and state["cfg"].get("model") is not None:
         model = state["cfg"]["model"]
         return OmegaConf.to_container(model, resolve=True) if OmegaConf.is_config(model) else dict(vars(model))
@@ -66,8 +67,6 @@ def _model_config(state) -> dict:
 def read_base(path: str) -> BaseCheckpoint:
     """The checkpoint's family, architecture settings and weights; :class:`CheckpointError` for a
     missing or unreadable file or one of another model family."""
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
-
     state = read_checkpoint(path)
     values = _model_config(state)
     arch = str(values.get("arch") or values.get("_name") or "")
@@ -84,8 +83,6 @@ def read_base(path: str) -> BaseCheckpoint:
 
 def apply_architecture(cfg, base: BaseCheckpoint) -> None:
     """Set the checkpoint's architecture settings on the model config ``cfg`` (logged when they differ)."""
-    from omegaconf import OmegaConf, open_dict
-
     changed = []
     for key, value in base.settings.items():
         old = cfg.get(key) if OmegaConf.is_config(cfg) else getattr(cfg, key, None)

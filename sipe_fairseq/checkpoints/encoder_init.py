@@ -27,8 +27,16 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Dict, List, Optional
 
 import torch
+from fairseq import checkpoint_utils
+from fairseq.data import Dictionary
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY
+from fairseq.models.roberta import RobertaModel
+from fairseq.models.roberta.model import RobertaEncoder
+from fairseq.models.transformer import TransformerConfig
+from omegaconf import OmegaConf
 
-from ..checkpoints.compat import allow_fairseq_checkpoint_globals
+from ..data.tag_dictionary import FIRST_TAG_ID
+from .compat import allow_fairseq_checkpoint_globals
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +55,9 @@ class EncoderInit:
 
 def encoder_kind(arch: str) -> str:
     """``sipe`` or ``roberta`` for a registered architecture; a clear error otherwise."""
-    from fairseq.models import ARCH_MODEL_REGISTRY
-    from fairseq.models.roberta import RobertaModel
-
-    from .sipe_encoder import _SiPEEncoderModel
+    # lazy (cycle): models/sipe_tagger imports this module, and importing models.sipe_encoder runs
+    # models/__init__.py, which imports sipe_tagger
+    from ..models.sipe_encoder import _SiPEEncoderModel
 
     cls = ARCH_MODEL_REGISTRY.get(arch)
     if cls is not None and issubclass(cls, _SiPEEncoderModel):
@@ -83,8 +90,6 @@ def _lookup(cfg, key, default=None):
 def _items(cfg) -> dict:
     if isinstance(cfg, argparse.Namespace):
         return dict(vars(cfg))
-    from omegaconf import OmegaConf
-
     if OmegaConf.is_config(cfg):
         return {k: cfg[k] for k in cfg}
     return dict(cfg)
@@ -93,8 +98,6 @@ def _items(cfg) -> dict:
 def sipe_args(arch: str, values: Optional[dict] = None, max_positions: Optional[int] = None) -> dict:
     """Every field of the model's dataclass: from ``values`` (a checkpoint's config) when present,
     else the architecture preset, else the dataclass default."""
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, MODEL_DATACLASS_REGISTRY
-
     preset = argparse.Namespace()
     ARCH_CONFIG_REGISTRY[arch](preset)
     values = values or {}
@@ -133,9 +136,6 @@ class _ReadRecorder(argparse.Namespace):
 def roberta_args(arch: str, values: Optional[dict] = None, max_positions: Optional[int] = None) -> dict:
     """The settings fairseq's RoBERTa encoder reads (its architecture function and
     ``TransformerConfig.from_namespace``), from ``values`` completed by the architecture."""
-    from fairseq.models import ARCH_CONFIG_REGISTRY
-    from fairseq.models.transformer import TransformerConfig
-
     ns = _ReadRecorder(**{k: v for k, v in (values or {}).items() if not k.startswith("_")})
     if max_positions is not None:
         ns.max_positions = max_positions
@@ -176,15 +176,12 @@ def build_body(spec: dict, dictionary):
         vocab.add_symbol(f"<encoder_extra_{len(vocab)}>")
     args = argparse.Namespace(**spec["args"])
     if spec["kind"] == "sipe":
-        from ..data.tag_dictionary import FIRST_TAG_ID
-        from .sipe_encoder import SiPEEncoder
+        from ..models.sipe_encoder import SiPEEncoder  # lazy (cycle): see encoder_kind
 
         deprel = _Sized(spec["deprel_rows"] - 1 + FIRST_TAG_ID) if spec.get("deprel_rows") else None
         body = SiPEEncoder(args, vocab, deprel)
         body.lm_head = None  # tied to the embedding; the tagger predicts tags, not tokens
         return body
-    from fairseq.models.roberta.model import RobertaEncoder
-
     return RobertaEncoder(args, vocab).sentence_encoder  # its LM head is discarded
 
 
@@ -214,8 +211,6 @@ def _resolve_dict(path: str, task_cfg, override: str) -> str:
 
 def check_dictionaries(dictionary, dict_path: str, encoder_dict_path: str, rows: int, ckpt: str) -> None:
     """The tagger's dictionary must be the encoder's, token for token (or a prefix of it)."""
-    from fairseq.data import Dictionary
-
     theirs = Dictionary.load(encoder_dict_path)
     ours = dictionary.symbols
     n = min(len(ours), len(theirs))
@@ -234,8 +229,6 @@ def check_dictionaries(dictionary, dict_path: str, encoder_dict_path: str, rows:
 
 def read_checkpoint(path: str, dictionary, dict_path: str, dict_override: str = "") -> EncoderInit:
     """Spec and body weights of a ``hexatag_mlm`` (sipe_*) or fairseq ``roberta`` checkpoint."""
-    from fairseq import checkpoint_utils
-
     if not os.path.isfile(path):
         raise FileNotFoundError(f"--init-encoder {path}: no such file")
     # fairseq stores a legacy model config as argparse.Namespace: allow just that class
