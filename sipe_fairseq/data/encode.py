@@ -12,8 +12,8 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from ..hexatag import encode_tree
-from .preprocess import clean_word, segment_words
 from .tag_dictionary import FIRST_TAG_ID, NOTAG_ID, TAG_KINDS, tag_names
+from .words import clean_word, segment_words
 
 _TAG_IDS = {kind: {t: FIRST_TAG_ID + i for i, t in enumerate(tag_names(kind))} for kind in TAG_KINDS}
 

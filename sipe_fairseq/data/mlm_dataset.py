@@ -9,9 +9,10 @@ streams read that same selection, so they stay deterministic per seed and epoch:
 * target view: the tag heads predict (tau_p, nu_p) at selected positions that carry a tag (first
   subwords), pad everywhere else.
 
-``--mask-whole-words`` hands fairseq a per-vocabulary word-start mask (:func:`word_start_mask`:
-sentencepiece's U+2581 mark); :func:`check_word_starts` compares it with the tag streams' word
-starts over a whole split, so any disagreement (e.g. an ``<unk>`` continuation piece) is counted.
+``--mask-whole-words`` hands fairseq a per-vocabulary word-start mask
+(:func:`~sipe_fairseq.data.words.word_start_mask`: sentencepiece's U+2581 mark);
+:func:`check_word_starts` compares it with the tag streams' word starts over a whole split, so any
+disagreement (e.g. an ``<unk>`` continuation piece) is counted.
 """
 import os
 
@@ -52,18 +53,6 @@ class MaskedTagDataset(BaseWrapperDataset):
         super().set_epoch(epoch)
         if hasattr(self.masked_targets, "set_epoch"):
             self.masked_targets.set_epoch(epoch)
-
-
-SPACE_MARK = "\u2581"  # sentencepiece's word-start mark (sipe_fairseq.data.preprocess)
-
-
-def word_start_mask(dictionary, no_split: bool = False) -> torch.Tensor:
-    """fairseq's ``mask_whole_words`` for a ``sipe-preprocess`` vocabulary: 1 where a token starts a
-    word -- specials, padding symbols, and pieces with the U+2581 mark (every piece with ``--no-split``)."""
-    return torch.ByteTensor([
-        int(no_split or i < dictionary.nspecial or sym.startswith(SPACE_MARK) or sym.startswith("madeupword")
-            or sym == "<mask>")
-        for i, sym in enumerate(dictionary.symbols)])
 
 
 def _flat(prefix: str) -> np.ndarray:

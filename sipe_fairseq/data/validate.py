@@ -43,8 +43,8 @@ import numpy as np
 
 from ..hexatag.errors import DataError
 from .arcs import ArcError, decode_words
-from .mlm_dataset import word_start_mask
 from .tag_dictionary import FIRST_TAG_ID, NOTAG_ID
+from .words import word_start_mask
 from .writers import digests
 
 logger = logging.getLogger(__name__)

@@ -277,11 +277,14 @@ class SiPEAttention(nn.Module):
     @staticmethod
     def reorder_cache(cache: Dict[str, torch.Tensor], new_order: torch.Tensor) -> Dict[str, torch.Tensor]:
         """The cache for batch rows ``new_order`` (beam search: may repeat or drop rows): the rows are
-        gathered into the spare buffer, which becomes the live one (:func:`_append`)."""
+        gathered into the spare buffer, which becomes the live one (:func:`_append`); keeping the first
+        rows (finished sentences dropped from the end) only narrows the views."""
         if "k" not in cache:
             return dict(cache)
-        out = {name: t for name, t in cache.items() if name == "r"}
         rows, n = len(new_order), cache["k"].size(2)
+        if rows <= cache["k"].size(0) and bool((new_order == torch.arange(rows, device=new_order.device)).all()):
+            return {**cache, "k": cache["k"][:rows], "v": cache["v"][:rows]}  # the first rows, kept: views, no copy
+        out = {name: t for name, t in cache.items() if name == "r"}
         for name in ("k", "v"):
             live, spare = _buffers(cache, name)
             spare = _room(spare, live, rows, n)

@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel
 from fairseq.sequence_generator import SequenceGenerator
 
-from ..data.preprocess import SPACE_MARK as WORD_MARK
 from ..data.tag_dictionary import FIRST_TAG_ID
+from ..data.words import WORD_MARK
 from ..hexatag import decode
 from ..hexatag.constrained import is_valid
 from ..hexatag.tags import NONTERMINALS, TERMINALS

@@ -3,8 +3,10 @@
 Sentences are sorted by length and scored ``batch_sentences`` at a time (:func:`.search.search`: every
 hypothesis of every sentence of a batch through one decoder call per position). A larger batch runs
 fewer, larger decoder calls (faster) and holds a KV cache of ``rows x length`` positions per layer
-(rows = sentences for ``given``/``self``, up to K x candidates per word for ``beam:K``), so memory
-grows with it. ``given`` for a SiPE decoder is one full forward per batch (the tags are known).
+(rows = sentences for ``self``, up to K x candidates per word, about 7 K on EWT, for ``beam:K``), so
+memory grows with it; a beam's batch is capped at :data:`BEAM_ROWS` / (8 K) sentences. ``given`` for a
+SiPE decoder runs full forwards of at most :data:`GIVEN_POSITIONS` positions (the tags are known).
+The numbers do not depend on the batch (tests/test_prefix_tags.py, tests/test_gilt_scoring.py).
 """
 import logging
 from typing import List, Optional, Sequence
@@ -19,10 +21,12 @@ from .sentences import Sentence, prepare
 from .sources import parse_source
 
 logger = logging.getLogger(__name__)
+BEAM_ROWS = 8192  # hypotheses a beam's batch is sized for (8 per sentence and unit of K)
+GIVEN_POSITIONS = 1024  # positions per full forward of given (small forwards are the fastest on a CPU)
 
 
 def score_sentences(model, sentences: Sequence[Sentence], source: str, options: Optional[StructureOptions] = None,
-                    eos: int = 2, pad: int = 1, batch_sentences: int = 64, keep_trace: bool = False,
+                    eos: int = 2, pad: int = 1, batch_sentences: int = 128, keep_trace: bool = False,
                     force_incremental: bool = False, progress=None) -> List[SentenceScore]:
     """Every sentence scored alone under ``source`` (``given``, ``self``, ``beam:K``), in input order.
     ``force_incremental``: ``given`` through the search's forced path (one position at a time through
@@ -36,13 +40,15 @@ def score_sentences(model, sentences: Sequence[Sentence], source: str, options: 
     policy = None if kind == "none" else policy_for(model, options, needs_heads=src.kind != "given")
     order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
     out: List[Optional[SentenceScore]] = [None] * len(sentences)
-    for b in range(0, len(order), batch_sentences):
-        idx = order[b:b + batch_sentences]
+    if src.kind == "beam":
+        batch_sentences = max(1, min(batch_sentences, BEAM_ROWS // (8 * src.k)))
+    full = policy is None or (src.kind == "given" and hasattr(policy, "forced_full") and not force_incremental)
+    for idx in _batches(order, sentences, batch_sentences, full):
         batch = [sentences[i] for i in idx]
         with torch.no_grad():
             if policy is None:
-                scores = plain_scores(model, batch, src, eos, pad)
-            elif src.kind == "given" and hasattr(policy, "forced_full") and not force_incremental:
+                scores = plain_scores(model, batch, src, eos, pad, GIVEN_POSITIONS)
+            elif full:
                 scores = _given_full(policy, batch, src, eos, pad)
             else:
                 scores = search(policy, batch, src, eos, keep_trace)
@@ -51,6 +57,21 @@ def score_sentences(model, sentences: Sequence[Sentence], source: str, options: 
         if progress is not None:
             progress(len(idx))
     return out
+
+
+def _batches(order, sentences, size: int, by_positions: bool):
+    """Index lists of consecutive sentences of ``order``: ``size`` each, or (full forwards) as many as fit
+    in :data:`GIVEN_POSITIONS` padded positions."""
+    if not by_positions:
+        yield from (order[b:b + size] for b in range(0, len(order), size))
+        return
+    i = 0
+    while i < len(order):
+        j = i + 1
+        while j < len(order) and (j + 1 - i) * sentences[order[j]].n <= GIVEN_POSITIONS:
+            j += 1
+        yield order[i:j]
+        i = j
 
 
 def _given_full(policy, batch, src, eos, pad) -> List[SentenceScore]:
@@ -78,7 +99,7 @@ def sentences_from_encoded(encoded, dictionary, eos: int, heads=None) -> List[Se
 
 
 def score_encoded(model, encoded, source: str, dictionary, options: Optional[StructureOptions] = None, heads=None,
-                  batch_sentences: int = 64, **kwargs) -> List[SentenceScore]:
+                  batch_sentences: int = 128, **kwargs) -> List[SentenceScore]:
     """:func:`score_sentences` over ``(tokens, terminals, nonterminals)`` sentences (BLiMP, SyntaxGym)."""
     sentences = sentences_from_encoded(encoded, dictionary, dictionary.eos(), heads)
     return score_sentences(model, sentences, source, options, dictionary.eos(), dictionary.pad(), batch_sentences,

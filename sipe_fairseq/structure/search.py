@@ -43,6 +43,14 @@ def _prefix_logp(per_token: Sequence[float], types: Sequence[str]) -> List[float
 def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, eos: int,
            keep_trace: bool = False) -> List[SentenceScore]:
     """Score ``batch`` under ``source`` (module docstring); one :class:`SentenceScore` per sentence."""
+    # longest first: the sentences that finish are the last rows, which a reorder drops without a copy
+    desc = sorted(range(len(batch)), key=lambda i: -batch[i].n)
+    if desc != list(range(len(batch))):
+        out = search(policy, [batch[i] for i in desc], source, eos, keep_trace)
+        back: List[Optional[SentenceScore]] = [None] * len(batch)
+        for j, i in enumerate(desc):
+            back[i] = out[j]
+        return back
     mode, k = MODES[source.kind], source.k
     branch = mode == BRANCH
     S = len(batch)

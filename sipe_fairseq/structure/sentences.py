@@ -13,8 +13,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from ..data.preprocess import SPACE_MARK as WORD_MARK
 from ..data.tag_dictionary import FIRST_TAG_ID
+from ..data.words import WORD_MARK
 from ..hexatag.constrained import PAIRS
 from ..hexatag.tags import NONTERMINALS, TERMINALS
 

@@ -18,9 +18,10 @@ from fairseq.tasks import register_task
 from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
 
 from ..data.lm_dataset import input_key
-from ..data.mlm_dataset import MaskedTagDataset, check_word_starts, word_start_mask
+from ..data.mlm_dataset import MaskedTagDataset, check_word_starts
 from ..data.tag_dictionary import NOTAG_ID, TAG_KINDS
 from ..data.validate import expectations
+from ..data.words import word_start_mask
 from .sipe_data import SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
