@@ -151,7 +151,8 @@ def test_mask_whole_words_selects_whole_words(data_dir, caplog):
 
 def test_word_start_check_counts_disagreements(data_dir):
     from fairseq.data import Dictionary, data_utils
-    from sipe_fairseq.data.mlm_dataset import check_word_starts, word_start_mask
+    from sipe_fairseq.data.mlm_dataset import check_word_starts
+    from sipe_fairseq.data.words import word_start_mask
 
     d = Dictionary.load(str(data_dir / "dict.txt"))
     starts = word_start_mask(d)
