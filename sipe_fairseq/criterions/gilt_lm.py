@@ -6,8 +6,10 @@ Logged (base 2 where a loss): ``nll_loss``/``ppl`` = the LM term alone, the gold
 perplexity p(x | G_gold); ``arc_loss`` per candidate pair, ``count_loss`` per word, ``count_acc``,
 arc precision/recall/F1 of the scorer's own decisions (logit > 0) against the gold arcs; and
 ``joint_loss``/``joint_ppl`` = (LM + arc BCE) per token: the gold arcs paid for under the scorer's
-product-Bernoulli distribution over arc sets, -log p(x, G_gold) >= -log p(x), a bound comparable with
-models that see no graph (the count head is not part of that distribution and is not added).
+product-Bernoulli distribution over arc sets: a bound on -log p(x) for a model that draws its graph
+from those Bernoullis, which is the training objective, but not for the count-then-top-c model that
+``--tags self``/``beam:K`` score (there a gold graph that is no count's top-c has probability 0); the
+count head is not part of that distribution and is not added.
 """
 import math
 from dataclasses import dataclass, field

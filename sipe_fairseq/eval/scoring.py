@@ -176,7 +176,8 @@ def perplexity_markdown(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     counts = {n: results[n]["lm"]["count"] for n in names}
     lines.append(f"\ntokens scored: {counts}; a model without tag heads has joint = LM (it sees no tags); a GiLT model's "
-                 "p(x | tags) is p(x | gold graph) and its joint pays for the gold arcs.")
+                 "p(x | tags) is p(x | gold graph) and its joint pays for the gold arcs as independent Bernoullis "
+                 "(the training loss: not a bound for the count-then-top-c model that --tags self/beam:K score).")
     return "\n".join(lines)
 
 
