@@ -58,8 +58,8 @@ def make_model(dictionary, arch="relative-position", seed=0):
 
 
 def generate(model, dictionary, bsz=4, beam=1, sampling=False, seed=0, max_len=20, placement="first_subword",
-             use_cache=True, constrained=True, prompt=None, prompt_tags=None):
-    wrapped = StructureChoosingLM(model, dictionary, sample_structure=sampling,
+             use_cache=True, constrained=True, prompt=None, prompt_tags=None, sample_tags=None):
+    wrapped = StructureChoosingLM(model, dictionary, sample_structure=sampling if sample_tags is None else sample_tags,
                                   options=StructureOptions(placement=placement, constrained=constrained, use_cache=use_cache))
     strategy = search.Sampling(dictionary) if sampling else None
     gen = StructuredSequenceGenerator([wrapped], dictionary, beam_size=beam, max_len_b=max_len, search_strategy=strategy)
@@ -224,6 +224,29 @@ def test_prompt_tags_are_kept(dictionary):
         assert h["heads"] is not None
         check_hypothesis(model, dictionary, h, "first_subword", 14, prompt_len=5)
     assert wrapped.decoder.given_replaced == 2  # the last prompt word, once per beam row
+
+
+@pytest.mark.parametrize("placement", ["first_subword", "last_subword"])
+def test_greedy_tags_are_the_self_scorers(dictionary, placement):
+    """Sampled sentences with argmax tags: scoring each finished sentence with ``self`` (the structure
+    engine, which sees the words but not the generator) chooses the same tags and gives the same
+    per-token log-probabilities: both are the one policy, a function of the prefix."""
+    from sipe_fairseq.structure.scoring import score_sentences
+    from sipe_fairseq.structure.sentences import Sentence
+
+    model = make_model(dictionary)
+    hyps, _ = generate(model, dictionary, bsz=6, beam=2, sampling=True, sample_tags=False, seed=5, max_len=40,
+                       placement=placement)
+    checked = 0
+    for beam in hyps:
+        for h in beam:
+            own = score_sentences(model, [Sentence(h["tokens"], h["word_starts"])], "self",
+                                  StructureOptions(placement=placement), dictionary.eos(), dictionary.pad())[0]
+            assert own.tags == h["tags"]
+            assert max(abs(u - float(v)) for u, v in zip(own.token_logprobs, h["positional_scores"])) < 1e-6
+            assert own.tag_logprobs == pytest.approx(h["tag_logprobs"], abs=1e-9)
+            checked += 1
+    assert checked == 12
 
 
 def test_max_len_counts_generated_tokens_and_long_prompts_are_refused(dictionary):
