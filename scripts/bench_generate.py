@@ -144,6 +144,8 @@ def scoring_rows(runs, configs, n_sentences, n_tokens, stats):
     from benchlib import fmt_range, median, speed_ratio
 
     given_tps = n_tokens / median(runs["given"]["cpu"])
+    alone = runs.get(GIVEN_ALONE)
+    alone_tps = n_tokens / median(alone["cpu"]) if alone else None
     rows = []
     for label, _, _ in configs:
         res, st = runs[label], stats[label]
@@ -151,10 +153,16 @@ def scoring_rows(runs, configs, n_sentences, n_tokens, stats):
         ratio, rng = (1.0, None) if label == "given" else speed_ratio(res, runs["given"], "cpu")
         wall = 1.0 if label == "given" else speed_ratio(res, runs["given"], "wall")[0]
         eff = st["positions"] / t / given_tps
-        rows.append([label, f"{n_sentences / t:,.1f}", f"{n_tokens / t:,.0f}",
-                     "(reference)" if label == "given" else f"{ratio:.3g}x{fmt_range(rng, '.3g')}",
-                     f"{st['positions'] / n_tokens:.1f}", f"{eff:.2f}x", f"{wall:.3g}x", f"{st['ppl']:.2f}"])
+        row = [label, f"{n_sentences / t:,.1f}", f"{n_tokens / t:,.0f}",
+               "(reference)" if label == "given" else f"{ratio:.3g}x{fmt_range(rng, '.3g')}",
+               f"{st['positions'] / n_tokens:.1f}", f"{eff:.2f}x"]
+        if alone_tps:
+            row.append(f"{st['positions'] / t / alone_tps:.2f}x")
+        rows.append(row + [f"{wall:.3g}x", f"{st['ppl']:.2f}"])
     return rows
+
+
+GIVEN_ALONE = "given, one sentence per forward"
 
 
 def scoring_setup(a, dictionary):
@@ -205,9 +213,15 @@ def run_scoring(a, dictionary):
     configs += [(f"beam:{a.score_prune_k} top {m}", f"beam:{a.score_prune_k}", m) for m in a.score_top_pairs]
     stats = {}
 
+    if getattr(a, "score_given_alone", False):
+        configs.insert(1, (GIVEN_ALONE, "given", 0))
+
     def fn(label, source, m):
-        out = score_sentences(model, sents, source, StructureOptions(placement=a.placement, top_pairs=m), eos, pad,
-                              a.score_batch)
+        options = StructureOptions(placement=a.placement, top_pairs=m)
+        if label == GIVEN_ALONE:  # the scorers before the structure engine: one full forward per sentence
+            out = [s for sent in sents for s in score_sentences(model, [sent], source, options, eos, pad)]
+        else:
+            out = score_sentences(model, sents, source, options, eos, pad, a.score_batch)
         tokens = sum(s.n_tokens for s in out)
         stats[label] = {"positions": sum(s.extra.get("positions", s.n_tokens) for s in out),
                         "ppl": math.exp(-sum(s.logprob for s in out) / tokens)}
@@ -219,14 +233,16 @@ def run_scoring(a, dictionary):
     n_tokens = sum(s.n for s in sents)
     print(f"\n### Scoring with structure from the prefix: {what}; {n_tokens} tokens incl. </s>; {a.threads} thread(s), "
           f"{a.score_batch} sentences per batch, {a.score_rounds} rounds\n")
-    print(markdown_table(["tags", "sentences/s (CPU)", "tokens/s (CPU)", "vs given, CPU [range]", "positions/token",
-                          "efficiency", "vs given, wall", "ppl/token"],
-                         scoring_rows(runs, configs, len(sents), n_tokens, stats), align="lrrrrrrr"))
+    header = ["tags", "sentences/s (CPU)", "tokens/s (CPU)", "vs given, CPU [range]", "positions/token", "efficiency"]
+    header += ["efficiency vs one sentence per forward"] if GIVEN_ALONE in runs else []
+    print(markdown_table(header + ["vs given, wall", "ppl/token"],
+                         scoring_rows(runs, configs, len(sents), n_tokens, stats), align="l" + "r" * (len(header) + 1)))
     print("\ngiven = the data's tags, one full forward per batch; self and beam:K through the KV cache, every hypothesis "
           "of every sentence of a batch in one decoder call per position. positions/token = decoder positions run "
           "(hypotheses x positions) per token; efficiency = positions/s over given's tokens/s. Ratios = median over "
           "rounds of the per-round throughput ratio to given (same round, same process, order rotated each round); "
-          "[range] = their min-max. ppl/token: exact for given (p(x|tags)) and self, the bound for beam.")
+          "[range] = their min-max. ppl/token: exact for given (p(x|tags)) and self, the bound for beam. "
+          f"'{GIVEN_ALONE}': given as the scorers before the structure engine ran it (the efficiency column beside).")
     return runs
 
 
@@ -259,6 +275,8 @@ def main():
     p.add_argument("--score-top-pairs", type=int, nargs="*", default=[2, 3],
                    help="scoring: also beam:--score-prune-k pruned to the heads' top M pairs, for each M (default 2 3)")
     p.add_argument("--score-prune-k", type=int, default=16, help="scoring: the beam width of the pruned rows")
+    p.add_argument("--score-given-alone", action="store_true",
+                   help="scoring: also given with one full forward per sentence (how it ran before the engine)")
     p.add_argument("--score-sentences", type=int, default=64, help="scoring: sentences per round")
     p.add_argument("--score-words", type=int, default=20, help="scoring: mean words per sentence (1-3 subwords each)")
     p.add_argument("--score-sources", nargs="+", default=["self", "beam:1", "beam:4", "beam:16"],
