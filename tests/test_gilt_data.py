@@ -117,14 +117,15 @@ ARC_CASES = ["random", "zeros", "swapped-bin", "swapped-both", "truncated-bin", 
              "manifest-size", "manifest-crc32"]
 
 
-def _gilt_task(path, mode="fast"):
+def _gilt_task(path, mode="fast", tokens_per_sample=64, sample_break_mode="complete"):
     from omegaconf import OmegaConf
 
     from sipe_fairseq.tasks.gilt_lm import GiltLanguageModelingTask, GiltLMConfig
 
     cfg = OmegaConf.structured(GiltLMConfig(
-        data=str(path), tokens_per_sample=64, sample_break_mode="complete", validate_data=mode, seed=1, batch_size=None,
-        batch_size_valid=None, dataset_impl=None, data_buffer_size=10, tpu=False, use_plasma_view=False, plasma_path=""))
+        data=str(path), tokens_per_sample=tokens_per_sample, sample_break_mode=sample_break_mode, validate_data=mode,
+        seed=1, batch_size=None, batch_size_valid=None, dataset_impl=None, data_buffer_size=10, tpu=False,
+        use_plasma_view=False, plasma_path=""))
     return GiltLanguageModelingTask.setup_task(cfg)
 
 
@@ -242,3 +243,63 @@ def test_fairseq_train_gilt_damaged_arcs_one_line(toy_data_400, tmp_path, case):
     assert "Traceback" not in proc.stderr + proc.stdout
     errors = [line for line in proc.stderr.splitlines() if line.startswith("sipe_fairseq: error:")]
     assert len(errors) == 1 and re.match("sipe_fairseq: error: " + expect, errors[0]), proc.stderr[-2000:]
+
+
+def _too_long_line(path, split, limit):
+    """The one error line expected for ``split`` of ``path`` under ``--tokens-per-sample limit``, from the
+    token stream itself (``--sample-break-mode eos``: block k is sentence k), and the sentences too long."""
+    import re
+
+    from fairseq.data import Dictionary, data_utils
+
+    d = Dictionary.load(str(path / "dict.txt"))
+    raw = data_utils.load_indexed_dataset(str(path / split), d)
+    long = [k for k, n in enumerate(raw.sizes) if n > limit]
+    first, longest = long[0], int(max(raw.sizes[k] for k in long))
+    text = d.string(raw[first][:-1], "sentencepiece")  # fairseq's own post-processing of the pieces
+    quoted = re.escape(text) if len(text) <= 60 else re.escape(text[:57].rstrip()) + r"\.\.\."
+    return (rf'{re.escape(str(path / split))}: sentence {first} \("{quoted}"\) has {int(raw.sizes[first])} tokens, more '
+            rf"than the model's {limit} positions \(--tokens-per-sample {limit}; {len(long)} sentences of '{split}' are "
+            rf"too long, the longest has {longest} tokens\)\. --task gilt_lm keeps sentences whole: raise "
+            rf"--tokens-per-sample to at least {longest}, or leave these sentences out with "
+            r"--skip-invalid-size-inputs-valid-test$"), long
+
+
+def test_too_long_validation_sentence_is_one_option_error(toy_data_400):
+    """A validation sentence longer than the model's positions: OptionError naming the split, the sentence,
+    its length and both remedies (fairseq raised a bare Exception); skipping leaves exactly those out."""
+    from sipe_fairseq.tasks.sipe_data import OptionError
+
+    task = _gilt_task(toy_data_400, tokens_per_sample=24, sample_break_mode="eos")
+    task.load_dataset("valid")
+    ds = task.dataset("valid")
+    expect, long = _too_long_line(toy_data_400, "valid", 24)
+    assert 1 < len(long) < len(ds)
+    with pytest.raises(OptionError, match=expect):
+        task.get_batch_iterator(ds, max_tokens=1024, max_positions=24, ignore_invalid_inputs=False)
+    kept = task.get_batch_iterator(ds, max_tokens=1024, max_positions=24, ignore_invalid_inputs=True)
+    assert sorted(int(i) for b in kept.frozen_batches for i in b) == [k for k in range(len(ds)) if k not in long]
+
+
+def test_fairseq_train_gilt_too_long_validation_sentence_one_line(toy_data_400, tmp_path):
+    """fairseq-train --task gilt_lm with validation sentences longer than --tokens-per-sample: one line
+    `sipe_fairseq: error: ...` with both remedies, exit status 1, no traceback; with
+    --skip-invalid-size-inputs-valid-test it trains and validates."""
+    import re
+
+    import launcher
+    from conftest import BIN, ENV, PLUGIN
+
+    expect, _ = _too_long_line(toy_data_400, "valid", 24)
+    cmd = [BIN / "fairseq-train", toy_data_400, "--user-dir", PLUGIN, "--task", "gilt_lm", "--criterion", "gilt_lm",
+           "--arch", "gilt_txl_tiny", "--tokens-per-sample", "24", "--sample-break-mode", "eos", "--optimizer", "adam",
+           "--lr", "0.003", "--max-tokens", "1024", "--max-update", "2", "--no-save", "--num-workers", "0",
+           "--save-dir", tmp_path / "ck"]
+    proc = launcher.run([str(c) for c in cmd], env=ENV, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("sipe_fairseq: error:")]
+    assert len(errors) == 1 and re.match("sipe_fairseq: error: " + expect, errors[0]), proc.stderr[-2000:]
+    proc = launcher.run([str(c) for c in cmd + ["--skip-invalid-size-inputs-valid-test"]], env=ENV, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "sipe_fairseq: error" not in proc.stderr and "| valid on 'valid' subset |" in proc.stdout + proc.stderr

@@ -10,6 +10,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+import numpy as np
 from fairseq import utils
 from fairseq.data import data_utils
 from fairseq.tasks import register_task
@@ -17,6 +18,7 @@ from fairseq.tasks import register_task
 from ..checkpoints import gilt_init
 from ..data.arc_streams import load_arc_stream
 from ..data.gilt_dataset import WHOLE_SENTENCE_BREAK_MODES, GiltLMDataset
+from ..data.words import WORD_MARK
 from ..hexatag.errors import OptionError
 from .hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
 
@@ -69,6 +71,38 @@ class GiltLanguageModelingTask(HexatagLanguageModelingTask):
         if base is not None:
             gilt_init.copy_base(model, base, len(self.target_dictionary))
         return model
+
+    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        """fairseq's filter, but a block too long for the model in a split that may not skip it (a
+        validation or test split without ``--skip-invalid-size-inputs-valid-test``) is one line
+        (:class:`OptionError`, naming the split, the sentence, its length and both remedies) instead
+        of fairseq's traceback: blocks hold whole sentences, which are never cut to fit. Training
+        splits: fairseq skips such blocks with a warning."""
+        if not ignore_invalid_inputs and isinstance(max_positions, int) and isinstance(dataset, GiltLMDataset):
+            _, ignored = dataset.filter_indices_by_size(indices, max_positions)
+            if len(ignored):
+                raise OptionError(self._too_long(dataset, ignored, max_positions))
+        return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
+
+    def _too_long(self, dataset, ignored, max_positions: int) -> str:
+        split = next((name for name, ds in self.datasets.items() if ds is dataset), "?")
+        sizes = np.asarray([dataset.size(int(i)) for i in ignored])
+        block = int(ignored[int(np.argmin(ignored))])
+        sentence = int(dataset.dataset.block_to_dataset_index[block][0])
+        tokens = dataset.dataset.dataset[sentence]
+        text = self.dictionary.string(tokens[tokens != self.dictionary.eos()])
+        if WORD_MARK in text:  # sentencepiece pieces: words start at the mark
+            text = text.replace(" ", "").replace(WORD_MARK, " ").strip()
+        if len(text) > 60:
+            text = text[:57].rstrip() + "..."
+        # a block longer than the model's positions holds one sentence (whole-sentence break modes)
+        longest = int(sizes.max())
+        others = (f"; {len(ignored)} sentences of {split!r} are too long, the longest has {longest} tokens"
+                  if len(ignored) > 1 else "")
+        return (f"{os.path.join(utils.split_paths(self.args.data)[0], split)}: sentence {sentence} (\"{text}\") has "
+                f"{dataset.size(block)} tokens, more than the model's {max_positions} positions (--tokens-per-sample "
+                f"{self.args.tokens_per_sample}{others}). --task gilt_lm keeps sentences whole: raise --tokens-per-sample "
+                f"to at least {longest}, or leave these sentences out with --skip-invalid-size-inputs-valid-test")
 
     # a block longer than the model's positions is left out whole, its tokens counted beside the perplexity
     no_window_reason = "a window would cut a sentence out of its graph"
