@@ -108,7 +108,9 @@ def check_hypothesis(model, dictionary, hypo, n_prompt_words=0):
         count_lp = F.log_softmax(arcs["count_logits"][0, i], -1)
         c = len(heads) + len(deps)
         assert hypo["arc_counts"][i - 1] == c
-        assert hypo["arc_count_logprobs"][i - 1] == pytest.approx(float(count_lp[min(c, MAX_COUNT)]), abs=1e-9)
+        # cached steps vs one full forward: gilt_transformer_lm's fairseq attention takes its softmax in float32
+        # even for a float64 model (relative error ~1e-7 in the states), as the per-token scores above
+        assert hypo["arc_count_logprobs"][i - 1] == pytest.approx(float(count_lp[min(c, MAX_COUNT)]), abs=1e-6)
         if hypo["arc_origin"][i - 1] == "prompt":
             assert i <= n_prompt_words
             continue
