@@ -28,6 +28,7 @@ import torch
 import torch.nn as nn
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
+from omegaconf import OmegaConf, open_dict
 
 from ..checkpoints import encoder_init
 from ..data.tag_dictionary import NOTAG_ID
@@ -188,8 +189,6 @@ class SiPETaggerModel(BaseFairseqModel):
 
 
 def _set_cfg(cfg, key, value):
-    from omegaconf import OmegaConf, open_dict
-
     if OmegaConf.is_config(cfg):
         with open_dict(cfg):
             cfg[key] = value
