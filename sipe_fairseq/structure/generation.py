@@ -34,7 +34,7 @@ from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel
 from fairseq.sequence_generator import SequenceGenerator
 
 from ..data.tag_dictionary import FIRST_TAG_ID
-from ..data.words import WORD_MARK
+from ..data.words import WORD_MARK, starts_word
 from ..hexatag import decode
 from ..hexatag.constrained import is_valid
 from ..hexatag.tags import NONTERMINALS, TERMINALS
@@ -47,8 +47,9 @@ MODEL, PROMPT = 1, 2  # structure origin per word
 
 
 def word_start_mask(dictionary) -> torch.Tensor:
-    """(V,) bool: the symbols whose piece starts a word (U+2581)."""
-    return torch.tensor([dictionary[i].startswith(WORD_MARK) for i in range(len(dictionary))], dtype=torch.bool)
+    """(V,) bool: the symbols whose piece starts a word (:func:`~sipe_fairseq.data.words.starts_word`; no special
+    symbol does, unlike the masked-LM's whole-word mask)."""
+    return torch.tensor([starts_word(dictionary[i]) for i in range(len(dictionary))], dtype=torch.bool)
 
 
 def hypothesis_words(hypo: dict, dictionary) -> List[str]:

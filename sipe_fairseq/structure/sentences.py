@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from ..data.tag_dictionary import FIRST_TAG_ID
-from ..data.words import WORD_MARK
+from ..data.words import starts_word
 from ..hexatag.constrained import PAIRS
 from ..hexatag.tags import NONTERMINALS, TERMINALS
 
@@ -49,7 +49,7 @@ def word_starts(tokens: torch.Tensor, terminals: Optional[torch.Tensor] = None, 
     if terminals is not None and bool((terminals[:n] >= FIRST_TAG_ID).any()):
         starts = (terminals[:n] >= FIRST_TAG_ID).nonzero().squeeze(-1).tolist()
     elif dictionary is not None:
-        starts = [i for i in range(n) if dictionary[int(tokens[i])].startswith(WORD_MARK)]
+        starts = [i for i in range(n) if starts_word(dictionary[int(tokens[i])])]
     else:
         raise ValueError("no tags and no dictionary: cannot find word starts")
     if n < 1 or not starts or starts[0] != 0:
@@ -78,7 +78,7 @@ def prepare(index: int, tokens: torch.Tensor, terminals=None, nonterminals=None,
         raise ValueError(f"sentence {index}: {e}") from e
     start_set = set(starts)
     mismatch = terminals is not None and dictionary is not None and any(
-        dictionary[int(tokens[q])].startswith(WORD_MARK) != (q in start_set) for q in range(n - 1))
+        starts_word(dictionary[int(tokens[q])]) != (q in start_set) for q in range(n - 1))
     pairs = None
     if terminals is not None and nonterminals is not None and bool((terminals[:n - 1] >= FIRST_TAG_ID).any()):
         pairs = given_pairs(terminals, nonterminals, starts)
