@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 
 def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None, tags=None,
-             options=None, max_sentences=None, batch_sentences=128):
+             options=None, max_sentences=None, batch_sentences=256):
     """:func:`~sipe_fairseq.eval.scoring.score_split` of one checkpoint (loaded once by
     :func:`~sipe_fairseq.checkpoints.load.load_lm`); with ``tags`` (tag sources), also
     ``tag_sources``: every sentence scored alone under each
@@ -77,9 +77,9 @@ def main(argv=None):
     p.add_argument("--tags-top-pairs", type=int_at_least(0), default=0, metavar="M",
                    help="SiPE, beam:K: expand each hypothesis with its tag heads' M best allowed pairs only (the "
                         "fast-track pruning of word-synchronous beams; default 0: every allowed pair)")
-    p.add_argument("--tags-batch-sentences", type=int_at_least(1), default=128, metavar="N",
+    p.add_argument("--tags-batch-sentences", type=int_at_least(1), default=256, metavar="N",
                    help="sentences scored together under a tag source: larger is faster and holds a KV cache of "
-                        "N x (hypotheses) x (length) positions per layer; beam:K at most 1024/K (default 128)")
+                        "N x (hypotheses) x (length) positions per layer; beam:K at most 1024/K (default 256)")
     p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
                    help="GiLT checkpoints, beam:K: counts each hypothesis branches on (gilt-facts.md section 4; default 5)")
     p.add_argument("--gilt-count-rule", choices=COUNT_RULES, default=COUNT_RULES[0],

@@ -131,7 +131,7 @@ def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence
 
 
 def score_split_sources(model, task, split: str, sources: Sequence[str], options: Optional[StructureOptions] = None,
-                        max_sentences: Optional[int] = None, batch_sentences: int = 128) -> Dict[str, Dict[str, float]]:
+                        max_sentences: Optional[int] = None, batch_sentences: int = 256) -> Dict[str, Dict[str, float]]:
     """Every sentence of ``split`` scored alone under each source; ``{source: summarize(...)}`` and,
     for ``given``, ``given-joint``. ``max_sentences`` scores the first N only (the counts say so).
     The placement is the checkpoint's own (the task's ``--tag-head-placement``)."""
@@ -239,7 +239,7 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
 
 # ------------------------------------------------------------------------------ sentence sets
 def score_encoded(model, encoded, source: str, dictionary, options: Optional[StructureOptions] = None, heads=None,
-                  batch_sentences: int = 128) -> List[SentenceScore]:
+                  batch_sentences: int = 256) -> List[SentenceScore]:
     """:func:`sipe_fairseq.structure.scoring.score_encoded` with a progress bar (``tags SOURCE``)."""
     bar = progress(desc=f"tags {source}", unit=" sent", total=len(encoded))
     try:

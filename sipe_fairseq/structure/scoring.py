@@ -26,7 +26,7 @@ GIVEN_POSITIONS = 1024  # positions per full forward of given (small forwards ar
 
 
 def score_sentences(model, sentences: Sequence[Sentence], source: str, options: Optional[StructureOptions] = None,
-                    eos: int = 2, pad: int = 1, batch_sentences: int = 128, keep_trace: bool = False,
+                    eos: int = 2, pad: int = 1, batch_sentences: int = 256, keep_trace: bool = False,
                     force_incremental: bool = False, progress=None) -> List[SentenceScore]:
     """Every sentence scored alone under ``source`` (``given``, ``self``, ``beam:K``), in input order.
     ``force_incremental``: ``given`` through the search's forced path (one position at a time through
@@ -99,7 +99,7 @@ def sentences_from_encoded(encoded, dictionary, eos: int, heads=None) -> List[Se
 
 
 def score_encoded(model, encoded, source: str, dictionary, options: Optional[StructureOptions] = None, heads=None,
-                  batch_sentences: int = 128, **kwargs) -> List[SentenceScore]:
+                  batch_sentences: int = 256, **kwargs) -> List[SentenceScore]:
     """:func:`score_sentences` over ``(tokens, terminals, nonterminals)`` sentences (BLiMP, SyntaxGym)."""
     sentences = sentences_from_encoded(encoded, dictionary, dictionary.eos(), heads)
     return score_sentences(model, sentences, source, options, dictionary.eos(), dictionary.pad(), batch_sentences,
