@@ -1,6 +1,7 @@
-"""``sipe_fairseq/structure`` sits at layer 4 (docs/architecture.md), beside models and tasks, but the shared
-layer checker (../shared/tools/check_layers.py) predates it and lists its files as unplaced. This test holds
-the rule for it: structure/ imports only layers 0-3 and itself, and no layer below 4 imports structure/."""
+"""``sipe_fairseq/structure`` and ``sipe_fairseq/optim`` sit at layer 4 (docs/architecture.md), beside models
+and tasks, but the shared layer checker (../shared/tools/check_layers.py) predates them and lists their files
+as unplaced. This test holds the rule for them: each imports only layers 0-3 and itself, and no layer below 4
+imports it."""
 import ast
 from pathlib import Path
 
@@ -35,4 +36,18 @@ def test_no_lower_layer_imports_structure():
     files = [p for layer in BELOW for p in sorted((PKG / layer).rglob("*.py"))]
     assert files
     bad = [f"{p.relative_to(PKG)}:{line}" for p in files for line, pkg in imported_packages(p) if pkg == "structure"]
+    assert bad == []
+
+
+def test_optim_imports_only_lower_layers():
+    files = sorted((PKG / "optim").glob("*.py"))
+    assert len(files) >= 2
+    bad = [f"{p.name}:{line}: {pkg}" for p in files for line, pkg in imported_packages(p) if pkg not in BELOW | {"optim"}]
+    assert bad == []
+
+
+def test_no_lower_layer_imports_optim():
+    files = [p for layer in BELOW for p in sorted((PKG / layer).rglob("*.py"))]
+    assert files
+    bad = [f"{p.relative_to(PKG)}:{line}" for p in files for line, pkg in imported_packages(p) if pkg == "optim"]
     assert bad == []

@@ -17,7 +17,7 @@ base LM, exactly) and the arc scorer are new. A ``sipe_transformer_lm`` base kee
 injection (``--gilt-hexatag-input``, set from the checkpoint); its tag heads are dropped.
 
 Parameter groups (fairseq's ``param_group`` attribute, read by the ``grouped_adam`` optimizer of
-:mod:`.lr_groups`): ``gilt`` = the feature tables and the per-layer projections, ``arc`` = the arc
+:mod:`sipe_fairseq.optim.grouped_adam`): ``gilt`` = the feature tables and the per-layer projections, ``arc`` = the arc
 scorer, everything else ``default`` (the pre-trained weights).
 
 Incremental decoding: fairseq's contract (one new token per call, the full prefix passed); the

@@ -1,8 +1,8 @@
 """Optimizer ``grouped_adam``: fairseq's Adam (decoupled weight decay, i.e. AdamW) with one torch
 parameter group per model parameter group and a learning-rate multiplier per group
 (``--lr-scales gilt=5,arc=5``), for GiLT-GPT2's post-training: the pre-trained weights at the base
-rate, the new key projections (stage 1) and the arc scorer (stage 2) at a higher one (3e-5 vs 1.5e-4:
-5x; gilt-facts.md section 6).
+rate, the new key projections (stage 1) and the arc scorer (stage 2) at a higher one (gilt-facts.md
+section 6).
 
 A parameter's group is fairseq's ``param_group`` attribute (the convention of fairseq's
 ``composite`` optimizer), set by the model (``gilt_transformer_lm``: ``gilt``, ``arc``); parameters
