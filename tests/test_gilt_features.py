@@ -43,7 +43,7 @@ def test_clipping():
 def test_several_heads_and_cycles():
     # 1 <- 2 and 2 <- 1 (a cycle through a later arc) and root -> 1
     words = [([0], []), ([1], [1])]
-    row = sentence_tape(words)[-1]
+    row = sentence_tape(words, two_way="cheaper")[-1]
     assert row[:, 0].tolist() == [10, 1 + 10 + 1, 10 + 1]  # 1: in root + in 2, out to 2; 2: out 1 + in 1
     assert row[:, 2].tolist() == [2, 1, 0]  # 2 -> 1 either way costs 1 (dependent -> head of arc 1->2)
 

@@ -25,7 +25,7 @@ import torch
 from fairseq.data import data_utils
 
 from .arcs import decode_words
-from .graph_features import N_FEATURES, sentence_tape
+from .graph_features import N_FEATURES, TWO_WAY_RULES, sentence_tape
 from .lm_dataset import HexatagLMDataset
 from .tag_dictionary import FIRST_TAG_ID
 
@@ -35,9 +35,10 @@ MATRIX_KEYS = ("gilt_pairs", "gilt_prev")
 TARGET_KEYS = ("gilt_head", "gilt_dep")
 
 
-def block_graph(sentences: List[list]) -> dict:
+def block_graph(sentences: List[list], two_way: str = TWO_WAY_RULES[0]) -> dict:
     """Per-sentence (heads, dependents) lists of one block -> the word-level tensors of the module docstring
-    (numpy; positions are filled by the caller)."""
+    (numpy; positions are filled by the caller). ``two_way``: the distance rule of a pair with arcs both
+    ways (:mod:`.graph_features`)."""
     n_words = [len(s) for s in sentences]
     total = sum(n_words)
     pairs = np.zeros((total + 1, total + 1, N_FEATURES), np.uint8)
@@ -51,7 +52,7 @@ def block_graph(sentences: List[list]) -> dict:
         n = len(words)
         if not n:
             continue
-        tape = sentence_tape(words)  # (n, n+1, 3): row w-1 = after word w
+        tape = sentence_tape(words, two_way)  # (n, n+1, 3): row w-1 = after word w
         blk = slice(off + 1, off + n + 1)
         pairs[blk, blk] = tape[:, 1:] * np.tril(np.ones((n, n), np.uint8))[:, :, None]
         prev[off + 1, 0, 1] = 1  # first word: only the root exists (depth 1)
@@ -85,9 +86,9 @@ def position_words(src_tokens: torch.Tensor, src_terminals: torch.Tensor, eos: i
 class GiltLMDataset(HexatagLMDataset):
     """:class:`HexatagLMDataset` plus the gold graph tensors (module docstring)."""
 
-    def __init__(self, dataset, tag_blocks, tag_pad, arcs, n_words, **kwargs):
+    def __init__(self, dataset, tag_blocks, tag_pad, arcs, n_words, two_way: str = TWO_WAY_RULES[0], **kwargs):
         super().__init__(dataset, tag_blocks, tag_pad, **kwargs)
-        self.arcs, self.n_words = arcs, n_words
+        self.arcs, self.n_words, self.two_way = arcs, n_words, two_way
 
     def __getitem__(self, index):
         item = super().__getitem__(index)
@@ -96,7 +97,7 @@ class GiltLMDataset(HexatagLMDataset):
             raise ValueError(f"block {index} starts inside sentence {start}: GiLT needs whole sentences "
                              f"(--sample-break-mode {' | '.join(WHOLE_SENTENCE_BREAK_MODES)})")
         sentences = [decode_words(self.arcs[i].tolist(), int(self.n_words[i])) for i in range(start, end + 1)]
-        graph = block_graph(sentences)
+        graph = block_graph(sentences, self.two_way)
         words, first = position_words(item["source"], item["src_terminals"], self.vocab.eos(), self.vocab.bos())
         if len(first) != sum(len(s) for s in sentences):
             raise ValueError(f"block {index}: {len(first)} word starts in the tokens, {sum(len(s) for s in sentences)} "

@@ -11,7 +11,10 @@ node v = 0..w (later nodes: 0):
   connected to the root ("easydepth");
 * **distance** = directed weighted shortest path from the newest word w to v, going head ->
   dependent costs 10 and dependent -> head costs 1, paths may pass through the root; 0 for v = w
-  and for unreachable v.
+  and for unreachable v. Two words u < w with arcs both ways (u -> w and w -> u), rule ``two_way``:
+  ``later-head`` (default, the authors' code: the arc w -> u alone sets the pair's costs, w -> u 10
+  and u -> w 1, as its adjacency entries are written after those of u -> w) or ``cheaper`` (both
+  arcs are edges: 1 each way).
 
 Every value is clipped to [0, 150] (:data:`MAX_VALUE`, the tables have 151 rows). The graph may have
 several heads per word and cycles (no tree constraint). Shortest paths are kept for all pairs and
@@ -25,6 +28,7 @@ import numpy as np
 MAX_VALUE = 150
 N_FEATURES = 3  # degree, depth, distance (this order)
 HEAD_TO_DEP, DEP_TO_HEAD = 10, 1  # distance costs
+TWO_WAY_RULES = ("later-head", "cheaper")  # distance of a pair with arcs both ways (module docstring)
 M_OUT, M_IN = 10, 1  # degree weights
 _INF = np.inf
 
@@ -32,7 +36,10 @@ _INF = np.inf
 class GraphTape:
     """The graph of one sentence as its words arrive; :meth:`add_word` returns the new tape row."""
 
-    def __init__(self, capacity: int = 8):
+    def __init__(self, capacity: int = 8, two_way: str = TWO_WAY_RULES[0]):
+        if two_way not in TWO_WAY_RULES:
+            raise ValueError(f"unknown two-way distance rule {two_way!r} (expected one of {TWO_WAY_RULES})")
+        self.two_way = two_way
         self.n = 0  # words so far; nodes 0..n
         self._alloc(max(capacity, 1) + 1)
         self.out_deg[:] = 0
@@ -53,7 +60,7 @@ class GraphTape:
 
     def copy(self) -> "GraphTape":
         other = GraphTape.__new__(GraphTape)
-        other.n = self.n
+        other.n, other.two_way = self.n, self.two_way
         for name in ("directed", "undirected", "out_deg", "in_deg"):
             setattr(other, name, getattr(self, name).copy())
         return other
@@ -70,9 +77,12 @@ class GraphTape:
         for d in deps:
             if not 1 <= d < w:
                 raise ValueError(f"word {w}: dependent {d} is not an earlier word")
-        # directed costs of the new edges: into w (from u) and out of w (to u)
-        into = [(h, HEAD_TO_DEP) for h in heads] + [(d, DEP_TO_HEAD) for d in deps]
-        out = [(h, DEP_TO_HEAD) for h in heads] + [(d, HEAD_TO_DEP) for d in deps]
+        # directed costs of the new edges: into w (from u) and out of w (to u); later-head: a head of w
+        # that is also w's dependent is an edge of the arc w -> u only
+        both = set(heads) & set(deps) if self.two_way == "later-head" else set()
+        dist_heads = [h for h in heads if h not in both]
+        into = [(h, HEAD_TO_DEP) for h in dist_heads] + [(d, DEP_TO_HEAD) for d in deps]
+        out = [(h, DEP_TO_HEAD) for h in dist_heads] + [(d, HEAD_TO_DEP) for d in deps]
         self._add_node(self.directed, w, into, out)
         nbrs = [(u, 1) for u in set(heads) | set(deps)]
         self._add_node(self.undirected, w, nbrs, nbrs)
@@ -112,12 +122,13 @@ class GraphTape:
         return np.clip(np.stack([degree, depth, distance]).astype(np.int64), 0, MAX_VALUE)
 
 
-def sentence_tape(words: Sequence[Tuple[Sequence[int], Sequence[int]]]) -> np.ndarray:
+def sentence_tape(words: Sequence[Tuple[Sequence[int], Sequence[int]]], two_way: str = TWO_WAY_RULES[0]) -> np.ndarray:
     """Per-word (heads, dependents) of a sentence (:func:`.arcs.decode_words`) -> the tape
-    (n, n+1, 3) uint8: [w-1, v] = features of node v (0 = root) when word w has arrived (0 for v > w)."""
+    (n, n+1, 3) uint8: [w-1, v] = features of node v (0 = root) when word w has arrived (0 for v > w).
+    ``two_way``: the distance rule of a pair with arcs both ways (module docstring)."""
     n = len(words)
     tape = np.zeros((n, n + 1, N_FEATURES), dtype=np.uint8)
-    g = GraphTape(n)
+    g = GraphTape(n, two_way)
     for w, (heads, deps) in enumerate(words, 1):
         tape[w - 1, : w + 1] = g.add_word(heads, deps).T
     return tape

@@ -176,15 +176,26 @@ def arc_layer_indices(n_layers: int):
     return min(n_layers, n_layers // 2 + 1), max(0, n_layers - 1)
 
 
-def word_inputs(inner, tokens_embedded: torch.Tensor, word_pos: torch.Tensor, sent: torch.Tensor):
+def word_inputs(inner, tokens_embedded: torch.Tensor, word_pos: torch.Tensor, sent: torch.Tensor,
+                lower_first: bool = False):
     """o_w = [h^(L/2+1)_(k-1); h^(L-1)_(k-1); emb(x_k)] (B, W+1, 3d) from the decoder's inner states
-    (index 0 = embeddings, i = output of layer i) and the scaled embeddings of the input positions."""
+    (index 0 = embeddings, i = output of layer i) and the embeddings of the input positions as the
+    scorer reads them; ``lower_first``: [h^(L-1)_(k-1); h^(L/2+1)_(k-1); emb(x_k)] (GiLT-GPT2's order).
+
+    Rows with ``sent`` < 0 (index 0, padding) are 0. A word (``sent`` >= 0) whose first subword x_k is
+    at input position 0 has no position k-1, and position 0 has already read x_k: ``ValueError``
+    (blocks start with </s> or <s>, so a first word is at position >= 1)."""
+    word = sent >= 0
+    if bool((word & (word_pos < 1)).any()):
+        raise ValueError("arc scorer input: a word starts at input position 0, so there is no state before its first "
+                         "subword (o_w reads h at k-1; position 0 has already seen x_k); the block must begin with "
+                         "</s> or <s>")
     up, low = arc_layer_indices(len(inner) - 1)
-    upper, lower = inner[up], inner[low]
-    prev = (word_pos - 1).clamp(min=0)
+    first, second = (inner[low], inner[up]) if lower_first else (inner[up], inner[low])
+    prev = torch.where(word, word_pos - 1, torch.zeros_like(word_pos))  # non-words: any row, zeroed below
     take = lambda x, pos: x.gather(1, pos[..., None].expand(-1, -1, x.size(-1)))  # noqa: E731
-    o = torch.cat([take(upper, prev), take(lower, prev), take(tokens_embedded, word_pos)], dim=-1)
-    return o * (sent >= 0)[..., None].to(o.dtype)
+    o = torch.cat([take(first, prev), take(second, prev), take(tokens_embedded, word_pos)], dim=-1)
+    return o * word[..., None].to(o.dtype)
 
 
 __all__ = ["ArcScorer", "MAX_COUNT", "arc_layer_indices", "arc_losses", "sinusoid", "word_inputs"]

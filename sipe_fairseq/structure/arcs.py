@@ -26,7 +26,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from ..data.graph_features import N_FEATURES, GraphTape
+from ..data.graph_features import N_FEATURES, TWO_WAY_RULES, GraphTape
 from ..modules.arc_scorer import MAX_COUNT
 from .policy import BRANCH, FORCED, GREEDY, SAMPLE, StructurePolicy
 from .sentences import Sentence
@@ -116,6 +116,8 @@ class ArcPolicy(StructurePolicy):
         if count_beam < 1:
             raise ValueError(f"count beam {count_beam}: expected >= 1")
         self.count_beam, self.count_rule = count_beam, count_rule
+        # the distance rule of the graphs the model was trained on (set by task gilt_lm's build_model)
+        self.two_way = str(getattr(self.decoder, "two_way_distance", TWO_WAY_RULES[0]))
         weight = self.decoder.embed_tokens.weight
         self.device, self.dtype = weight.device, weight.dtype
 
@@ -131,7 +133,7 @@ class ArcPolicy(StructurePolicy):
         self.o = torch.zeros(rows, words + 1, 3 * d, dtype=self.dtype, device=self.device)  # o_w by word (0: unused)
         self.counts = torch.zeros(rows, words, dtype=torch.long)
         self.count_lp = torch.zeros(rows, words, dtype=torch.float64)
-        self.tapes = [GraphTape() for _ in range(rows)]
+        self.tapes = [GraphTape(two_way=self.two_way) for _ in range(rows)]
         self.arcs: List[list] = [[] for _ in range(rows)]
         self.given = list(given) if given is not None else [None] * rows
         self.last = None

@@ -64,8 +64,9 @@ def self_structured_sample(model, sample: dict, dictionary, options: StructureOp
     from ..data.gilt_dataset import MATRIX_KEYS, block_graph
 
     new = {key: net[key].clone() for key in MATRIX_KEYS}
+    two_way = str(getattr(getattr(model, "decoder", model), "two_way_distance", "later-head"))
     for (i, _), s, sc in zip(rows, sentences, scores):
-        graph = block_graph([per_word(sc.extra["arcs"], len(s.starts))])
+        graph = block_graph([per_word(sc.extra["arcs"], len(s.starts))], two_way)
         for key in MATRIX_KEYS:
             m = graph[key].shape[0]
             new[key][i] = 0

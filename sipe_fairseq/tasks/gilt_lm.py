@@ -8,16 +8,18 @@ only to place the words (first subwords) in the token stream, so both tasks read
 """
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from fairseq import utils
 from fairseq.data import data_utils
+from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 
 from ..checkpoints import gilt_init
 from ..data.arc_streams import load_arc_stream
 from ..data.gilt_dataset import WHOLE_SENTENCE_BREAK_MODES, GiltLMDataset
+from ..data.graph_features import TWO_WAY_RULES
 from ..data.words import WORD_MARK
 from ..hexatag.errors import OptionError
 from .hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
@@ -27,7 +29,10 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class GiltLMConfig(HexatagLMConfig):
-    pass
+    gilt_two_way_distance: ChoiceEnum(list(TWO_WAY_RULES)) = field(default=TWO_WAY_RULES[0], metadata={
+        "help": "distance feature of two words u < w with arcs both ways: later-head (the authors' code: the arc "
+                "w -> u alone sets the costs, w to u 10, u to w 1) or cheaper (both arcs count: 1 each way); the "
+                "model records it for the structure engine"})
 
 
 @register_task("gilt_lm", dataclass=GiltLMConfig)
@@ -56,7 +61,8 @@ class GiltLanguageModelingTask(HexatagLanguageModelingTask):
         self.datasets[split] = GiltLMDataset(
             ds.dataset, ds.tag_blocks, ds.tag_pad, arcs, n_words, placement=ds.placement, src_vocab=ds.vocab,
             tgt_vocab=ds.tgt_vocab, add_eos_for_other_targets=ds.add_eos_for_other_targets, shuffle=ds.shuffle,
-            targets=ds.targets, add_bos_token=ds.add_bos_token, fixed_pad_length=ds.fixed_pad_length, pad_to_bsz=ds.pad_to_bsz)
+            targets=ds.targets, add_bos_token=ds.add_bos_token, fixed_pad_length=ds.fixed_pad_length, pad_to_bsz=ds.pad_to_bsz,
+            two_way=self.two_way_distance)
         logger.info(f"{split}: {len(ds)} blocks with gold graphs ({int(n_words.sum())} words)")
 
     def build_model(self, cfg, from_checkpoint=False):
@@ -70,7 +76,12 @@ class GiltLanguageModelingTask(HexatagLanguageModelingTask):
         model = super().build_model(cfg, from_checkpoint)
         if base is not None:
             gilt_init.copy_base(model, base, len(self.target_dictionary))
+        model.decoder.two_way_distance = self.two_way_distance  # the graphs the engine builds use the same rule
         return model
+
+    @property
+    def two_way_distance(self) -> str:
+        return str(getattr(self.args, "gilt_two_way_distance", TWO_WAY_RULES[0]))
 
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
         """fairseq's filter, but a block too long for the model in a split that may not skip it (a
