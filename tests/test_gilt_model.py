@@ -138,7 +138,7 @@ def test_causality(dictionary):
 
 
 def test_identity_at_zero_init(dictionary):
-    gilt = make(dictionary, gilt_proj_init_std=0.0)
+    gilt = make(dictionary, gilt_proj_init_std=0.0, gilt_embed_scale="sqrt_d")  # sipe_txl scales its embedding
     cfg = SiPEDecoderConfig(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=3, decoder_attention_heads=4,
                             dropout=0.0, tokens_per_sample=64, max_target_positions=64)
     txl = SiPEDecoder(cfg, dictionary).eval()

@@ -179,9 +179,10 @@ def test_incremental_decoding_equals_full_forward(bases, toy_data, name):
 
 def test_grouped_adam_learning_rates(bases, toy_data):
     """Stage 1: pre-trained weights at --lr, the new key projections (and tables) at 5x; each group's first Adam step
-    moves its parameters by its own rate; a scheduler's rate keeps the ratio."""
+    moves its parameters by its own rate; a scheduler's rate keeps the ratio. The tables in group gilt is this
+    plugin's old grouping (--gilt-tables-lr-group gilt; the authors': test_gilt_reference.py)."""
     _, gilt, cfg = build(toy_data, "--gilt-init-from", bases["transformer_lm"], "--optimizer", "grouped_adam",
-                         "--lr", "3e-5", "--lr-scales", "gilt=5")
+                         "--lr", "3e-5", "--lr-scales", "gilt=5", "--gilt-tables-lr-group", "gilt")
     params = [p for p in gilt.parameters() if p.requires_grad]
     opt = optim.build_optimizer(cfg.optimizer, params)
     lrs = {g["group_name"]: g["lr"] for g in opt.param_groups}

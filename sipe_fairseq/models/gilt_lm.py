@@ -1,5 +1,7 @@
 """GiLT decoder LM ``gilt_txl`` (arXiv 2605.15562; gilt-facts.md sections 2-3): the ``sipe_txl``
-Transformer-XL decoder (relative attention, post-LN, ReLU FFN, tied embeddings, no injection) with
+Transformer-XL decoder (relative attention, post-LN, ReLU FFN, tied embeddings, no injection; as the
+authors' TransformerGrammar, one u and one v for all layers and no sqrt(d) embedding scale, see
+``--gilt-txl-biases``, ``--gilt-embed-scale`` and docs/gilt-reference.md) with
 GiLT's graph-feature score term in layers K..L (``--gilt-first-layer``, :mod:`..modules.graph_term`)
 and the arc scorer / arc-count head (:mod:`..modules.arc_scorer`).
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from fairseq.dataclass import ChoiceEnum
 from fairseq.models import FairseqLanguageModel, register_model, register_model_architecture
 
 from ..modules.arc_scorer import ArcScorer, arc_layer_indices, word_inputs
@@ -37,6 +40,18 @@ class GiltConfig(SiPEDecoderConfig):
     gilt_arc_scorer: bool = field(default=True, metadata={
         "help": "build the arc scorer and count head (section 2); on by default: the flag --gilt-arc-scorer turns it "
                 "off (fairseq's rule for a default-True field)"})
+    gilt_table_init_std: float = field(default=1.0, metadata={
+        "help": "init std of the three shared feature tables (151 x 256): 1 as the authors' nn.Embedding tables "
+                "(docs/gilt-reference.md); 0.0625 = 256^-0.5, this plugin before"})
+    gilt_arc_table_init_std: float = field(default=1.0, metadata={
+        "help": "init std of the arc scorer's own three feature tables: 1 as the authors' (BiaffineAttention); "
+                "0.0625 before"})
+    gilt_txl_biases: ChoiceEnum(["shared", "layer"]) = field(default="shared", metadata={
+        "help": "Transformer-XL's content bias u (also in the graph term) and position bias v: one pair shared by all "
+                "layers (the authors' TransformerGrammar) or one per layer (sipe_txl; this plugin before)"})
+    gilt_embed_scale: ChoiceEnum(["none", "sqrt_d"]) = field(default="none", metadata={
+        "help": "token embedding into the first layer and into the arc scorer's o_w: emb(x) (the authors' "
+                "TransformerGrammar, whose emb_scale is unused) or sqrt(d) emb(x) (sipe_txl; this plugin before)"})
 
 
 def pair_values(src_words: torch.Tensor, pairs: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor:
@@ -53,9 +68,32 @@ class GiltDecoder(SiPEDecoder):
         if str(cfg.sipe_injection) != "none":
             raise ValueError("gilt_txl takes no hexatag injection (--sipe-injection none)")
         super().__init__(cfg, dictionary)
-        self.graph_tables = GraphFeatureTables()
+        if str(getattr(cfg, "gilt_embed_scale", "none")) == "none":
+            self.embed_scale = 1.0
+        self.shared_biases = str(getattr(cfg, "gilt_txl_biases", "shared")) == "shared" \
+            and self.layers[0].attn.relative is not None
+        if self.shared_biases:  # one u and one v, the first layer's, in every layer
+            first = self.layers[0].attn
+            for layer in self.layers[1:]:
+                layer.attn.u_bias = first.u_bias
+                layer.attn.relative.v_bias = first.relative.v_bias
+        self.graph_tables = GraphFeatureTables(init_std=float(getattr(cfg, "gilt_table_init_std", 1.0)))
         attach_graph_terms([layer.attn for layer in self.layers], self.graph_tables, cfg.gilt_first_layer, cfg.gilt_proj_init_std)
-        self.arc_scorer = ArcScorer(cfg.decoder_embed_dim) if cfg.gilt_arc_scorer else None
+        self.arc_scorer = (ArcScorer(cfg.decoder_embed_dim, float(getattr(cfg, "gilt_arc_table_init_std", 1.0)))
+                           if cfg.gilt_arc_scorer else None)
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """A model with shared u and v refuses a checkpoint whose layers hold different ones (per-layer biases):
+        loading it would keep the last layer's values in every layer."""
+        if self.shared_biases:
+            prefix = f"{name}." if name else ""
+            for key in ("attn.u_bias", "attn.relative.v_bias"):
+                values = [state_dict.get(f"{prefix}layers.{i}.{key}") for i in range(len(self.layers))]
+                if all(v is not None for v in values) and any(not torch.equal(v, values[0]) for v in values[1:]):
+                    raise ValueError(f"this checkpoint has one Transformer-XL {key.split('.')[-1][0]} per layer; the "
+                                     "model shares one across layers (--gilt-txl-biases shared, the default): build it "
+                                     "with --gilt-txl-biases layer")
+        return super().upgrade_state_dict_named(state_dict, name)
 
     def forward(self, prev_output_tokens, src_lengths=None, src_words=None, gilt_pairs=None, gilt_prev=None,
                 gilt_word_pos=None, gilt_local=None, gilt_sent=None, gilt_features=None, features_only=False,
@@ -111,7 +149,8 @@ class GiltDecoder(SiPEDecoder):
 
     def arc_embedding(self, tokens: torch.Tensor) -> torch.Tensor:
         """(B, d): o_w's third part for the last token of ``tokens`` (B, S), as the arc scorer reads it in
-        training (the scaled token embedding; Transformer-XL has no absolute positions)."""
+        training (the token embedding times ``embed_scale``: 1, or sqrt(d) with ``--gilt-embed-scale sqrt_d``;
+        Transformer-XL has no absolute positions)."""
         return self.embed_tokens(tokens[:, -1]) * self.embed_scale
 
 

@@ -17,8 +17,9 @@ base LM, exactly) and the arc scorer are new. A ``sipe_transformer_lm`` base kee
 injection (``--gilt-hexatag-input``, set from the checkpoint); its tag heads are dropped.
 
 Parameter groups (fairseq's ``param_group`` attribute, read by the ``grouped_adam`` optimizer of
-:mod:`sipe_fairseq.optim.grouped_adam`): ``gilt`` = the feature tables and the per-layer projections, ``arc`` = the arc
-scorer, everything else ``default`` (the pre-trained weights).
+:mod:`sipe_fairseq.optim.grouped_adam`): ``gilt`` = the per-layer key projections, ``arc`` = the arc
+scorer, everything else ``default`` (the pre-trained weights and, as in the authors' code, the shared
+feature tables; ``--gilt-tables-lr-group gilt`` puts the tables in ``gilt``).
 
 Incremental decoding: fairseq's contract (one new token per call, the full prefix passed); the
 graph features are those of the new query row against every key (``src_words``/``gilt_pairs`` of
@@ -65,6 +66,17 @@ class GiltTransformerLMConfig(TransformerLanguageModelConfig):
                 "off (fairseq's rule for a default-True field)"})
     gilt_hexatag_input: bool = field(default=False, metadata={
         "help": "hexatag input injection of a sipe_transformer_lm base (set by --gilt-init-from)"})
+    gilt_table_init_std: float = field(default=0.02, metadata={
+        "help": "init std of the three shared feature tables (151 x 256): 0.02 as GiLT-GPT2's tables, which "
+                "transformers' from_pretrained initialises with GPT-2's _init_weights (docs/gilt-reference.md); "
+                "0.0625 = 256^-0.5, this plugin before"})
+    gilt_arc_table_init_std: float = field(default=1.0, metadata={
+        "help": "init std of the arc scorer's own three feature tables: 1 as the authors' (BiaffineAttention, "
+                "nn.Embedding); 0.0625 before"})
+    gilt_tables_lr_group: ChoiceEnum(["default", "gilt"]) = field(default="default", metadata={
+        "help": "parameter group (grouped_adam --lr-scales) of the shared feature tables: default, with the "
+                "pre-trained weights (the authors' code: 3e-5 in both stages) or gilt, with the key projections "
+                "(this plugin before)"})
     gilt_init_from: str = field(default="", metadata={
         "help": "initialize from this trained transformer_lm / sipe_transformer_lm (or gilt_transformer_lm) "
                 "checkpoint: its architecture replaces the preset, its weights are copied, the GiLT parts are new "
@@ -101,14 +113,15 @@ class GiltTransformerDecoder(TransformerDecoder):
         if self.hexatag_input:
             embed_tokens = _TaggedEmbedding(embed_tokens)
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
-        self.graph_tables = GraphFeatureTables()
+        self.graph_tables = GraphFeatureTables(init_std=float(getattr(args, "gilt_table_init_std", 0.02)))
         zero = str(getattr(args, "gilt_proj_init", "trunc_normal")) == "zero"
         std = float(getattr(args, "gilt_proj_init_std", 0.02))
         for attn in self.graph_attentions():
             attn.graph_term = GraphFeatureTerm(self.graph_tables, self.embed_dim, init_std=0.0)
             if not zero:
                 nn.init.trunc_normal_(attn.graph_term.proj, std=std, a=-2 * std, b=2 * std)
-        self.arc_scorer = ArcScorer(self.embed_dim) if getattr(args, "gilt_arc_scorer", True) else None
+        self.arc_scorer = (ArcScorer(self.embed_dim, float(getattr(args, "gilt_arc_table_init_std", 1.0)))
+                           if getattr(args, "gilt_arc_scorer", True) else None)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         """As fairseq's, with :class:`_GiltDecoderLayer` from layer ``--gilt-first-layer`` on."""
@@ -134,9 +147,10 @@ class GiltTransformerDecoder(TransformerDecoder):
         return self.embed_dim
 
     def arc_states(self, extra) -> torch.Tensor:
-        """(B, 2, d): the last position's outputs of layers L/2+1 and L-1 (``inner_states`` are T x B x C)."""
+        """(B, 2, d): the last position's outputs of layers L-1 and L/2+1, GiLT-GPT2's order (``inner_states``
+        are T x B x C)."""
         up, low = arc_layer_indices(len(self.layers))
-        return torch.stack([extra["inner_states"][up][-1], extra["inner_states"][low][-1]], 1)
+        return torch.stack([extra["inner_states"][low][-1], extra["inner_states"][up][-1]], 1)
 
     def arc_embedding(self, tokens: torch.Tensor) -> torch.Tensor:
         """(B, d): o_w's third part for the last token of ``tokens`` (B, S), what the arc scorer reads in
@@ -187,7 +201,7 @@ class GiltTransformerDecoder(TransformerDecoder):
                 self.embed_tokens.pending = None
         if self.arc_scorer is not None and gilt_word_pos is not None and incremental_state is None:
             inner = [h.transpose(0, 1) for h in extra["inner_states"]]  # batch first; [0]: wte + wpe
-            o = word_inputs(inner, inner[0], gilt_word_pos, gilt_sent)
+            o = word_inputs(inner, inner[0], gilt_word_pos, gilt_sent, lower_first=True)  # [h[-2]; h[L/2+1]; emb]
             extra["arcs"] = self.arc_scorer(o, gilt_local, gilt_sent, gilt_prev)
         if not features_only:
             x = self.output_layer(x)
@@ -200,8 +214,9 @@ class GiltTransformerLanguageModel(TransformerLanguageModel):
     def build_model(cls, args, task):
         model = super().build_model(args, task)  # fairseq's embedding (and decoder, replaced)
         decoder = GiltTransformerDecoder(args, task.target_dictionary, model.decoder.embed_tokens)
-        for p in decoder.graph_tables.parameters():
-            p.param_group = GROUP_GRAPH
+        if str(getattr(args, "gilt_tables_lr_group", "default")) == "gilt":
+            for p in decoder.graph_tables.parameters():
+                p.param_group = GROUP_GRAPH
         for attn in decoder.graph_attentions():
             attn.graph_term.proj.param_group = GROUP_GRAPH
         if decoder.arc_scorer is not None:
@@ -211,7 +226,8 @@ class GiltTransformerLanguageModel(TransformerLanguageModel):
         n = {g: sum(p.numel() for p in decoder.parameters() if getattr(p, "param_group", "default") == g)
              for g in (GROUP_GRAPH, GROUP_ARC)}
         logger.info(f"{cls.__name__}: graph key offsets in layers {decoder._first}..{len(decoder.layers)}; "
-                    f"{n[GROUP_GRAPH]:,} parameters in group {GROUP_GRAPH!r} (tables, projections), "
+                    f"{n[GROUP_GRAPH]:,} parameters in group {GROUP_GRAPH!r} (key projections"
+                    f"{', tables' if str(getattr(args, 'gilt_tables_lr_group', 'default')) == 'gilt' else ''}), "
                     f"{n[GROUP_ARC]:,} in group {GROUP_ARC!r} (arc scorer)")
         return cls(decoder)
 

@@ -13,7 +13,8 @@ tables; w itself does not exist yet: 0). Then (diagonal biaffine)::
     logit(v -> w) = sum_n par(w, v)_n B1_n chd(w, w)_n     logit(w -> v) = sum_n par(w, w)_n B1_n chd(w, v)_n
     count logits  = Linear_30( sum over the 2i pairs of par (.) B2 (.) chd / sqrt(2i) ),  counts 0..29
 
-B1, B2 initialised U[0, 1) as in the released code.
+B1, B2 initialised U[0, 1) as in the released code; the three tables N(0, ``table_init_std``^2), 1 as the
+authors' ``nn.Embedding`` tables (docs/gilt-reference.md).
 """
 from typing import Optional
 
@@ -39,13 +40,13 @@ def _mlp(d_in, d_hidden, d_out):
 
 
 class ArcScorer(nn.Module):
-    def __init__(self, d: int):
+    def __init__(self, d: int, table_init_std: float = 1.0):
         super().__init__()
         self.d = d
         self.root = nn.Parameter(torch.empty(3 * d))
         nn.init.normal_(self.root, std=(3 * d) ** -0.5)
         self.tables = nn.Parameter(torch.empty(N_FEATURES, MAX_VALUE + 1, FEATURE_DIM))
-        nn.init.normal_(self.tables, std=FEATURE_DIM ** -0.5)
+        nn.init.normal_(self.tables, std=table_init_std)
         self.mlp1 = nn.ModuleDict({s: _mlp(3 * d, 3 * d, 2 * d) for s in ("par", "chd")})
         self.pos = nn.ModuleDict({s: nn.Linear(d, 2 * d, bias=False) for s in ("par", "chd")})
         self.feat = nn.ModuleDict({s: nn.Linear(N_FEATURES * FEATURE_DIM, 2 * d, bias=False) for s in ("par", "chd")})

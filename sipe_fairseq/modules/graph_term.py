@@ -41,12 +41,13 @@ class GraphContext:
 
 
 class GraphFeatureTables(nn.Module):
-    """The three shared 151 x 256 feature embeddings (degree, depth, distance)."""
+    """The three shared 151 x 256 feature embeddings (degree, depth, distance), initialised N(0, ``init_std``^2):
+    1 as the authors' ``nn.Embedding`` tables (docs/gilt-reference.md)."""
 
-    def __init__(self, dim: int = FEATURE_DIM):
+    def __init__(self, dim: int = FEATURE_DIM, init_std: float = 1.0):
         super().__init__()
         self.tables = nn.Parameter(torch.empty(N_FEATURES, N_VALUES, dim))
-        nn.init.normal_(self.tables, std=dim ** -0.5)
+        nn.init.normal_(self.tables, std=init_std)
 
 
 class GraphFeatureTerm(nn.Module):
