@@ -24,6 +24,7 @@ from sipe_fairseq.data.glue import (  # noqa: E402
     GLUE_TASKS, GluePreprocessError, GluePreprocessOptions, glue_split_files, glue_task, preprocess_glue, read_glue_tsv,
 )
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID  # noqa: E402
+from sipe_fairseq.checkpoints.model_flags import model_flags  # noqa: E402
 from sipe_fairseq.eval import glue as glue_eval  # noqa: E402
 from sipe_fairseq.parsing import ParseError, register_parser  # noqa: E402
 from sipe_fairseq.hexatag import encode_tree  # noqa: E402
@@ -456,10 +457,10 @@ FINETUNE = {  # name -> (extra args, metric logged by fairseq's criterion, key o
 def test_finetune_end_to_end(lm, glue_dirs):
     """fairseq-train --task hexatag_sentence_prediction from the LM checkpoint (--finetune-from-model)
     for a few updates per task (in parallel); each logs its GLUE metric on valid, and
-    ``python -m sipe_fairseq.eval.glue`` recomputes the same number from the last checkpoint. On a
+    ``sipe-eval glue`` recomputes the same number from the last checkpoint. On a
     synthetic CoLA-format task (label decided by an early word) a few epochs reach ~100%."""
     root = lm["root"]
-    body = glue_eval.model_flags(str(lm["ckpt"]))  # the LM's architecture, as saved
+    body = model_flags(str(lm["ckpt"]))  # the LM's architecture, as saved
     assert body[:2] == ["--arch", "sipe_txl_tiny"] and "--sipe-injection" in body
     procs = {}
     for name, (extra, _, _) in FINETUNE.items():
@@ -486,6 +487,6 @@ def test_finetune_end_to_end(lm, glue_dirs):
     # the classifier learns a label decided by a word far from the final position it reads
     assert rows["syn"]["mcc"] > 90 and rows["syn"]["accuracy"] > 95, rows["syn"]
     assert "dropped the LM's terminal_head weights" in logs["rte"]
-    out = run([sys.executable, "-m", "sipe_fairseq.eval.glue", "--data", glue_dirs["cola"], "--path",
+    out = run([sys.executable, "-m", "sipe_fairseq.cli.eval", "glue", "--data", glue_dirs["cola"], "--path",
                root / "ck-cola" / "checkpoint_last.pt", "--split", "valid"], root)
     assert re.search(r"cola valid \(n=4\): mcc [-\d.]+ \| accuracy [\d.]+", out), out

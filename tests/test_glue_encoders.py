@@ -2,7 +2,7 @@
 fairseq's own ``roberta`` (no tags) through ``hexatag_sentence_prediction``, with the RoBERTa recipe:
 ``--restore-file MLM --reset-optimizer --reset-dataloader --reset-meters --init-token 0
 --separator-token 2 --add-mask-symbol``, the body rebuilt from the checkpoint's settings
-(``sipe_fairseq.eval.glue.model_flags``). The fake parser and the inline GLUE files come from
+(``sipe_fairseq.checkpoints.model_flags``). The fake parser and the inline GLUE files come from
 test_glue.py."""
 import ast
 import random
@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from sipe_fairseq.cli.glue_preprocess import main as glue_main
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
+from sipe_fairseq.checkpoints.model_flags import model_flags
 from sipe_fairseq.eval import glue as glue_eval
 import launcher
 from conftest import MLM_TASK, ROOT, STOCK_MLM
@@ -179,7 +180,7 @@ def test_mismatched_body_fails_with_hints(pretrained):
 
 def test_model_flags_rebuild_each_encoder(pretrained):
     for name, (_, model) in ENCODERS.items():
-        flags = glue_eval.model_flags(str(pretrained["ckpt"][name]))
+        flags = model_flags(str(pretrained["ckpt"][name]))
         assert flags[0] == "--arch" and flags[1] == model[1]
         assert flags[flags.index("--max-positions") + 1] == str(TPS)
         assert flags[flags.index("--encoder-embed-dim") + 1] == "64"
@@ -193,12 +194,12 @@ def test_model_flags_rebuild_each_encoder(pretrained):
 def test_finetune_end_to_end(pretrained):
     """fairseq-train with the RoBERTa recipe from each MLM checkpoint (in parallel): the body is the
     checkpoint's (only the head is new), the synthetic pair task is learned (its label word follows
-    the separator), and ``sipe_fairseq.eval.glue`` recomputes the logged accuracy."""
+    the separator), and ``sipe-eval glue`` recomputes the logged accuracy."""
     root, data = pretrained["root"], pretrained["glue"]["pair"]
     procs = {}
     for name in ENCODERS:
         ckpt = pretrained["ckpt"][name]
-        body = glue_eval.model_flags(str(ckpt)) + (["--sipe-tag-heads", "off"] if name != "roberta" else [])
+        body = model_flags(str(ckpt)) + (["--sipe-tag-heads", "off"] if name != "roberta" else [])
         cmd = [BIN / "fairseq-train", data, "--user-dir", PLUGIN, *RECIPE, *body, "--restore-file", ckpt,
                "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--optimizer", "adam",
                "--adam-betas", "(0.9,0.999)", "--adam-eps", "1e-6", "--weight-decay", "0.1", "--lr", "0.001",
@@ -250,6 +251,6 @@ def test_finetune_end_to_end(pretrained):
     state["extra_state"]["best"] = state["extra_state"]["val_loss"] = np.float64(55.5)
     torch.save(state, str(root / "numpy-best.pt"))
     assert glue_eval.evaluate(str(root / "numpy-best.pt"), str(data), "valid")["n"] == 40
-    out = run([sys.executable, "-m", "sipe_fairseq.eval.glue", "--data", data, "--path",
+    out = run([sys.executable, "-m", "sipe_fairseq.cli.eval", "glue", "--data", data, "--path",
                root / "ft-roberta" / "checkpoint_last.pt"], root)  # fairseq's roberta: argparse checkpoint
     assert re.search(r"rte valid \(n=40\): accuracy [\d.]+", out), out

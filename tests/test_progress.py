@@ -10,6 +10,7 @@ import fairseq  # noqa: F401
 import sipe_fairseq  # noqa: F401
 from fairseq.data import Dictionary
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
+from sipe_fairseq.cli.options import configure_progress
 from sipe_fairseq.eval import progress as P
 from sipe_fairseq.eval.prefix_scores import score_encoded
 from sipe_fairseq.eval.scoring import token_logprobs
@@ -73,9 +74,9 @@ def test_auto_is_silent_when_stderr_is_not_a_terminal(setup, capsys, restore_mod
 def test_modes_and_bad_mode(restore_mode):
     P.set_progress("on")
     assert P.progress(range(2)).disable is False
-    P.configure(argparse.Namespace(no_progress=True))
+    configure_progress(argparse.Namespace(no_progress=True))
     assert P.progress(range(2)).disable is True
-    P.configure(argparse.Namespace(no_progress=False))
+    configure_progress(argparse.Namespace(no_progress=False))
     assert P.MODES[P._mode] is None  # tqdm decides from stderr.isatty()
     with pytest.raises(ValueError, match="progress mode"):
         P.set_progress("always")

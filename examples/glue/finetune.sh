@@ -5,7 +5,7 @@
 #
 #   bash examples/glue/finetune.sh TASK GLUE_BIN CKPT SAVE_DIR [extra fairseq-train args...]
 #
-# The body is rebuilt with the checkpoint's own settings (`python -m sipe_fairseq.eval.glue
+# The body is rebuilt with the checkpoint's own settings (`sipe-eval glue
 # --model-flags`: architecture, SiPE injection, encoders' --max-positions) and loaded with
 # --finetune-from-model (= --restore-file with --reset-optimizer/-dataloader/-meters, but a rerun
 # resumes from SAVE_DIR/checkpoint_last.pt); only the classification head is new.
@@ -28,7 +28,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 BIN=$(dirname "$PYTHON")
 # the pre-trained body, exactly as saved (architecture and SiPE settings)
-read -r -a BODY <<< "$("$PYTHON" -m sipe_fairseq.eval.glue --model-flags --path "$CKPT")"
+read -r -a BODY <<< "$("$BIN/sipe-eval" glue --model-flags --path "$CKPT")"
 [ "${#BODY[@]}" -ge 2 ] || { echo "could not read the model settings of $CKPT" >&2; exit 1; }
 ARCH=${BODY[1]}
 case "$ARCH" in

@@ -35,7 +35,7 @@ tagger() {  # $1 = name, rest = encoder options
       --warmup-updates 100 --max-tokens 2048 --max-update "$TAG_UPDATES" --save-dir "$WORK/ck-$name" \
       > "$WORK/train-$name.log" 2>&1
   echo "tagger $name ($TAG_UPDATES updates): $(( $(date +%s) - t0 )) s"
-  $BIN/python -m sipe_fairseq.eval.tagger --data "$WORK/data-bin" --path "$WORK/ck-$name/checkpoint_best.pt" \
+  $BIN/sipe-eval tagger --data "$WORK/data-bin" --path "$WORK/ck-$name/checkpoint_best.pt" \
       --split test --json "$WORK/eval-$name.json" > "$WORK/eval-$name.log" 2>&1
 }
 tagger pretrained --init-encoder "$WORK/ck-mlm/checkpoint_best.pt"

@@ -4,7 +4,7 @@
 
 Parses the gold (syntactic) words of every sentence with ``SpacyParser.parse_words`` and compares
 the heads with (a) the original UD gold heads and (b) the projectivized gold heads
-(``projectivize``, as used by ``sipe-preprocess`` / ``sipe_fairseq.eval.tagger``). Also reports
+(``projectivize``, as used by ``sipe-preprocess`` / ``sipe-eval tagger``). Also reports
 UAS by gold deprel and UAS excluding the relations whose head choice differs between UD
 (content-word heads) and ClearNLP-style dependencies (function-word heads).
 """

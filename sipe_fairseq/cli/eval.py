@@ -2,8 +2,9 @@
 
     sipe-eval blimp --data DATA --path none=ck_none/checkpoint_best.pt --blimp blimp/ --cache parses.jsonl
 
-A subcommand is a module with ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``
-(its docstring becomes the subcommand's description); add it to :data:`SUBCOMMANDS`.
+A subcommand is a module of :mod:`sipe_fairseq.cli.eval_commands` with ``HELP`` (one line), ``DESCRIPTION``
+(the subcommand's ``--help`` text), ``add_arguments(parser)`` and ``run(args) -> int``; add it to
+:data:`SUBCOMMANDS`.
 
 Exit status: 0 ok, 1 nothing scored (``blimp``: a model scored no pair; ``syntaxgym``: no suite),
 2 bad input (as each subcommand documents; also an option out of range, or an output path such as
@@ -17,12 +18,11 @@ import sys
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
-from sipe_fairseq.eval import attention, blimp, report, seeds, sweep_plot, syntaxgym
-from sipe_fairseq.eval.options import output_path_problem
-from sipe_fairseq.eval.progress import add_progress_argument, configure
+from sipe_fairseq.cli.eval_commands import attention, blimp, glue, report, seeds, sweep_plot, syntaxgym, tagger
+from sipe_fairseq.cli.options import add_progress_argument, configure_progress, output_path_problem
 
 SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot,
-               "attention": attention, "seeds": seeds}
+               "attention": attention, "seeds": seeds, "glue": glue, "tagger": tagger}
 LONG_RUNNING = {"blimp", "syntaxgym", "report", "attention"}  # these get progress bars and --no-progress
 
 
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in SUBCOMMANDS.items():
-        sp = sub.add_parser(name, help=getattr(module, "HELP", None), description=module.__doc__,
+        sp = sub.add_parser(name, help=module.HELP, description=module.DESCRIPTION,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(sp)
         if name in LONG_RUNNING:
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logs.configure("WARNING", logs.SHORT_FORMAT, plugin_level=logging.DEBUG if args.verbose else logging.INFO)
-    configure(args)
+    configure_progress(args)
     problem = output_path_problem(args)  # before anything is loaded or scored: the results would be lost
     if problem:
         logging.getLogger("sipe-eval").error("%s", problem)

@@ -28,8 +28,7 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli import logs
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
-from sipe_fairseq.eval.options import int_at_least, output_path_problem
-from sipe_fairseq.eval.progress import add_progress_argument, configure
+from sipe_fairseq.cli.options import add_progress_argument, configure_progress, int_at_least, output_path_problem
 from sipe_fairseq.eval.prefix_scores import markdown_tag_sources, score_split_sources
 from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
 from sipe_fairseq.structure.arcs import COUNT_RULES
@@ -87,7 +86,7 @@ def main(argv=None):
                         "may take, c <= 2i - 1) or allowed-then-top (the top C among the allowed counts)")
     add_progress_argument(p)
     args = p.parse_args(argv)
-    configure(args)
+    configure_progress(args)
     sources = None
     if args.tags:
         try:

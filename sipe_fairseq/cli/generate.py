@@ -43,7 +43,7 @@ import torch
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, load_lm
 from sipe_fairseq.cli import logs
-from sipe_fairseq.eval.options import float_above, int_at_least
+from sipe_fairseq.cli.options import float_above, int_at_least
 
 logger = logging.getLogger(__name__)
 

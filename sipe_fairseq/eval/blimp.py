@@ -17,7 +17,7 @@ where the sentence may end). A pair is correct when the good sentence scores str
 log-probability its tag heads give each word's tags, ``log p(x, tags)``, which unlike the
 conditional ``log p(x | tags)`` does not reward a model for trusting tags that already encode
 the difference between the two sentences; a model that sees no tags scores the same either way.
-``--tags`` (issue 12) chooses where a decoder's tags come from, several comma-separated (one column
+``--tags`` chooses where a decoder's tags come from, several comma-separated (one column
 per model and source, named ``model`` for ``given`` and ``model [self]``, ``model [beam:K]``):
 ``given`` = the tree source's tags, a parse of the whole sentence (default, the paper's protocol);
 ``self`` = the sentence's exact ``log q(x)`` with tags the model chooses from the prefix only;
@@ -53,9 +53,8 @@ per model), as ``sipe-eval syntaxgym`` does.
 
 Exit status: 0; 2 on a usage or input error (a missing file, a malformed JSONL line, a missing
 field, a duplicate ``pairID``, an empty or non-UTF-8 file, a bad ``--path``), reported in one
-line naming the file and line, without a traceback (the argparse/fairseq convention).
+line naming the file and line, without a traceback (as fairseq reports a usage error).
 """
-import argparse
 import json
 import logging
 import math
@@ -68,15 +67,13 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..hexatag import HexatagError, encode_tree
-from ..parsing import ParseError, add_tree_arguments, normalize_text, parse_each, tree_source_from_args, tree_source_stats
-from .options import int_at_least
+from ..parsing import ParseError, normalize_text, parse_each, tree_source_stats
 from .progress import progress
 
 logger = logging.getLogger(__name__)
 
-HELP = "BLiMP minimal-pair accuracy (per paradigm, per field, overall)"
 REQUIRED_FIELDS = ("sentence_good", "sentence_bad")
-USAGE_ERROR = 2  # exit status for bad input or usage (as argparse)
+USAGE_ERROR = 2  # exit status for bad input or usage (a usage error of the command line exits 2 too)
 TAGS_NOTE = ("tags: a column named by its model alone scores with the tree source's tags (given: a parse of the whole "
              "sentence); `[self]`: tags the model chose from the prefix (exact log q(x)); `[beam:K]`: the beam's bound on "
              "log p(x) (tags paid for); GiLT checkpoints: the same with graphs (given: the tree as arcs; self: the greedy "
@@ -413,37 +410,6 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + ("\n\n" + "; ".join(notes) if notes else "") + "\n"
 
 
-# ---------------------------------------------------------------------------------------- CLI
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="the sipe-preprocess data directory the checkpoints were trained on "
-                                                 "(its dict.txt and spm.model encode the sentences)")
-    p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
-                   help="checkpoint to score (repeatable): decoders (hexatag_lm, stock language_modeling) or "
-                        "masked-LM encoders (hexatag_mlm, stock masked_lm: pseudo-log-likelihood)")
-    p.add_argument("--blimp", nargs="+", action="extend", required=True, metavar="FILE_OR_DIR",
-                   help="BLiMP JSONL file(s) or folder(s) of *.jsonl (repeatable)")
-    add_tree_arguments(p)
-    p.add_argument("--score", choices=("lm", "joint"), default="lm",
-                   help="lm: log p(x | tags), summed over tokens incl. </s> (default; encoders: the pseudo-log-"
-                        "likelihood over the sentence's tokens, not </s>); joint: plus the tag heads' log p(tags), "
-                        "i.e. log p(x, tags) (encoders: of each masked word's tags given the rest)")
-    p.add_argument("--tags", default=None, metavar="SOURCES",
-                   help="where a decoder's structure comes from, comma-separated (one column per model and source): given "
-                        "(the tree source's tags; GiLT: its tree as arcs), self (the model's own choice from the prefix: "
-                        "exact log q(x)), beam:K (bound on log p(x)); default: given, for GiLT checkpoints self; see "
-                        "sipe_fairseq/structure")
-    p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
-                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
-    p.add_argument("--batch-size", type=int_at_least(1), default=64,
-                   help="sentences per forward pass for decoders, masked copies for encoders (one sentence's copies "
-                        "are never split) (default: %(default)s)")
-    p.add_argument("--json", metavar="OUT", help="write the full report (incl. every skipped pair) as JSON here")
-    p.add_argument("--markdown", metavar="OUT", help="also write the markdown table here")
-    p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
-    p.add_argument("--show-skipped", type=int_at_least(0), default=20, metavar="N",
-                   help="log at most N skipped pairs (all are in --json) (default: %(default)s)")
-
-
 def add_metadata(report: dict, prepared: Prepared, score: str, checkpoints: Dict[str, str], data: str,
                  paths: Sequence[str]) -> dict:
     """The settings and sentence counts a ``sipe-eval blimp --json`` report carries besides the tables."""
@@ -464,67 +430,6 @@ def log_excluded(report: dict, limit: int = 20) -> None:
                            reasons)
         if len(items) > limit:
             logger.warning("... and %d more %ss (see --json)", len(items) - limit, what)
-
-
-def run(args) -> int:
-    """``sipe-eval blimp``: prints the markdown table; 2 on a usage or input error (one line, no traceback),
-    1 when a model scored no pair."""
-    from ..checkpoints import checkpoint_specs
-
-    from ..structure.sources import parse_sources as parse_tag_sources
-
-    try:
-        args.tag_sources = parse_tag_sources(args.tags) if getattr(args, "tags", None) else None  # None: per model
-        if getattr(args, "gilt_count_beam", 5) < 1:
-            raise ValueError("--gilt-count-beam: expected an integer >= 1")
-        checkpoints = checkpoint_specs(args.path)
-        pairs = read_blimp(args.blimp)
-    except (ValueError, FileNotFoundError) as e:
-        logger.error("%s", e)
-        return USAGE_ERROR
-    return _run(args, checkpoints, pairs)
-
-
-def _run(args, checkpoints: Dict[str, str], pairs: List[BlimpPair]) -> int:
-    import torch
-
-    import sipe_fairseq
-    from ..checkpoints import load_lm as load
-    from ..data.encode import SentenceEncoder
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    sipe_fairseq.register()
-    logger.info("%d pairs in %d paradigms", len(pairs), len({p.uid for p in pairs}))
-    source = tree_source_from_args(args)
-    encoder = SentenceEncoder(args.data)
-    prepared = prepare(pairs, source, encoder)
-    src = prepared.tree_source
-    logger.info("trees (%s) for %d distinct sentences in %.1fs%s%s", src["spec"], prepared.counts["sentences"], prepared.seconds,
-                f" (cache {src['cache']}: {src.get('hits', 0)} hits, {src.get('misses', 0)} misses)" if "cache" in src else "",
-                f"; {src['root_fixed_sentences']} sentences needed root fixing" if "root_fixed_sentences" in src else "")
-    models, placements = {}, {}
-    for name, path in checkpoints.items():
-        model, task = load(path, args.data)
-        models[name] = model
-        placements[name] = tag_head_placement(task)
-    try:
-        report = evaluate(pairs, models, prepared, encoder.dictionary, args.batch_size, joint=args.score == "joint",
-                          placements=placements, tags=args.tag_sources, count_beam=getattr(args, "gilt_count_beam", 5))
-    except ValueError as e:  # e.g. --tags self with an encoder or a model without tag heads
-        logger.error("%s", e)
-        return USAGE_ERROR
-    add_metadata(report, prepared, args.score, checkpoints, args.data, args.blimp)
-    report["tags"] = list(args.tag_sources) if args.tag_sources else "default (given; GiLT: self)"
-    log_excluded(report, args.show_skipped)
-    table = markdown(report)
-    print(table, end="")
-    if args.markdown:
-        Path(args.markdown).write_text(table, encoding="utf-8")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2, ensure_ascii=False)
-    return nothing_scored(report)
 
 
 def nothing_scored(report: dict) -> int:

@@ -1,22 +1,19 @@
 """GLUE metrics and the evaluation of a fine-tuned ``hexatag_sentence_prediction`` checkpoint.
 
-    python -m sipe_fairseq.eval.glue --data glue-bin/CoLA --path ck/checkpoint_best.pt --split valid
-    python -m sipe_fairseq.eval.glue --model-flags --path lm/checkpoint_best.pt   # flags to fine-tune an LM
+    sipe-eval glue --data glue-bin/CoLA --path ck/checkpoint_best.pt --split valid
+    sipe-eval glue --model-flags --path lm/checkpoint_best.pt   # flags to fine-tune an LM
 
 prints the task's GLUE metric (CoLA: Matthews corr.; SST-2, MNLI, QNLI, RTE, WNLI: accuracy;
 MRPC, QQP: F1 and accuracy; STS-B: Pearson and Spearman), in percent, over every example of the
 split. The metric functions are plain numpy (the same definitions as scikit-learn/scipy, which
 fairseq's ``sentence_prediction`` criterion uses while training).
 """
-import argparse
-import json
 import logging
-import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional
 
 import numpy as np
 
-from ..checkpoints.load import CHECKPOINT_EXIT_STATUS, CheckpointError, load_with_task, read_checkpoint
+from ..checkpoints.load import load_with_task
 
 logger = logging.getLogger(__name__)
 
@@ -92,65 +89,7 @@ def glue_metrics(metric: str, preds, labels, positive=1) -> Dict[str, float]:
     return out
 
 
-# ----------------------------------------------------------------------------- model flags
-
-# head settings are left to the fine-tuning command; the rest are task settings or interpolations
-_NOT_MODEL_FLAGS = {"_name", "tokens_per_sample", "max_target_positions", "pooler_dropout", "pooler_activation_fn",
-                    "tie_adaptive_weights", "load_checkpoint_heads", "spectral_norm_classification_head"}
-
-
-def _legacy_model_options(arch: str):
-    """``{dest: (flag, default, is_switch)}`` of an argparse-configured fairseq model (e.g. ``roberta``)."""
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
-    cls = ARCH_MODEL_REGISTRY.get(arch)
-    if cls is None or not hasattr(cls, "add_args"):
-        return None
-    parser = argparse.ArgumentParser(add_help=False)
-    cls.add_args(parser)
-    return {a.dest: (a.option_strings[0], a.default, a.nargs == 0) for a in parser._actions if a.option_strings}
-
-
-def model_flags(path: str) -> List[str]:
-    """fairseq-train flags that rebuild the model body of a (pre-trained) checkpoint: ``--arch`` and
-    every field of the model's config with its saved value (booleans only when they differ from the
-    default, as fairseq's store_true/store_false flags require), so ``--finetune-from-model`` or
-    ``--restore-file`` loads it strictly. Encoders get ``--max-positions``, their pre-training length
-    (``sipe_roberta``'s learned positions are sized by it, as RoBERTa's). fairseq's argparse models
-    (``roberta``) are read through their ``add_args``. Classification-head settings are left to the
-    fine-tuning command."""
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_DATACLASS_REGISTRY
-    from omegaconf import OmegaConf
-
-    state = read_checkpoint(path)  # registers the sipe models; allows the Namespace of legacy checkpoints
-    cfg = state["cfg"]
-    model = OmegaConf.to_container(cfg, resolve=True)["model"] if OmegaConf.is_config(cfg["model"]) else vars(cfg["model"])
-    arch = model.get("_name") or model.get("arch")
-    dc = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY.get(arch, arch))
-    if dc is not None:
-        defaults = dc()
-        options = {name: ("--" + name.replace("_", "-"), getattr(defaults, name), isinstance(model.get(name), bool))
-                   for name in dc.__dataclass_fields__}
-    else:
-        options = _legacy_model_options(arch)
-        if options is None:
-            raise ValueError(f"{path}: architecture {arch!r} is neither a dataclass nor an argparse fairseq model")
-    flags = ["--arch", arch]
-    for name, (flag, default, switch) in options.items():
-        if name in _NOT_MODEL_FLAGS or name not in model or model[name] is None:
-            continue
-        value = model[name]
-        if switch:
-            if bool(value) != bool(default):
-                flags.append(flag)
-        elif dc is not None or value != default:  # an argparse default needs no flag
-            flags += [flag, str(value)]
-    return flags
-
-
 # ----------------------------------------------------------------------------- predictions
-
-
 def predict(model, task, split: str = "valid", max_tokens: Optional[int] = 8192, batch_size: Optional[int] = None):
     """(predictions, targets) over every example of ``split``, in dataset order: class ids, or
     regression values."""
@@ -205,38 +144,3 @@ def evaluate(path: str, data: Optional[str] = None, split: str = "valid", task_n
             positive = labels.index(spec.positive)
     scores = glue_metrics(spec.metric, preds, targets, positive)
     return {"task": spec.name, "split": split, "n": int(len(targets)), "metric": spec.metric, **scores}
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    p = argparse.ArgumentParser(prog="python -m sipe_fairseq.eval.glue", description=__doc__.split("\n")[0])
-    p.add_argument("--data", help="sipe-glue-preprocess directory (default: the checkpoint's)")
-    p.add_argument("--path", required=True, help="fine-tuned checkpoint")
-    p.add_argument("--task-name", help="GLUE task (default: from the data's glue.json)")
-    p.add_argument("--split", default="valid", help="split to score (default: valid)")
-    p.add_argument("--max-tokens", type=int, default=8192)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--json", action="store_true", help="print the result row as JSON")
-    p.add_argument("--model-flags", action="store_true",
-                   help="only print the fairseq-train flags that rebuild --path's model (e.g. a pre-trained LM) and exit")
-    args = p.parse_args(argv)
-    try:
-        if args.model_flags:
-            import shlex
-
-            print(" ".join(shlex.quote(f) for f in model_flags(args.path)))
-            return 0
-        row = evaluate(args.path, args.data, args.split, args.task_name, args.max_tokens, args.batch_size)
-    except CheckpointError as e:
-        logger.error("%s", e)
-        return CHECKPOINT_EXIT_STATUS
-    if args.json:
-        print(json.dumps(row, sort_keys=True))
-    else:
-        scores = " | ".join(f"{k} {v:.2f}" for k, v in row.items() if isinstance(v, float))
-        print(f"{row['task']} {row['split']} (n={row['n']}): {scores}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """Progress bars of the evaluation commands (``sipe-eval blimp|syntaxgym|report|attention``,
 ``sipe-eval-lm``): tqdm on stderr, so stdout carries only the reports. As in ``sipe-preprocess``,
 a bar is shown only when stderr is a terminal (tqdm's ``disable=None``) and never with
-``--no-progress``; :func:`set_progress` ``("on")`` forces it (tests)."""
-import argparse
+``--no-progress`` (:func:`set_progress` ``("off")``, as :func:`sipe_fairseq.cli.options.configure_progress`
+sets it); :func:`set_progress` ``("on")`` forces it (tests)."""
 import sys
 from typing import Iterable, Optional
 
@@ -18,16 +18,6 @@ def set_progress(mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"progress mode must be one of {sorted(MODES)}, got {mode!r}")
     _mode = mode
-
-
-def add_progress_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bars (default: shown on stderr when stderr is a terminal)")
-
-
-def configure(args: argparse.Namespace) -> None:
-    """Apply a command's ``--no-progress``."""
-    set_progress("off" if getattr(args, "no_progress", False) else "auto")
 
 
 def progress(iterable: Optional[Iterable] = None, desc: str = "", unit: str = " batch", total: Optional[int] = None) -> tqdm:

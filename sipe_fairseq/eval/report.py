@@ -37,7 +37,7 @@ Numbers come from checkpoints (``--path``, each loaded once and scored on whatev
 SyntaxGym share one tree source (``--parser``/``--trees``/``--cache``). BLiMP pairs that were
 skipped (no tree) or unscored (longer than a model's positions) are counted under the table.
 
-``--tags given,self,beam:K`` (issue 12): Table 2's columns use ``given`` tags (a parse of each
+``--tags given,self,beam:K``: Table 2's columns use ``given`` tags (a parse of each
 whole sentence); every other source adds a column group (``BLiMP [self]``, ``PPL/word [self]``,
 ``SyntaxGym [self]``, ``PPL/token [self]``, value keys ``blimp@self`` ...) scored with tags from the
 prefix only (:mod:`~sipe_fairseq.structure`; perplexities with every sentence of ``--split``
@@ -49,20 +49,30 @@ Exit status: 0, or 2 on a usage or input error (one line, no traceback).
 ``sipe-eval sweep-plot`` (:mod:`~sipe_fairseq.eval.sweep_plot`) draws the layer-entry sweep
 (section 5, Figure 3) from such a report.
 """
-import argparse
 import json
 import logging
 import math
 import time
 from collections import OrderedDict
-from pathlib import Path
-from typing import Dict, NamedTuple, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
-from .options import float_at_least, int_at_least
+import torch
+
+import sipe_fairseq
+from ..checkpoints import checkpoint_specs, load_lm, read_checkpoint
+from ..data.encode import SentenceEncoder
+from ..parsing import tree_source_stats
+from ..structure.family import StructureOptions
+from ..structure.sources import parse_sources as parse_tag_sources
+from ..structure.sources import source_label, split_label
+from . import blimp, syntaxgym
+from .prefix_scores import score_split_sources
+from .scoring import score_split
+from .syntaxgym_formula import EQUALITY_ATOL, EQUALITY_RTOL
 
 logger = logging.getLogger(__name__)
 
-HELP = "the paper's Table 2: BLiMP, PPL per word (and the joint bound), SyntaxGym, with Δ against a baseline row"
 FORMAT = "sipe-report/1"
 MISSING = "-"          # a number that is not available
 NO_DELTA = "\u2013"    # the baseline row's Δ cells (en dash, as the paper)
@@ -70,6 +80,37 @@ NO_DELTA = "\u2013"    # the baseline row's Δ cells (en dash, as the paper)
 
 class ReportError(ValueError):
     """Inputs that cannot be assembled into a report (bad JSON, unknown baseline, conflicts)."""
+
+
+@dataclass
+class ReportInputs:
+    """What a report is built from (the options of ``sipe-eval report`` and ``sipe-eval sweep-plot``):
+    checkpoints to score (``paths``, ``[NAME=]CKPT``) on ``data``'s ``split`` (perplexities unless
+    ``no_ppl``), on BLiMP files (``blimp``) and SyntaxGym suites (``suites``) with the trees of
+    ``tree_source()`` (called once, only when BLiMP or SyntaxGym is scored), and precomputed reports
+    (``*_json``); ``baseline`` and ``rows`` shape the table."""
+    data: Optional[str] = None
+    paths: Sequence[str] = ()
+    blimp: Optional[Sequence[str]] = None
+    suites: Optional[Sequence[str]] = None
+    split: str = "test"
+    no_ppl: bool = False
+    tree_source: Optional[Callable[[], object]] = None
+    blimp_score: str = "lm"
+    tags: Optional[str] = "given"
+    gilt_count_beam: int = 5
+    context_window: int = 0
+    max_tokens: int = 4096
+    batch_size: int = 64
+    eq_atol: float = EQUALITY_ATOL
+    eq_rtol: float = EQUALITY_RTOL
+    threads: Optional[int] = None
+    blimp_json: Sequence[str] = ()
+    syntaxgym_json: Sequence[str] = ()
+    ppl_json: Sequence[str] = ()
+    blimp_average: str = "pairs"
+    baseline: Optional[str] = None
+    rows: Optional[Sequence[str]] = None
 
 
 class Metric(NamedTuple):
@@ -169,8 +210,6 @@ def syntaxgym_values(report: dict, where: str = "SyntaxGym report") -> Dict[str,
 def by_model(values: Dict[str, dict], key_map=None) -> Dict[str, dict]:
     """Columns ``"pos [self]"`` (:func:`~sipe_fairseq.structure.sources.source_label`) folded into
     model ``pos`` with keys ``metric@self`` (:func:`source_key`)."""
-    from ..structure.sources import split_label
-
     out = OrderedDict()
     for label, v in values.items():
         name, source = split_label(label)
@@ -229,8 +268,6 @@ class Collected:
 
     def put_columns(self, metric: str, columns: Dict[str, dict], source: str) -> None:
         """Values per report column (``pos``, ``pos [self]``): each column's tag source is its own metric."""
-        from ..structure.sources import split_label
-
         for label, v in columns.items():
             name, tags = split_label(label)
             self.put(name, source_key(metric, tags), by_model({label: v})[name], source)
@@ -362,60 +399,43 @@ def layer_info(cfg) -> dict:
 
 def checkpoint_layer_info(path: str) -> dict:
     """:func:`layer_info` of a checkpoint's saved model config (no model is built)."""
-    from ..checkpoints import read_checkpoint
-
     state = read_checkpoint(path)
     cfg = (state.get("cfg") or {}).get("model") if state.get("cfg") is not None else None
     return layer_info(cfg if cfg is not None else state.get("args"))
 
 
 def sg_name(label: str) -> str:
-    from ..structure.sources import split_label
-
     return split_label(label)[0]
 
 
 def checkpoints_from_specs(specs) -> Dict[str, str]:
-    from ..checkpoints import checkpoint_specs
-
     try:
         return checkpoint_specs(specs)
     except (ValueError, FileNotFoundError) as e:
         raise ReportError(str(e)) from e
 
 
-def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, want_blimp: bool = True) -> dict:
+def score_checkpoints(inputs: ReportInputs, checkpoints: Dict[str, str], collected: Collected,
+                      want_blimp: bool = True) -> dict:
     """Load each checkpoint once and score what is asked and not already in ``collected``:
-    perplexity on ``args.split`` (unless ``args.no_ppl``), BLiMP (``args.blimp``), SyntaxGym
-    (``args.suites``). Fills ``collected``; returns the full sub-reports (blimp, syntaxgym, ppl)."""
-    import torch
-
-    import sipe_fairseq
-    from ..checkpoints import load_lm as load
-    from ..data.encode import SentenceEncoder
-    from . import blimp, syntaxgym
-    from ..parsing import tree_source_from_args, tree_source_stats
-    from ..structure.family import StructureOptions
-    from ..structure.sources import parse_sources as parse_tag_sources, source_label
-    from .prefix_scores import score_split_sources
-    from .scoring import score_split
-
+    perplexity on ``inputs.split`` (unless ``inputs.no_ppl``), BLiMP (``inputs.blimp``), SyntaxGym
+    (``inputs.suites``). Fills ``collected``; returns the full sub-reports (blimp, syntaxgym, ppl)."""
     try:
-        sources = parse_tag_sources(getattr(args, "tags", None) or "given")
+        sources = parse_tag_sources(inputs.tags or "given")
     except ValueError as e:
         raise ReportError(f"--tags: {e}") from e
-    if getattr(args, "gilt_count_beam", 5) < 1:
+    if inputs.gilt_count_beam < 1:
         raise ReportError("--gilt-count-beam: expected an integer >= 1")
     sources = ["given"] + [x for x in sources if x != "given"]  # Table 2's given columns always; then a group per source
     extra = sources[1:]
 
-    if getattr(args, "threads", None):
-        torch.set_num_threads(args.threads)
+    if inputs.threads:
+        torch.set_num_threads(inputs.threads)
     sipe_fairseq.register()
     for name in checkpoints:
         collected.add_model(name)
-    todo = {name: {m for m, asked in (("ppl", not args.no_ppl), ("blimp", want_blimp and bool(getattr(args, "blimp", None))),
-                                      ("syntaxgym", bool(args.suites))) if asked and not collected.has(name, m)}
+    todo = {name: {m for m, asked in (("ppl", not inputs.no_ppl), ("blimp", want_blimp and bool(inputs.blimp)),
+                                      ("syntaxgym", bool(inputs.suites))) if asked and not collected.has(name, m)}
             for name in checkpoints}
     for name in checkpoints:
         for m in {"ppl", "blimp", "syntaxgym"} - todo[name]:
@@ -423,20 +443,22 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
                 logger.info("%s of %s: taken from %s, not re-scored", m, name, collected.sources[name][m])
     need_blimp = any("blimp" in t for t in todo.values())
     need_sg = any("syntaxgym" in t for t in todo.values())
-    if any(todo.values()) and not args.data:
+    if any(todo.values()) and not inputs.data:
         raise ReportError("--data (the checkpoints' data directory) is needed to score --path checkpoints")
 
     # inputs first (fail fast on bad files before any model is loaded)
     pairs = suites = sentences = prepared = source = encoder = None
     if need_blimp or need_sg:
-        encoder = SentenceEncoder(args.data)
-        source = tree_source_from_args(args)
+        encoder = SentenceEncoder(inputs.data)
+        if inputs.tree_source is None:
+            raise ReportError("no tree source for BLiMP/SyntaxGym (--parser, --trees)")
+        source = inputs.tree_source()
     if need_blimp:
-        pairs = blimp.read_blimp(args.blimp)
+        pairs = blimp.read_blimp(inputs.blimp)
         logger.info("BLiMP: %d pairs in %d paradigms", len(pairs), len({p.uid for p in pairs}))
         prepared = blimp.prepare(pairs, source, encoder)
     if need_sg:
-        suites, sentences = syntaxgym.read_suites(args.suites)
+        suites, sentences = syntaxgym.read_suites(inputs.suites)
         syntaxgym.tree_and_encode(sentences, source, encoder)
 
     blimp_scores, blimp_unscored, blimp_seconds, sg_reports, ppl_rows = OrderedDict(), {}, {}, [], OrderedDict()
@@ -445,17 +467,17 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
             collected.info[name].update({"checkpoint": path, **checkpoint_layer_info(path)})
             continue
         t0 = time.perf_counter()
-        model, task = load(path, args.data, args.context_window)
+        model, task = load_lm(path, inputs.data, inputs.context_window)
         collected.info[name].update({"checkpoint": path, **layer_info(getattr(getattr(model, "decoder", None), "cfg", None))})
         if encoder is not None and len(task.source_dictionary) != len(encoder.dictionary):
             raise ReportError(f"{path}: its dictionary ({len(task.source_dictionary)} symbols) is not "
-                              f"{args.data}'s ({len(encoder.dictionary)})")
+                              f"{inputs.data}'s ({len(encoder.dictionary)})")
         try:
             if "ppl" in todo[name]:
-                rows = score_split(model, task, args.split, args.context_window, args.max_tokens)
+                rows = score_split(model, task, inputs.split, inputs.context_window, inputs.max_tokens)
                 if extra:  # every sentence of the split scored alone under each other tag source
-                    options = StructureOptions(count_beam=getattr(args, "gilt_count_beam", 5))
-                    rows["tag_sources"] = score_split_sources(model, task, args.split, extra, options)
+                    options = StructureOptions(count_beam=inputs.gilt_count_beam)
+                    rows["tag_sources"] = score_split_sources(model, task, inputs.split, extra, options)
                 ppl_rows[name] = rows
                 collected.put(name, "ppl", ppl_values({name: rows})[name], "scored")
             if "blimp" in todo[name]:
@@ -464,14 +486,14 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
                     label = source_label(name, src)
                     blimp_unscored[label] = blimp.unscorable(model, prepared)
                     blimp_scores[label] = blimp.score_sentences_tags(model, prepared, encoder.dictionary, src,
-                                                                     args.batch_size, joint=args.blimp_score == "joint",
+                                                                     inputs.batch_size, joint=inputs.blimp_score == "joint",
                                                                      placement=blimp.tag_head_placement(task),
-                                                                     count_beam=getattr(args, "gilt_count_beam", 5))
+                                                                     count_beam=inputs.gilt_count_beam)
                 blimp_seconds[name] = time.perf_counter() - t1
             if "syntaxgym" in todo[name]:
                 d = encoder.dictionary
-                columns = syntaxgym.tag_source_columns(name, model, task, d, sources, getattr(args, "gilt_count_beam", 5))
-                rep = syntaxgym.evaluate_suites(suites, sentences, columns, args.batch_size, args.eq_atol, args.eq_rtol)
+                columns = syntaxgym.tag_source_columns(name, model, task, d, sources, inputs.gilt_count_beam)
+                rep = syntaxgym.evaluate_suites(suites, sentences, columns, inputs.batch_size, inputs.eq_atol, inputs.eq_rtol)
                 sg_reports.append(rep)
                 collected.put_columns("syntaxgym", {k: {"syntaxgym": v} for k, v in syntaxgym_values(rep).items()}, "scored")
         except ReportError:
@@ -485,15 +507,15 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
     if blimp_scores:
         rep = blimp.compute_report(pairs, blimp_scores, prepared.skipped, blimp_unscored)
         rep["seconds"] = {"trees": prepared.seconds, "scoring": blimp_seconds}
-        blimp.add_metadata(rep, prepared, args.blimp_score, {n: checkpoints[n] for n in blimp_seconds}, args.data,
-                           args.blimp)
+        blimp.add_metadata(rep, prepared, inputs.blimp_score, {n: checkpoints[n] for n in blimp_seconds}, inputs.data,
+                           inputs.blimp)
         rep["tags"] = sources
-        collected.put_columns("blimp", blimp_values(rep, args.blimp_average), "scored")
+        collected.put_columns("blimp", blimp_values(rep, inputs.blimp_average), "scored")
         blimp.log_excluded(rep)
         details["blimp"] = rep
     if sg_reports:
         rep = syntaxgym.merge_reports(sg_reports)
-        rep.update(parser=source.spec, tree_source=tree_source_stats(source), data=args.data,
+        rep.update(parser=source.spec, tree_source=tree_source_stats(source), data=inputs.data,
                    checkpoints={n: checkpoints[n] for n in checkpoints if n in {sg_name(x) for x in rep["models"]}},
                    tags=sources)
         if "given" in sources:
@@ -506,114 +528,22 @@ def score_checkpoints(args, checkpoints: Dict[str, str], collected: Collected, w
     return details
 
 
-# ----------------------------------------------------------------------------- sipe-eval report
-def add_input_arguments(p: argparse.ArgumentParser, blimp_inputs: bool = True) -> None:
-    """Checkpoints, evaluation data and precomputed reports (shared by ``report`` and ``sweep-plot``)."""
-    from ..parsing import add_tree_arguments
-    from .syntaxgym import EQUALITY_ATOL, EQUALITY_RTOL
-
-    g = p.add_argument_group("checkpoints to score")
-    g.add_argument("--data", help="the sipe-preprocess data directory the checkpoints were trained on")
-    g.add_argument("--path", action="append", default=[], metavar="[NAME=]CKPT",
-                   help="checkpoint (repeatable, one row each): hexatag_lm, gilt_lm or stock language_modeling; "
-                        "loaded once")
-    if blimp_inputs:
-        g.add_argument("--blimp", nargs="+", action="extend", metavar="FILE_OR_DIR",
-                       help="BLiMP JSONL file(s) or folder(s) of *.jsonl to score the checkpoints on")
-    g.add_argument("--suites", nargs="+", action="extend", metavar="FILE_OR_DIR",
-                   help="SyntaxGym suite JSON file(s) or folder(s) to score the checkpoints on")
-    g.add_argument("--split", default="test", help="split of --data for the perplexities (default: %(default)s)")
-    g.add_argument("--no-ppl", action="store_true", help="do not compute perplexities for --path checkpoints")
-    add_tree_arguments(g)
-    if blimp_inputs:
-        g.add_argument("--blimp-score", choices=("lm", "joint"), default="lm",
-                       help="BLiMP sentence score: log p(x | tags) (default) or log p(x, tags) (see sipe-eval blimp)")
-    g.add_argument("--tags", default="given", metavar="SOURCES",
-                   help="tag sources, comma-separated: given (Table 2's columns, always shown) plus one column group per "
-                        "other source, self and/or beam:K (BLiMP, PPL per word and per token, SyntaxGym with tags from the "
-                        "prefix only; sipe_fairseq/structure). GiLT checkpoints: given = gold graphs (the data's arcs for "
-                        "PPL, the tree source's trees as arcs for BLiMP/SyntaxGym), self = the greedy graph, beam:K = the "
-                        "beam over graphs (sipe_fairseq/structure)")
-    g.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
-                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
-    g.add_argument("--context-window", type=int_at_least(0), default=0, help="as sipe-eval-lm --context-window (>= 0)")
-    g.add_argument("--max-tokens", type=int_at_least(1), default=4096, help="tokens per batch for the perplexities")
-    g.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences per forward pass (BLiMP, SyntaxGym)")
-    g.add_argument("--eq-atol", type=float_at_least(0.0), default=EQUALITY_ATOL,
-                   help="SyntaxGym '=' absolute tolerance (bits)")
-    g.add_argument("--eq-rtol", type=float_at_least(0.0), default=EQUALITY_RTOL, help="SyntaxGym '=' relative tolerance")
-    g.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
-    g = p.add_argument_group("precomputed reports (not re-scored)")
-    if blimp_inputs:
-        g.add_argument("--blimp-json", nargs="+", action="extend", default=[], metavar="FILE",
-                       help="report(s) of `sipe-eval blimp --json`")
-    g.add_argument("--syntaxgym-json", nargs="+", action="extend", default=[], metavar="FILE",
-                   help="report(s) of `sipe-eval syntaxgym --json`")
-    g.add_argument("--ppl-json", nargs="+", action="extend", default=[], metavar="FILE",
-                   help="output(s) of `sipe-eval-lm --json` (p(x|tags), joint, per word)")
-    if blimp_inputs:
-        g.add_argument("--blimp-average", choices=("pairs", "paradigms"), default="pairs",
-                       help="BLiMP accuracy as the mean over pairs (default, as the paper) or over paradigms")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_input_arguments(p)
-    g = p.add_argument_group("table")
-    g.add_argument("--baseline", metavar="NAME", help="the row the Δ columns compare with (default: the first row)")
-    g.add_argument("--rows", nargs="+", metavar="NAME", help="models to show, in this order (default: all)")
-    g.add_argument("--json", metavar="OUT", help="write the report (rows, Δ, sources, settings) as JSON here")
-    g.add_argument("--markdown", metavar="OUT", help="also write the markdown table here")
-    g.add_argument("--blimp-out", metavar="OUT", help="save the BLiMP scores computed here (sipe-eval blimp --json format)")
-    g.add_argument("--syntaxgym-out", metavar="OUT",
-                   help="save the SyntaxGym scores computed here (sipe-eval syntaxgym --json format)")
-    g.add_argument("--ppl-out", metavar="OUT", help="save the perplexities computed here (sipe-eval-lm --json format)")
-
-
-def _write_json(path, obj, **kw) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False, **kw)
-
-
-def build_report(args, want_blimp: bool = True) -> Tuple[dict, dict]:
+def build_report(inputs: ReportInputs, want_blimp: bool = True) -> Tuple[dict, dict]:
     """Gather precomputed numbers, score the checkpoints, assemble: ``(report, sub-reports)``."""
     collected = Collected()
-    checkpoints = checkpoints_from_specs(args.path)
+    checkpoints = checkpoints_from_specs(inputs.paths)
     for name in checkpoints:
         collected.add_model(name)
-    collected.add_files(getattr(args, "blimp_json", []) if want_blimp else [], args.syntaxgym_json, args.ppl_json,
-                        getattr(args, "blimp_average", "pairs"))
-    details = score_checkpoints(args, checkpoints, collected, want_blimp) if checkpoints else {}
-    settings = {"data": args.data, "split": None if (args.no_ppl or not checkpoints) else args.split,
-                "blimp_average": getattr(args, "blimp_average", "pairs"),
-                "blimp_score": getattr(args, "blimp_score", None) if "blimp" in details else None,
+    collected.add_files(inputs.blimp_json if want_blimp else [], inputs.syntaxgym_json, inputs.ppl_json,
+                        inputs.blimp_average)
+    details = score_checkpoints(inputs, checkpoints, collected, want_blimp) if checkpoints else {}
+    settings = {"data": inputs.data, "split": None if (inputs.no_ppl or not checkpoints) else inputs.split,
+                "blimp_average": inputs.blimp_average,
+                "blimp_score": inputs.blimp_score if "blimp" in details else None,
                 "trees": (details.get("tree_source") or {}).get("spec"),
-                "inputs": {"blimp_json": list(getattr(args, "blimp_json", []) or []),
-                           "syntaxgym_json": list(args.syntaxgym_json), "ppl_json": list(args.ppl_json),
-                           "blimp": [str(x) for x in (getattr(args, "blimp", None) or [])],
-                           "suites": [str(x) for x in (args.suites or [])]}}
-    report = assemble(collected, getattr(args, "baseline", None), getattr(args, "rows", None), settings)
+                "inputs": {"blimp_json": list(inputs.blimp_json or []),
+                           "syntaxgym_json": list(inputs.syntaxgym_json), "ppl_json": list(inputs.ppl_json),
+                           "blimp": [str(x) for x in (inputs.blimp or [])],
+                           "suites": [str(x) for x in (inputs.suites or [])]}}
+    report = assemble(collected, inputs.baseline, inputs.rows, settings)
     return report, details
-
-
-def run(args) -> int:
-    from .syntaxgym import SyntaxGymError
-
-    try:
-        report, details = build_report(args)
-    except (ReportError, SyntaxGymError) as e:
-        logger.error("%s", e)
-        return 2
-    table = markdown(report)
-    print(table, end="")
-    if args.markdown:
-        Path(args.markdown).write_text(table, encoding="utf-8")
-    if args.json:
-        _write_json(args.json, report, indent=2)
-    for key, out, kw in (("blimp", args.blimp_out, {"indent": 2}), ("syntaxgym", args.syntaxgym_out, {"indent": 1}),
-                         ("ppl", args.ppl_out, {"indent": 2, "sort_keys": True})):
-        if out:
-            if key in details:
-                _write_json(out, details[key], **kw)
-            else:
-                logger.warning("--%s-out %s: nothing was scored for %s here; not written", key, out, key)
-    return 0

@@ -1,4 +1,4 @@
-"""Mean and spread over seeds of ``sipe-eval-lm --json`` reports (issue 12, section 5).
+"""Mean and spread over seeds of ``sipe-eval-lm --json`` reports (section 5).
 
     sipe-eval seeds runs/ewt/section5/*.json [--per word] [--markdown table.md] [--json table.json]
 
@@ -21,7 +21,6 @@ over suites), so one table holds a model's perplexities and its accuracies.
 A group missing a score in some seeds shows the seeds it has (n); a report that cannot be read is one
 line naming the file and exit status 2.
 """
-import argparse
 import json
 import os
 import logging
@@ -32,7 +31,6 @@ from typing import Dict, List, Sequence
 
 logger = logging.getLogger(__name__)
 
-HELP = "mean and spread over seeds of sipe-eval-lm --json reports"
 BLOCKS = "blocks p(x|tags)"
 
 
@@ -168,29 +166,3 @@ def markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:
                  + ("; BLiMP / SyntaxGym: overall accuracy in % (pairs / mean over suites) under each tag source."
                     if any(s.startswith(("BLiMP ", "SyntaxGym ")) for s in scores) else "."))
     return "\n".join(lines)
-
-
-def add_arguments(p: argparse.ArgumentParser):
-    p.add_argument("reports", nargs="+", help="sipe-eval-lm --json files (rows named NAME-sSEED), and sipe-eval blimp / "
-                                              "syntaxgym --json files (seed from the file name, NAME-sSEED.json)")
-    p.add_argument("--per", choices=("token", "word"), default="token", help="perplexity per token or per word")
-    p.add_argument("--seed-suffix", default=r"-s(\d+)$", help="regex removed from a row name to find its group")
-    p.add_argument("--markdown", help="also write the table here")
-    p.add_argument("--json", help="also write the aggregated numbers here")
-
-
-def run(args) -> int:
-    try:
-        table = aggregate(read_reports(args.reports, args.seed_suffix), args.per, args.seed_suffix)
-    except SeedsError as e:
-        logger.error("%s", e)
-        return 2
-    text = markdown(table, args.per)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(table, f, indent=2)
-    return 0

@@ -14,20 +14,17 @@ SyntaxGym on ``--suites``) as by ``sipe-eval report``; without ``--data`` only t
 
 Exit status: 0, or 2 on a usage or input error (one line, no traceback).
 """
-import argparse
+import dataclasses
 import logging
 from collections import OrderedDict
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .report import (FORMAT, ReportError, checkpoints_from_specs, load_json, finite_number, add_input_arguments, build_report,
-                     checkpoint_layer_info, format_value)
+from .report import (FORMAT, ReportError, ReportInputs, build_report, checkpoint_layer_info, checkpoints_from_specs,
+                     finite_number, format_value, load_json)
 
 logger = logging.getLogger(__name__)
 
-HELP = "plot of the layer-entry sweep (Figure 3): SyntaxGym and word-level PPL against the first injected layer"
-
-
-def _layer_specs(specs: Iterable[str]) -> Dict[str, int]:
+def layer_specs(specs: Iterable[str]) -> Dict[str, int]:
     out = OrderedDict()
     for spec in specs or ():
         name, sep, k = spec.rpartition("=")
@@ -123,21 +120,6 @@ def plot_sweep(points: Sequence[dict], base: Optional[dict], out, ppl_label: str
     fig.savefig(str(out), dpi=120, bbox_inches="tight")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sweep")
-    g.add_argument("--report", "--json", dest="reports", nargs="+", action="extend", default=[], metavar="REPORT.json",
-                   help="report(s) of `sipe-eval report --json` (their rows are merged)")
-    g.add_argument("--layer", action="append", default=[], metavar="NAME=K",
-                   help="first injected layer of a model (overrides the report / checkpoint config)")
-    g.add_argument("--baseline", metavar="NAME",
-                   help="the row drawn as dashed lines (default: a row named 'none' without k, else the report's baseline)")
-    g.add_argument("--ppl", choices=("lm", "joint"), default="lm",
-                   help="right axis: p(x|tags) per word (default, as Figure 3) or the joint bound per word")
-    g.add_argument("--title", default="Syntax-injection depth sweep")
-    g.add_argument("--out", required=True, metavar="FIG.png", help="the figure (format from the suffix: png, pdf, svg)")
-    add_input_arguments(p, blimp_inputs=False)
-
-
 def _merge_reports(reports: Sequence[dict], extra: Optional[dict]) -> dict:
     """Rows of several reports (a model's first row wins; ``extra``'s rows fill in models not yet seen)."""
     rows, baseline = OrderedDict(), None
@@ -148,45 +130,43 @@ def _merge_reports(reports: Sequence[dict], extra: Optional[dict]) -> dict:
     return {"format": FORMAT, "baseline": baseline, "rows": list(rows.values())}
 
 
-def run(args) -> int:
-    from .syntaxgym import SyntaxGymError
+def sweep_report(report_paths: Sequence[str], inputs: ReportInputs) -> dict:
+    """The rows to plot: those of the ``sipe-eval report --json`` files ``report_paths`` (merged; a row
+    without ``first_layer`` takes it from its checkpoint's config when ``inputs.paths`` names it), then
+    the checkpoints of ``inputs.paths`` not in them, scored as by ``sipe-eval report`` (without
+    ``inputs.data`` only their configs are read)."""
+    reports = []
+    for path in report_paths:
+        rep = load_json(path)
+        if not isinstance(rep, dict) or rep.get("format") != FORMAT:
+            raise ReportError(f"{path}: not a `sipe-eval report --json` report (format {FORMAT})")
+        reports.append(rep)
+    extra = None
+    seen = {r["model"] for rep in reports for r in rep["rows"]}
+    checkpoints = checkpoints_from_specs(inputs.paths)
+    for name, path in checkpoints.items():  # k of models already in a report: from their checkpoint config
+        if name in seen:
+            info = checkpoint_layer_info(path)
+            for rep in reports:
+                for r in rep["rows"]:
+                    if r["model"] == name and r.get("first_layer") is None:
+                        r.update(info)
+    todo = [f"{n}={p}" for n, p in checkpoints.items() if n not in seen]
+    if todo or inputs.syntaxgym_json or inputs.ppl_json:
+        sub = dataclasses.replace(inputs, paths=todo, baseline=None)
+        if not inputs.data:  # --path without --data: only read the layers from the checkpoints' configs
+            sub = dataclasses.replace(sub, no_ppl=True, suites=None)
+        extra, _ = build_report(sub, want_blimp=False)
+    if not reports and extra is None:
+        raise ReportError("give --report REPORT.json (or --path/--syntaxgym-json/--ppl-json)")
+    return _merge_reports(reports, extra)
 
-    try:
-        reports = []
-        for path in args.reports:
-            rep = load_json(path)
-            if not isinstance(rep, dict) or rep.get("format") != FORMAT:
-                raise ReportError(f"{path}: not a `sipe-eval report --json` report (format {FORMAT})")
-            reports.append(rep)
-        extra = None
-        seen = {r["model"] for rep in reports for r in rep["rows"]}
-        checkpoints = checkpoints_from_specs(args.path)
-        for name, path in checkpoints.items():  # k of models already in a report: from their checkpoint config
-            if name in seen:
-                info = checkpoint_layer_info(path)
-                for rep in reports:
-                    for r in rep["rows"]:
-                        if r["model"] == name and r.get("first_layer") is None:
-                            r.update(info)
-        todo = [f"{n}={p}" for n, p in checkpoints.items() if n not in seen]
-        if todo or args.syntaxgym_json or args.ppl_json:
-            ns = argparse.Namespace(**{**vars(args), "path": todo, "baseline": None})
-            if not args.data:  # --path without --data: only read the layers from the checkpoints' configs
-                ns.no_ppl, ns.suites = True, None
-            extra, _ = build_report(ns, want_blimp=False)
-        if not reports and extra is None:
-            raise ReportError("give --report REPORT.json (or --path/--syntaxgym-json/--ppl-json)")
-        merged = _merge_reports(reports, extra)
-        points, base = sweep_points(merged, _layer_specs(args.layer), args.baseline, args.ppl)
-        label = "Word-level PPL" if args.ppl == "lm" else "Word-level joint PPL"
-        plot_sweep(points, base, args.out, label, args.title)
-    except (ReportError, SyntaxGymError) as e:
-        logger.error("%s", e)
-        return 2
-    lines = ["| k | model | SyntaxGym | " + label + " |", "|---:|---|---:|---:|"]
+
+def sweep_markdown(points: Sequence[dict], base: Optional[dict], ppl_label: str) -> str:
+    """The plotted points as a table: k, model, SyntaxGym, perplexity; the baseline last."""
+    lines = ["| k | model | SyntaxGym | " + ppl_label + " |", "|---:|---|---:|---:|"]
     for p in points:
         lines.append(f"| {p['k']} | {p['model']} | {format_value(p['syntaxgym'])} | {format_value(p['ppl_word'])} |")
     if base:
         lines.append(f"| - | {base['model']} (baseline) | {format_value(base['syntaxgym'])} | {format_value(base['ppl_word'])} |")
-    print("\n".join(lines) + f"\n\nwrote {args.out}")
-    return 0
+    return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Hexatagger evaluation (the ``hexatagger:CKPT`` parser backend is
 :mod:`sipe_fairseq.checkpoints.hexatagger`).
 
-    python -m sipe_fairseq.eval.tagger --data DIR --path CKPT --split test
+    sipe-eval tagger --data DIR --path CKPT --split test
 
 Tags every sentence of a ``sipe-preprocess`` split with a ``sipe_tagger`` checkpoint, decodes with
 the constrained decoder (:func:`~sipe_fairseq.hexatag.constrained.constrained_decode`, the same as
@@ -9,25 +9,13 @@ the constrained decoder (:func:`~sipe_fairseq.hexatag.constrained.constrained_de
 decoded to heads (i.e. the gold trees as preprocessed: projectivized by lifting), plus the
 unconstrained tag accuracy.
 """
-import argparse
-import json
-import logging
-import os
-import sys
-
-import torch
-
 from ..checkpoints.hexatagger import tag_batch
-from ..checkpoints.load import CHECKPOINT_EXIT_STATUS, CheckpointError, load_tagger
+from ..data.tag_dictionary import FIRST_TAG_ID, tag_names
 from ..hexatag import decode
-
-logger = logging.getLogger(__name__)
 
 
 def evaluate(model, task, split: str, batch_size: int = 64) -> dict:
     """UAS / exact match (constrained decoding) and unconstrained tag accuracies on ``split``."""
-    from ..data.tag_dictionary import FIRST_TAG_ID, tag_names
-
     task.load_dataset(split)
     ds = task.datasets[split]
     pad = task.source_dictionary.pad()
@@ -49,31 +37,3 @@ def evaluate(model, task, split: str, batch_size: int = 64) -> dict:
             n_sent += 1
     return {"split": split, "sentences": n_sent, "words": n_words, "uas": 100.0 * correct / max(n_words, 1),
             "exact_match": 100.0 * exact / max(n_sent, 1)}
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sipe_fairseq.eval.tagger", description="UAS / exact match of a sipe_tagger")
-    p.add_argument("--data", required=True, help="sipe-preprocess directory")
-    p.add_argument("--path", required=True, help="sipe_tagger checkpoint")
-    p.add_argument("--split", default="test")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--json", help="also write the scores here")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    try:
-        model, task = load_tagger(args.path, args.data)
-    except CheckpointError as e:
-        logger.error("%s", e)
-        return CHECKPOINT_EXIT_STATUS
-    scores = evaluate(model, task, args.split, args.batch_size)
-    print(f"{args.split}: sentences {scores['sentences']}, words {scores['words']}, "
-          f"UAS {scores['uas']:.2f}, exact match {scores['exact_match']:.2f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(scores, f, indent=1)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

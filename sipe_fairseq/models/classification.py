@@ -154,5 +154,5 @@ class ClassificationHeadsMixin:
             hints.append(f"the checkpoint's learned positions cover {n} tokens: pass --max-positions {n} "
                          "(its pre-training --tokens-per-sample) and --shorten-method truncate")
         hints.append("build the body with the checkpoint's settings (--arch, --sipe-injection, ...): "
-                     "`python -m sipe_fairseq.eval.glue --model-flags --path CHECKPOINT` prints them")
+                     "`sipe-eval glue --model-flags --path CHECKPOINT` prints them")
         return "hints: " + "; ".join(hints)

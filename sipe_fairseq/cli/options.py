@@ -1,16 +1,20 @@
-"""Checks of the evaluation commands' options, before any work starts (``sipe-eval``, ``sipe-eval-lm``,
-``sipe-generate``).
+"""Options shared by the evaluation commands (``sipe-eval``, ``sipe-eval-lm``, ``sipe-generate``), checked
+before any work starts.
 
 * Numeric options are range-checked by argparse: ``type=int_at_least(1)``, ``float_at_least(0.0)``,
   ``float_above(0.0)``. A value out of range is a usage error (exit status 2, argparse's message
   ``argument --X: expected an integer >= 1, got -1``).
 * Output paths (``--json``, ``--markdown``, ``--plot``, the report outputs, a parse cache) are checked
-  writable before anything is loaded or scored (:func:`output_path_problem`): a directory that does not
-  exist was met only after the whole evaluation, and its results were lost.
+  writable before anything is loaded or scored (:func:`output_path_problem`), so that no result is
+  computed only to be lost.
+* ``--no-progress`` (:func:`add_progress_argument`, applied by :func:`configure_progress`) turns off the
+  progress bars of :mod:`sipe_fairseq.eval.progress`.
 """
 import argparse
 import os
 from typing import Callable, Iterable, Optional
+
+from sipe_fairseq.eval.progress import set_progress
 
 # the options whose value is a file the command writes (attribute names; absent ones are skipped)
 OUTPUT_OPTIONS = ("json", "markdown", "plot", "out", "blimp_out", "syntaxgym_out", "ppl_out", "cache")
@@ -90,3 +94,13 @@ def output_path_problem(args: argparse.Namespace, options: Iterable[str] = OUTPU
         if reason:
             return f"--{name.replace('_', '-')} {value}: cannot write there: {reason}"
     return None
+
+
+def add_progress_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (default: shown on stderr when stderr is a terminal)")
+
+
+def configure_progress(args: argparse.Namespace) -> None:
+    """Apply a command's ``--no-progress``."""
+    set_progress("off" if getattr(args, "no_progress", False) else "auto")

@@ -1,0 +1,39 @@
+"""``sipe-eval seeds``: the options of the seed aggregation (:mod:`sipe_fairseq.eval.seeds`), and the run
+that reads the reports and writes the table."""
+import argparse
+import json
+import logging
+
+from sipe_fairseq.eval import seeds
+from sipe_fairseq.eval.seeds import SeedsError, aggregate, markdown, read_reports
+
+logger = logging.getLogger(__name__)
+
+HELP = "mean and spread over seeds of sipe-eval-lm --json reports"
+DESCRIPTION = seeds.__doc__
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("reports", nargs="+", help="sipe-eval-lm --json files (rows named NAME-sSEED), and sipe-eval blimp / "
+                                              "syntaxgym --json files (seed from the file name, NAME-sSEED.json)")
+    p.add_argument("--per", choices=("token", "word"), default="token", help="perplexity per token or per word")
+    p.add_argument("--seed-suffix", default=r"-s(\d+)$", help="regex removed from a row name to find its group")
+    p.add_argument("--markdown", help="also write the table here")
+    p.add_argument("--json", help="also write the aggregated numbers here")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        table = aggregate(read_reports(args.reports, args.seed_suffix), args.per, args.seed_suffix)
+    except SeedsError as e:
+        logger.error("%s", e)
+        return 2
+    text = markdown(table, args.per)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text + "\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(table, f, indent=2)
+    return 0

@@ -1,0 +1,120 @@
+"""``sipe-eval syntaxgym``: the options of the SyntaxGym evaluation (:mod:`sipe_fairseq.eval.syntaxgym`),
+and the run that loads the checkpoints, scores the suites and writes the reports."""
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Dict, Iterable
+
+import torch
+
+import sipe_fairseq
+from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
+from sipe_fairseq.cli.options import float_at_least, int_at_least
+from sipe_fairseq.data.encode import SentenceEncoder
+from sipe_fairseq.eval import syntaxgym
+from sipe_fairseq.eval.syntaxgym import (EQUALITY_ATOL, EQUALITY_RTOL, SyntaxGymError, evaluate_suites, merge_reports,
+                                         prefix_tag_differences, read_suites, report_markdown, tag_source_columns,
+                                         tree_and_encode)
+from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args, tree_source_stats
+from sipe_fairseq.structure.sources import parse_sources as parse_tag_sources
+
+logger = logging.getLogger(__name__)
+
+HELP = "SyntaxGym suites: region surprisals, prediction formulae, suite and overall scores"
+DESCRIPTION = syntaxgym.__doc__
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``sipe-eval syntaxgym`` options (tree options shared with the other subcommands)."""
+    p.add_argument("--data", required=True, help="the sipe-preprocess data directory the checkpoints were trained on "
+                                                 "(its dict.txt and spm.model encode the sentences)")
+    p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
+                   help="checkpoint to evaluate (repeatable, one report column each): hexatag_lm or stock language_modeling")
+    p.add_argument("--suites", nargs="+", action="extend", required=True, metavar="FILE_OR_DIR",
+                   help="SyntaxGym suite JSON file(s) or folder(s) of *.json (repeatable)")
+    add_tree_arguments(p)
+    p.add_argument("--tags", default=None, metavar="SOURCES",
+                   help="where a decoder's structure comes from, comma-separated (one column per model and source): given "
+                        "(the parser's tags, GiLT: its tree as arcs; also counts the items whose prefix tags differ between "
+                        "conditions), self (the model's own choice from the prefix), beam:K (the running bound's "
+                        "per-token increments); default: given, for GiLT checkpoints self")
+    p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
+                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
+    p.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences per forward pass (default: %(default)s)")
+    p.add_argument("--eq-atol", type=float_at_least(0.0), default=EQUALITY_ATOL,
+                   help="'=' holds when |a-b| <= atol + rtol*|b|: absolute tolerance in bits "
+                        "(default: %(default)g, as SyntaxGym)")
+    p.add_argument("--eq-rtol", type=float_at_least(0.0), default=EQUALITY_RTOL,
+                   help="relative tolerance of '=' (default: %(default)g, as SyntaxGym)")
+    p.add_argument("--json", metavar="OUT", help="write the full report (items, predictions, region surprisals, "
+                                                 "unscored sentences) as JSON here")
+    p.add_argument("--markdown", metavar="OUT", help="also write the markdown tables here")
+    p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
+
+
+def _checkpoints(specs: Iterable[str]) -> Dict[str, str]:
+    try:
+        return checkpoint_specs(specs)
+    except (ValueError, FileNotFoundError) as e:
+        raise SyntaxGymError(str(e)) from e
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prints the markdown tables; 2 on a suite or usage error, 1 when a model scored no suite."""
+    try:
+        return _run(args)
+    except SyntaxGymError as e:
+        logger.error("%s", e)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sipe_fairseq.register()
+    try:
+        sources = parse_tag_sources(args.tags) if getattr(args, "tags", None) else None  # None: each model's default
+    except ValueError as e:
+        raise SyntaxGymError(f"--tags: {e}") from e
+    count_beam = getattr(args, "gilt_count_beam", 5)
+    if count_beam < 1:
+        raise SyntaxGymError("--gilt-count-beam: expected an integer >= 1")
+    checkpoints = _checkpoints(args.path)
+    suites, sentences = read_suites(args.suites)  # fails fast on bad formulae and references
+    source = tree_source_from_args(args)
+    encoder = SentenceEncoder(args.data)
+    tree_and_encode(sentences, source, encoder)
+    d = encoder.dictionary
+
+    reports = []
+    for name, path in checkpoints.items():  # one checkpoint loaded at a time, scored under every tag source
+        model, task = load_lm(path, args.data)
+        if len(task.source_dictionary) != len(d):
+            raise SyntaxGymError(f"{path}: its dictionary ({len(task.source_dictionary)} symbols) is not "
+                                 f"{args.data}'s ({len(d)})")
+        try:
+            reports.append(evaluate_suites(suites, sentences,
+                                           tag_source_columns(name, model, task, d, sources, count_beam),
+                                           args.batch_size, args.eq_atol, args.eq_rtol))
+        except ValueError as e:  # e.g. --tags self with a model without tag heads
+            raise SyntaxGymError(f"{path}: {e}") from e
+        del model, task
+    report = merge_reports(reports)
+    report.update(parser=source.spec, tree_source=tree_source_stats(source), data=args.data, checkpoints=checkpoints,
+                  tags=sources if sources else "default (given; GiLT: self)")
+    if sources is None or "given" in sources:
+        report["prefix_tag_differences"] = prefix_tag_differences(suites, sentences)
+    table = report_markdown(report)
+    print(table, end="")
+    if args.markdown:
+        Path(args.markdown).write_text(table, encoding="utf-8")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1, ensure_ascii=False)
+    empty = [n for n, row in report["overall"].items() if row.get("accuracy") is None]
+    if empty:  # every suite unscored (e.g. all sentences longer than the model's positions)
+        logger.error("no suite scored by %s (%d suites; the unscored items are listed in --json): no accuracy",
+                     ", ".join(empty), len(report["suites"]))
+        return 1
+    return 0
