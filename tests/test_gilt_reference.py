@@ -252,3 +252,18 @@ def test_gpt2_scorer_input_order(toy_data):
     torch.testing.assert_close(o[2 * d:], inner[0][b, k], rtol=0, atol=0)
     states = dec.arc_states({"inner_states": [torch.full((1, 1, d), float(i)) for i in range(7)]})
     assert states[0, :, 0].tolist() == [5.0, 4.0]
+
+
+def test_two_way_rule_reaches_the_dataset_and_the_engine(toy_data):
+    """--gilt-two-way-distance is a task option: the dataset's graphs and (through the model the task builds) the
+    structure engine's graphs use it."""
+    from sipe_fairseq.structure.family import policy_for
+
+    for extra, want in (((), "later-head"), (("--gilt-two-way-distance", "cheaper"), "cheaper")):
+        task, gilt, _ = build(toy_data, "--decoder-layers", "2", "--decoder-embed-dim", "32", "--decoder-ffn-embed-dim",
+                              "64", "--decoder-attention-heads", "4", *extra)
+        batch(task, n=1)
+        assert task.datasets["valid"].two_way == want and gilt.decoder.two_way_distance == want
+        policy = policy_for(gilt)
+        policy.begin(1, 4, 3)
+        assert policy.two_way == want and policy.tapes[0].two_way == want
