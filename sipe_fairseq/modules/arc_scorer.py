@@ -1,8 +1,9 @@
 """GiLT's arc scorer and arc-count head (arXiv 2605.15562; gilt-facts.md section 2).
 
 Word w (arriving at its first subword x_k) is represented by o_w = [h^(L/2+1)_(k-1); h^(L-1)_(k-1);
-emb(x_k)] (3d). Its candidate arcs are decided at its arrival: v -> w for v in {root, earlier words},
-w -> v for v an earlier word, and the self pair (a negative): 2i pairs for the i-th word.
+emb(x_k)] (3d; GiLT-GPT2 swaps the two states, :func:`word_inputs`). Its candidate arcs are decided at
+its arrival: v -> w for v in {root, earlier words}, w -> v for v an earlier word, and the self pair (a
+negative): 2i pairs for the i-th word.
 
 Each side (parent, child; separate weights) maps a node v in the pair decided at w as
 MLP2(MLP1(o_v) + W_pos sin(|w - v|) + W_feat [e_deg; e_dep; e_dist](v)) with MLP1 = LN, Lin 3d->3d,
