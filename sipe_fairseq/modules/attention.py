@@ -214,7 +214,7 @@ class SiPEAttention(nn.Module):
         no (T, T) training buffers, so no in-place Functions). ``cache`` holds, batch first:
         ``k`` (B, H, S, d) keys (rotary: already rotated at their absolute positions, with their
         tag phase, Eq. 14-16), ``v`` (B, H, S, d) values with the value offset of their class
-        already added (Eq. 9); and ``r`` (H, n, d), W_R r for distances 0 .. n-1 (relative only,
+        already added (Eq. 9); and ``r`` (H, N, d), W_R r for distances N-1 .. 0 (relative only,
         extended on demand; not per hypothesis). Every class term of a new query against a cached
         key (Eq. 5-8) is looked up from ``tags.cls``, the classes of all S+k positions."""
         if self.position not in ("relative", "rotary", "none") or self.window > 0:
@@ -249,15 +249,19 @@ class SiPEAttention(nn.Module):
         if self.relative is not None:
             q_pos = self.relative.effective_query(q)  # q + v
             r = cache.get("r")
-            if r is None or r.size(1) < n:  # W_R r for distances 0 .. n-1 (ascending), grown geometrically
-                r = self.relative.keys(max(n, 2 * (0 if r is None else r.size(1)), 64), q.dtype, x.device).flip(1)
+            if r is None or r.size(1) < n:  # W_R r for distances N-1 .. 0 (descending), grown geometrically
+                r = self.relative.keys(max(n, 2 * (0 if r is None else r.size(1)), 64), q.dtype, x.device)
                 cache["r"] = r
-            by_distance = torch.matmul(q_pos * self.scale, r[:, :n].transpose(-1, -2))  # column m: distance m
-            if k == 1:  # the one query is the last position: distance n-1-j for key j
-                bd = by_distance.flip(-1)  # BD (Eq. 3)
-            else:
+            # column j of (B, H, k, n): distance n-1-j. One (H, B k, d) @ (H, d, n) product: r is shared by
+            # every row, so it is not broadcast (copied) to (B, H, d, n) as a batched matmul would
+            h, d = self.num_heads, self.head_dim
+            by_key = torch.matmul((q_pos * self.scale).transpose(0, 1).reshape(h, b * k, d),
+                                  r[:, r.size(1) - n:].transpose(-1, -2)).view(h, b, k, n).transpose(0, 1)
+            if k == 1:  # the one query is the last position: key j at distance n-1-j
+                bd = by_key  # BD (Eq. 3)
+            else:  # query S+a, key j: distance S+a-j, column n-1-(S+a-j)
                 dist = (torch.arange(s, n, device=x.device)[:, None] - torch.arange(n, device=x.device)[None, :]).clamp_(min=0)
-                bd = by_distance.gather(-1, dist.expand(b, self.num_heads, k, n))  # BD (Eq. 3); j > i masked below
+                bd = by_key.gather(-1, (n - 1 - dist).expand(b, self.num_heads, k, n))  # BD (Eq. 3); j > i masked below
             gates = [g for g in (inj.position_scale(q, q_pos, new_tags, self.scale) for inj in hooks) if g is not None]
             if gates:  # (1 + c) BD, c_ij = gate[i, cls_j] (Eq. 5-6)
                 bd = torch.addcmul(bd, bd, _total(gates).gather(-1, key_cls))
