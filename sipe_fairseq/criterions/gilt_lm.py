@@ -19,6 +19,7 @@ from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
+from ..data.arcs import arc_f1
 from ..modules.arc_scorer import arc_losses
 
 
@@ -77,8 +78,7 @@ class GiltLMCriterion(FairseqCriterion):
             metrics.log_scalar("count_acc", 100.0 * total("count_correct") / words, words, round=2)
         tp, n_pred, n_gold = total("arc_tp"), total("arc_pred"), total("arc_gold")
         if n_gold:
-            p, r = tp / max(n_pred, 1), tp / n_gold
-            metrics.log_scalar("arc_f1", 100.0 * (2 * p * r / (p + r) if p + r else 0.0), n_gold, round=2)
+            metrics.log_scalar("arc_f1", 100.0 * arc_f1(tp, n_pred, n_gold)[2], n_gold, round=2)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

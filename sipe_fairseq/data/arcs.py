@@ -131,3 +131,20 @@ def decode_arcs(item: Sequence[int], n: int) -> List[Arc]:
 def arc_counts(item: Sequence[int], n: int) -> List[int]:
     """Number of arcs each word owns (heads among earlier nodes + dependents among earlier words)."""
     return [len(h) + len(d) for h, d in decode_words(item, n)]
+
+
+def arc_matches(pred: Iterable[Iterable[Arc]], gold: Iterable[Iterable[Arc]]) -> Tuple[int, int, int]:
+    """(true positives, predicted arcs, gold arcs) of predicted arc lists against gold arcs, one list per
+    sentence (each sentence's arcs taken as a set), summed over sentences."""
+    tp = n_pred = n_gold = 0
+    for p, g in zip(pred, gold):
+        p, g = set(p), set(g)
+        tp, n_pred, n_gold = tp + len(p & g), n_pred + len(p), n_gold + len(g)
+    return tp, n_pred, n_gold
+
+
+def arc_f1(tp: int, n_pred: int, n_gold: int) -> Tuple[float, float, float]:
+    """Arc (precision, recall, F1), as fractions, from the counts of :func:`arc_matches` (a ratio over no
+    arc is 0)."""
+    p, r = tp / max(n_pred, 1), tp / max(n_gold, 1)
+    return p, r, (2 * p * r / (p + r) if p + r else 0.0)

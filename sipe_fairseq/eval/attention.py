@@ -35,6 +35,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from .progress import progress
+from .tables import table
 
 logger = logging.getLogger(__name__)
 
@@ -204,18 +205,18 @@ def markdown(report: dict) -> str:
     layers = "all" if report["layers"] is None else ",".join(map(str, report["layers"]))
     lines = [f"relation `{report['relation']}` ({report['direction']}), layers {layers}, heads averaged; "
              f"{report['sentences_read']} sentences read, {report['sentences_with_arcs']} with arcs scored, "
-             f"skipped: {report['skipped'] or 'none'}", "",
-             "| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+             f"skipped: {report['skipped'] or 'none'}", ""]
     s = report["summary"]
     fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
-    lines.append("| arcs scored | " + " | ".join(str(s[n]["arcs"]) for n in names) + " |")
-    lines.append("| not visible (causal, key after query) | " + " | ".join(str(s[n]["not_visible"]) for n in names) + " |")
-    lines.append("| mean attention mass | " + " | ".join(fmt(s[n]["mean_mass"]) for n in names) + " |")
+    rows = [["arcs scored", *(s[n]["arcs"] for n in names)],
+            ["not visible (causal, key after query)", *(s[n]["not_visible"] for n in names)],
+            ["mean attention mass", *(fmt(s[n]["mean_mass"]) for n in names)]]
     if len(names) > 1:
-        cells = ["-"] + [f"{s[n]['higher_than_first']}/{s[n]['compared']}"
-                         + (f" ({100.0 * s[n]['higher_than_first'] / s[n]['compared']:.1f}%)" if s[n]["compared"] else "")
-                         for n in names[1:]]
-        lines.append(f"| arcs with higher mass than `{names[0]}` | " + " | ".join(cells) + " |")
+        rows.append([f"arcs with higher mass than `{names[0]}`", "-"] + [
+            f"{s[n]['higher_than_first']}/{s[n]['compared']}"
+            + (f" ({100.0 * s[n]['higher_than_first'] / s[n]['compared']:.1f}%)" if s[n]["compared"] else "")
+            for n in names[1:]])
+    lines += table(["", *names], rows)
     return "\n".join(lines) + "\n"
 
 

@@ -69,6 +69,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from ..hexatag import HexatagError, encode_tree
 from ..parsing import ParseError, normalize_text, parse_each, tree_source_stats
 from .progress import progress
+from .tables import table
 
 logger = logging.getLogger(__name__)
 
@@ -377,21 +378,18 @@ def _fmt(x: Optional[float]) -> str:
 def markdown(report: dict) -> str:
     """One row per paradigm, per field and overall (pairs, paradigm mean); one column per model."""
     names = report["models"]
-    head = "| paradigm (UID) | field | pairs | skipped | " + " | ".join(names) + " |"
-    lines = [head, "|---|---|---:|---:|" + "---:|" * len(names)]
 
     def line(label, field, r):
-        cells = [_fmt(r["accuracy"][n]) for n in names]
-        return f"| {label} | {field} | {r['pairs']} | {r['skipped']} | " + " | ".join(cells) + " |"
+        return [label, field, r["pairs"], r["skipped"], *(_fmt(r["accuracy"][n]) for n in names)]
 
-    for uid, r in report["paradigms"].items():
-        lines.append(line(uid, r["field"], r))
-    for field, r in report["fields"].items():
-        lines.append(line(f"*all of field {field}*", "", r))
-    lines.append(line("**overall (mean over pairs)**", "", report["overall"]))
     pm = report["paradigm_mean"]
-    lines.append(f"| **overall (mean over {pm['paradigms']} paradigms)** | | | | "
-                 + " | ".join(_fmt(pm["accuracy"][n]) for n in names) + " |")
+    lines = table(["paradigm (UID)", "field", "pairs", "skipped", *names],
+                  [*(line(uid, r["field"], r) for uid, r in report["paradigms"].items()),
+                   *(line(f"*all of field {field}*", "", r) for field, r in report["fields"].items()),
+                   line("**overall (mean over pairs)**", "", report["overall"]),
+                   [f"**overall (mean over {pm['paradigms']} paradigms)**", "", "", "",
+                    *(_fmt(pm["accuracy"][n]) for n in names)]],
+                  "llrr" + "r" * len(names))
     notes = []
     src = report.get("tree_source")
     if src:

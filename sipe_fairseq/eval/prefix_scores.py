@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..data.arcs import arc_f1, arc_matches
 from ..structure.arcs import flat_arcs
 from ..structure.family import StructureOptions, structure_of
 from ..structure.record import POSITION_TYPES, SentenceScore, joint_token_logprobs
@@ -27,6 +28,7 @@ from ..structure import scoring as engine
 from ..structure.scoring import score_sentences
 from ..structure.sentences import prepare
 from .progress import progress
+from .tables import table
 
 
 def default_sources(model) -> List[str]:
@@ -85,12 +87,11 @@ def gold_arc_set(per_word) -> set:
     return set(flat_arcs(per_word))
 
 
-def arc_f1(pred: Sequence, gold: Sequence) -> Dict[str, float]:
-    """Arc precision, recall and F1 (percent) of predicted arc lists against gold arc sets, summed over sentences."""
-    tp = sum(len(set(p) & set(g)) for p, g in zip(pred, gold))
-    n_pred, n_gold = sum(len(set(p)) for p in pred), sum(len(set(g)) for g in gold)
-    p, r = tp / max(n_pred, 1), tp / max(n_gold, 1)
-    return {"arc_precision": 100.0 * p, "arc_recall": 100.0 * r, "arc_f1": 100.0 * (2 * p * r / (p + r) if p + r else 0.0)}
+def arc_scores(pred: Sequence, gold: Sequence) -> Dict[str, float]:
+    """Arc precision, recall and F1 (percent, :func:`~sipe_fairseq.data.arcs.arc_f1`) of predicted arc lists
+    against gold arc sets, summed over sentences."""
+    p, r, f1 = arc_f1(*arc_matches(pred, gold))
+    return {"arc_precision": 100.0 * p, "arc_recall": 100.0 * r, "arc_f1": 100.0 * f1}
 
 
 def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence[Tuple[str, str]]]] = None,
@@ -163,7 +164,7 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
         row = summarize(scores, gold)
         row.update(common, seconds=time.time() - start)
         if kind == "arcs" and source != "given":
-            row.update(arc_f1([s.extra["arcs"] for s in scores], [gold_arc_set(s.arcs) for s in sentences]))
+            row.update(arc_scores([s.extra["arcs"] for s in scores], [gold_arc_set(s.arcs) for s in sentences]))
         results[source] = row
         if source == "given":
             joint = summarize(scores, gold, joint=True)
@@ -198,8 +199,7 @@ def _short_label(source: str, row: dict) -> str:
 
 def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
     """Per checkpoint, one row per source; then a side-by-side summary (one column per checkpoint x source)."""
-    lines = ["| model | tags | ppl/token | ppl/word | bits </s> | bits word-initial | bits continuation | tag bits/word | "
-             "acc T / NT | valid trees | sentences |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    per_source = []
     for name, rows in results.items():
         for source, r in rows.items():
             label, pays = _source_label(source, r)
@@ -209,21 +209,22 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
                 acc = f"arc F1 {r['arc_f1']:.1f}"
             tag_bits = r.get("bits.tags_per_word", float("nan"))
             tag_bits = f"{tag_bits:.3f}" if pays and not math.isnan(tag_bits) else "-"
-            lines.append(f"| {name} | {label} | {r['ppl']:.2f} | {r['ppl_per_word']:.2f} | {r['bits.eos']:.3f} | "
-                         f"{r['bits.word_initial']:.3f} | {r['bits.continuation']:.3f} | {tag_bits} | {acc} | "
-                         f"{r['complete']} | {r['sentences']}/{r['split_sentences']} |")
+            per_source.append([name, label, f"{r['ppl']:.2f}", f"{r['ppl_per_word']:.2f}", f"{r['bits.eos']:.3f}",
+                               f"{r['bits.word_initial']:.3f}", f"{r['bits.continuation']:.3f}", tag_bits, acc,
+                               r["complete"], f"{r['sentences']}/{r['split_sentences']}"])
+    lines = table(["model", "tags", "ppl/token", "ppl/word", "bits </s>", "bits word-initial", "bits continuation",
+                   "tag bits/word", "acc T / NT", "valid trees", "sentences"], per_source, "ll" + "r" * 9)
     cols = [(name, source) for name, rows in results.items() for source in rows]
     if cols:
-        lines += ["", "| score | " + " | ".join(f"{n} {_short_label(s, results[n][s])}" for n, s in cols) + " |",
-                  "|---|" + "---:|" * len(cols)]
-        for key, label, fmt in (("ppl", "ppl per token", "{:.2f}"), ("ppl_per_word", "ppl per word", "{:.2f}"),
-                                ("bits.eos", "bits/token at </s>", "{:.3f}"),
-                                ("bits.word_initial", "bits/token word-initial", "{:.3f}"),
-                                ("bits.continuation", "bits/token continuation", "{:.3f}")):
-            lines.append(f"| {label} | " + " | ".join(fmt.format(results[n][s][key]) for n, s in cols) + " |")
+        summary = [[label, *(fmt.format(results[n][s][key]) for n, s in cols)]
+                   for key, label, fmt in (("ppl", "ppl per token", "{:.2f}"), ("ppl_per_word", "ppl per word", "{:.2f}"),
+                                           ("bits.eos", "bits/token at </s>", "{:.3f}"),
+                                           ("bits.word_initial", "bits/token word-initial", "{:.3f}"),
+                                           ("bits.continuation", "bits/token continuation", "{:.3f}"))]
         if any("arc_f1" in results[n][s] for n, s in cols):
-            lines.append("| arc F1 vs gold (GiLT) | " + " | ".join(
-                f"{results[n][s]['arc_f1']:.1f}" if "arc_f1" in results[n][s] else "-" for n, s in cols) + " |")
+            summary.append(["arc F1 vs gold (GiLT)", *(f"{results[n][s]['arc_f1']:.1f}" if "arc_f1" in results[n][s] else "-"
+                                                       for n, s in cols)])
+        lines += [""] + table(["score", *(f"{n} {_short_label(s, results[n][s])}" for n, s in cols)], summary)
     empty = sum(rows[next(iter(rows))].get("empty_sentences", 0) for rows in results.values() if rows)
     lines.append("\nEvery sentence scored alone. given: the data's structure (a parse of the whole sentence), conditional "
                  "p(x|S) and beside it the joint score (a word's structure bits counted at its word-initial subword): for "

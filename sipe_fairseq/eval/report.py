@@ -70,6 +70,7 @@ from . import blimp, syntaxgym
 from .prefix_scores import score_split_sources
 from .scoring import score_split
 from .syntaxgym_formula import EQUALITY_ATOL, EQUALITY_RTOL
+from .tables import table
 
 logger = logging.getLogger(__name__)
 
@@ -342,12 +343,9 @@ def markdown(report: dict) -> str:
     head = ["model"]
     for m in metrics:
         head += [f"{m.label} {chr(0x2191) if m.higher_is_better else chr(0x2193)}", f"\u0394 {m.label} (%)"]
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    for row in report["rows"]:
-        cells = [row["model"]]
-        for m in metrics:
-            cells += [format_value(row.get(m.key)), format_delta(row.get(f"{m.key}_delta"), row.get("baseline", False))]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines = table(head, [[row["model"], *(cell for m in metrics for cell in (
+        format_value(row.get(m.key)), format_delta(row.get(f"{m.key}_delta"), row.get("baseline", False))))]
+        for row in report["rows"]])
     s = report.get("settings", {})
     split = f" on the {s['split']} split" if s.get("split") else ""
     notes = [f"\u0394: relative change (%) against `{report['baseline']}`, positive = better "

@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from ..data.tag_dictionary import NOTAG_ID, TAG_HEADS
 from ..modules.tag_heads import tag_log_probs
 from .progress import progress
+from .tables import table
 
 POSITION_TYPES = ("eos", "word_initial", "continuation")
 Encoded = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -150,7 +151,7 @@ def summarize(sums: Dict[str, float]) -> Dict[str, Dict[str, float]]:
 def perplexity_markdown(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
     """Side-by-side table: one column per model, rows = score (perplexity per token / per word)."""
     names = list(results)
-    lines = ["| score | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    rows = []
     labels = [
         ("lm", "ppl p(x \\| tags) per token (fairseq-eval-lm)"),
         ("joint", "ppl joint -log p(x,tags) per token (bound on p(x))"),
@@ -173,7 +174,8 @@ def perplexity_markdown(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
                 cells.append(f"{r['ppl']:.3f}")
             else:
                 cells.append(f"{r['bits']:.3f}")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        rows.append([label, *cells])
+    lines = table(["score", *names], rows)
     counts = {n: results[n]["lm"]["count"] for n in names}
     lines.append(f"\ntokens scored: {counts}; a model without tag heads has joint = LM (it sees no tags); a GiLT model's "
                  "p(x | tags) is p(x | gold graph) and its joint pays for the gold arcs as independent Bernoullis "

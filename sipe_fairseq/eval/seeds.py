@@ -29,6 +29,8 @@ import statistics
 from collections import OrderedDict
 from typing import Dict, List, Sequence
 
+from .tables import table as markdown_table
+
 logger = logging.getLogger(__name__)
 
 BLOCKS = "blocks p(x|tags)"
@@ -157,9 +159,8 @@ def markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:
     for group in table.values():
         scores += [s for s in group if s not in scores]
     scores.sort(key=_score_order)
-    lines = [f"| perplexity per {per} | " + " | ".join(scores) + " |", "|---|" + "---:|" * len(scores)]
-    for name, group in table.items():
-        lines.append(f"| {name} | " + " | ".join(_cell(group[s]) if s in group else "-" for s in scores) + " |")
+    lines = markdown_table([f"perplexity per {per}", *scores],
+                           [[name, *(_cell(group[s]) if s in group else "-" for s in scores)] for name, group in table.items()])
     lines.append("")
     lines.append("mean ± sample sd over seeds [min, max] (n seeds). "
                  f"{BLOCKS}: blocks of complete sentences; the tag-source columns score every sentence alone"

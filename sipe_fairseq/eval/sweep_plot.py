@@ -21,6 +21,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .report import (FORMAT, ReportError, ReportInputs, build_report, checkpoint_layer_info, checkpoints_from_specs,
                      finite_number, format_value, load_json)
+from .tables import table
 
 logger = logging.getLogger(__name__)
 
@@ -164,9 +165,7 @@ def sweep_report(report_paths: Sequence[str], inputs: ReportInputs) -> dict:
 
 def sweep_markdown(points: Sequence[dict], base: Optional[dict], ppl_label: str) -> str:
     """The plotted points as a table: k, model, SyntaxGym, perplexity; the baseline last."""
-    lines = ["| k | model | SyntaxGym | " + ppl_label + " |", "|---:|---|---:|---:|"]
-    for p in points:
-        lines.append(f"| {p['k']} | {p['model']} | {format_value(p['syntaxgym'])} | {format_value(p['ppl_word'])} |")
+    rows = [[p["k"], p["model"], format_value(p["syntaxgym"]), format_value(p["ppl_word"])] for p in points]
     if base:
-        lines.append(f"| - | {base['model']} (baseline) | {format_value(base['syntaxgym'])} | {format_value(base['ppl_word'])} |")
-    return "\n".join(lines)
+        rows.append(["-", f"{base['model']} (baseline)", format_value(base["syntaxgym"]), format_value(base["ppl_word"])])
+    return "\n".join(table(["k", "model", "SyntaxGym", ppl_label], rows, "rlrr"))

@@ -1,4 +1,5 @@
 """SyntaxGym report tables (markdown) from a ``sipe-syntaxgym/1`` report."""
+from .tables import table
 
 
 def _pct(x) -> str:
@@ -13,28 +14,24 @@ def report_markdown(report: dict) -> str:
     lines = [f"SyntaxGym: % of items passing every prediction; surprisal in bits; parser: {report.get('parser', '?')};"
              f" '=' within {eq['atol']:g} + {eq['rtol']:g}*|b|.", "",
              "Tags: a column named by its model alone uses the parser's tags (given: a parse of each whole sentence); "
-             "`[self]`: tags the model chose from the prefix; `[beam:K]`: the beam's running-bound increments.", "",
-             "| suite | items | scored | " + " | ".join(names) + " |",
-             "|---|---:|---:|" + "---:|" * len(names)]
-    for sname, s in report["suites"].items():
-        scored = sorted({s["scores"][n]["scored"] for n in names})
-        lines.append(f"| {sname} | {s['items']} | {'/'.join(map(str, scored))} | "
-                     + " | ".join(_pct(s["scores"][n]["accuracy"]) for n in names) + " |")
-    lines.append(f"| **overall** (mean over suites) | {sum(s['items'] for s in report['suites'].values())} | | "
-                 + " | ".join(f"**{_pct(report['overall'][n]['accuracy'])}**" for n in names) + " |")
+             "`[self]`: tags the model chose from the prefix; `[beam:K]`: the beam's running-bound increments.", ""]
+    lines += table(["suite", "items", "scored", *names],
+                   [*([sname, s["items"], "/".join(map(str, sorted({s["scores"][n]["scored"] for n in names}))),
+                       *(_pct(s["scores"][n]["accuracy"]) for n in names)] for sname, s in report["suites"].items()),
+                    ["**overall** (mean over suites)", sum(s["items"] for s in report["suites"].values()), "",
+                     *(f"**{_pct(report['overall'][n]['accuracy'])}**" for n in names)]],
+                   "lrr" + "r" * len(names))
     multi = [(sn, s) for sn, s in report["suites"].items() if len(s["predictions"]) > 1]
     if multi:
-        lines += ["", "| suite | prediction | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
-        for sname, s in multi:
-            for j, f in enumerate(s["predictions"]):
-                lines.append(f"| {sname} | {j + 1}: `{f}` | "
-                             + " | ".join(_pct(s["scores"][n]["prediction_accuracy"][j]) for n in names) + " |")
+        lines += [""] + table(["suite", "prediction", *names],
+                              [[sname, f"{j + 1}: `{f}`", *(_pct(s["scores"][n]["prediction_accuracy"][j]) for n in names)]
+                               for sname, s in multi for j, f in enumerate(s["predictions"])],
+                              "ll" + "r" * len(names))
     unscored = [(sn, n, u) for sn, s in report["suites"].items() for n in names for u in s["scores"][n]["unscored"]]
     if unscored:
-        lines += ["", f"Unscored (left out of the suite denominators): {len(unscored)} sentence(s)", "",
-                  "| suite | model | item | condition | reason |", "|---|---|---:|---|---|"]
-        for sname, n, u in unscored:
-            lines.append(f"| {sname} | {n} | {u['item']} | {u['condition']} | {u['reason']} |")
+        lines += ["", f"Unscored (left out of the suite denominators): {len(unscored)} sentence(s)", ""]
+        lines += table(["suite", "model", "item", "condition", "reason"],
+                       [[sname, n, u["item"], u["condition"], u["reason"]] for sname, n, u in unscored], "llrll")
     diff = report.get("prefix_tag_differences")
     if diff:
         heads = diff.get("heads_differ")
@@ -47,12 +44,11 @@ def report_markdown(report: dict) -> str:
                   "those words, the tags the model has been given when it predicts the region's first token, i.e. the "
                   f"tags carry information from the critical region on ({diff['not_compared']} items have no two such "
                   f"conditions).{heads_note} More broadly, {diff.get('common_prefix_differ', 0)} of {diff['items']} items "
-                  "have two conditions that tag their shared initial words differently.", "",
-                  "| suite | critical region | items compared | tags differ | heads differ | shared initial words tagged "
-                  "differently |", "|---|---:|---:|---:|---:|---:|"]
-        for sname, r in diff["suites"].items():
-            lines.append(f"| {sname} | {r['critical_region']} | {r['compared']} | {r['differ']} | "
-                         f"{r.get('heads_differ', '-')} | {r.get('common_prefix_differ', 0)} |")
+                  "have two conditions that tag their shared initial words differently.", ""]
+        lines += table(["suite", "critical region", "items compared", "tags differ", "heads differ",
+                        "shared initial words tagged differently"],
+                       [[sname, r["critical_region"], r["compared"], r["differ"], r.get("heads_differ", "-"),
+                         r.get("common_prefix_differ", 0)] for sname, r in diff["suites"].items()])
         shown = 20
         for d in diff["list"][:shown]:
             lines.append(f"- {d['suite']} item {d['item']} ({', '.join(d['conditions'])}): first at word "
