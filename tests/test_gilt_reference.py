@@ -267,3 +267,50 @@ def test_two_way_rule_reaches_the_dataset_and_the_engine(toy_data):
         policy = policy_for(gilt)
         policy.begin(1, 4, 3)
         assert policy.two_way == want and policy.tapes[0].two_way == want
+
+
+# --- checkpoints written before the authors' defaults load as they were trained ------------------------------------
+
+def _strip(path, tmp_path, keys):
+    """A copy of a checkpoint whose saved model configuration lacks ``keys`` (as one written before they existed)."""
+    state = torch.load(str(path), map_location="cpu", weights_only=False)
+    for key in keys:
+        del state["cfg"]["model"][key]
+    out = tmp_path / f"old-{path.parent.name}.pt"
+    torch.save(state, out)
+    return out
+
+
+@torch.no_grad()
+def _outputs(path, toy_data):
+    from fairseq import checkpoint_utils
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(toy_data)})
+    model = models[0].eval()
+    return model, model(**batch(task, n=2)["net_input"])[0]
+
+
+def test_old_gilt_txl_checkpoint_loads_as_trained(train_checkpoint, toy_data, tmp_path):
+    from test_gilt_generate import GILT_TRAIN
+
+    path = train_checkpoint([*GILT_TRAIN, "--gilt-txl-biases", "layer", "--gilt-embed-scale", "sqrt_d"])
+    new, want = _outputs(path, toy_data)
+    old, got = _outputs(_strip(path, tmp_path, ["gilt_txl_biases", "gilt_embed_scale", "gilt_table_init_std",
+                                                "gilt_arc_table_init_std"]), toy_data)
+    assert old.decoder.embed_scale == new.decoder.embed_scale == old.decoder.cfg.decoder_embed_dim ** 0.5
+    assert not old.decoder.shared_biases and old.decoder.layers[0].attn.u_bias is not old.decoder.layers[1].attn.u_bias
+    torch.testing.assert_close(got, want, rtol=0, atol=0)  # the same model, the same float32 operations
+
+
+def test_old_gilt_transformer_lm_checkpoint_loads_as_trained(bases, toy_data, tmp_path, train_checkpoint):
+    from test_gilt_post import GILT
+
+    path = train_checkpoint([*GILT, "--criterion", "gilt_lm", "--arch", "gilt_transformer_lm", "--gilt-init-from",
+                             str(bases["transformer_lm"]), "--gilt-arc-input-order", "upper_first"])
+    new, _ = _outputs(path, toy_data)
+    old, _ = _outputs(_strip(path, tmp_path, ["gilt_arc_input_order", "gilt_tables_lr_group", "gilt_table_init_std",
+                                              "gilt_arc_table_init_std"]), toy_data)
+    assert not new.decoder.arc_lower_first and not old.decoder.arc_lower_first
+    (tmp_path / "newer").mkdir()  # written after the order changed but before its option: today's order
+    newer, _ = _outputs(_strip(path, tmp_path / "newer", ["gilt_arc_input_order"]), toy_data)
+    assert newer.decoder.arc_lower_first

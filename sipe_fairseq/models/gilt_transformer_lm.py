@@ -73,6 +73,10 @@ class GiltTransformerLMConfig(TransformerLanguageModelConfig):
     gilt_arc_table_init_std: float = field(default=1.0, metadata={
         "help": "init std of the arc scorer's own three feature tables: 1 as the authors' (BiaffineAttention, "
                 "nn.Embedding); 0.0625 before"})
+    gilt_arc_input_order: ChoiceEnum(["lower_first", "upper_first"]) = field(default="lower_first", metadata={
+        "help": "the arc scorer's o_w: [h^(L-1); h^(L/2+1); emb] (GiLT-GPT2's cat([hidden_states[-2], "
+                "hidden_states[13]])) or [h^(L/2+1); h^(L-1); emb] (the from-scratch order; this plugin before, "
+                "set for its checkpoints by task gilt_lm)"})
     gilt_tables_lr_group: ChoiceEnum(["default", "gilt"]) = field(default="default", metadata={
         "help": "parameter group (grouped_adam --lr-scales) of the shared feature tables: default, with the "
                 "pre-trained weights (the authors' code: 3e-5 in both stages) or gilt, with the key projections "
@@ -110,6 +114,7 @@ class GiltTransformerDecoder(TransformerDecoder):
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True):
         self._layers_built, self._first = 0, first_gilt_layer(args)
         self.hexatag_input = bool(getattr(args, "gilt_hexatag_input", False))
+        self.arc_lower_first = str(getattr(args, "gilt_arc_input_order", "lower_first")) == "lower_first"
         if self.hexatag_input:
             embed_tokens = _TaggedEmbedding(embed_tokens)
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
@@ -148,9 +153,10 @@ class GiltTransformerDecoder(TransformerDecoder):
 
     def arc_states(self, extra) -> torch.Tensor:
         """(B, 2, d): the last position's outputs of layers L-1 and L/2+1, GiLT-GPT2's order (``inner_states``
-        are T x B x C)."""
+        are T x B x C; ``--gilt-arc-input-order upper_first``: L/2+1 first)."""
         up, low = arc_layer_indices(len(self.layers))
-        return torch.stack([extra["inner_states"][low][-1], extra["inner_states"][up][-1]], 1)
+        first, second = (low, up) if self.arc_lower_first else (up, low)
+        return torch.stack([extra["inner_states"][first][-1], extra["inner_states"][second][-1]], 1)
 
     def arc_embedding(self, tokens: torch.Tensor) -> torch.Tensor:
         """(B, d): o_w's third part for the last token of ``tokens`` (B, S), what the arc scorer reads in
@@ -201,7 +207,7 @@ class GiltTransformerDecoder(TransformerDecoder):
                 self.embed_tokens.pending = None
         if self.arc_scorer is not None and gilt_word_pos is not None and incremental_state is None:
             inner = [h.transpose(0, 1) for h in extra["inner_states"]]  # batch first; [0]: wte + wpe
-            o = word_inputs(inner, inner[0], gilt_word_pos, gilt_sent, lower_first=True)  # [h[-2]; h[L/2+1]; emb]
+            o = word_inputs(inner, inner[0], gilt_word_pos, gilt_sent, lower_first=self.arc_lower_first)
             extra["arcs"] = self.arc_scorer(o, gilt_local, gilt_sent, gilt_prev)
         if not features_only:
             x = self.output_layer(x)

@@ -14,7 +14,9 @@ import numpy as np
 from fairseq import utils
 from fairseq.data import data_utils
 from fairseq.dataclass import ChoiceEnum
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 from fairseq.tasks import register_task
+from omegaconf import open_dict
 
 from ..checkpoints import gilt_init
 from ..data.arc_streams import load_arc_stream
@@ -25,6 +27,13 @@ from ..hexatag.errors import OptionError
 from .hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
 
 logger = logging.getLogger(__name__)
+
+# Model options whose defaults became the authors' code (docs/gilt-reference.md): per model, the option whose
+# absence from a checkpoint's saved configuration marks it as older, and the values it was trained with.
+OLD_CHECKPOINT_VALUES = {
+    "gilt_txl": ("gilt_embed_scale", {"gilt_embed_scale": "sqrt_d", "gilt_txl_biases": "layer"}),
+    "gilt_transformer_lm": ("gilt_tables_lr_group", {"gilt_arc_input_order": "upper_first"}),
+}
 
 
 @dataclass
@@ -69,6 +78,8 @@ class GiltLanguageModelingTask(HexatagLanguageModelingTask):
         """A new model with ``--gilt-init-from CKPT`` (``gilt_transformer_lm``) takes the checkpoint's
         architecture and weights (:mod:`sipe_fairseq.checkpoints.gilt_init`); a model rebuilt from its own
         checkpoint does not read it again."""
+        if from_checkpoint:
+            self._as_trained(cfg)
         path = "" if from_checkpoint else getattr(cfg, "gilt_init_from", "")
         base = gilt_init.read_base(path) if path else None
         if base is not None:
@@ -78,6 +89,26 @@ class GiltLanguageModelingTask(HexatagLanguageModelingTask):
             gilt_init.copy_base(model, base, len(self.target_dictionary))
         model.decoder.two_way_distance = self.two_way_distance  # the graphs the engine builds use the same rule
         return model
+
+    def _as_trained(self, cfg) -> None:
+        """A checkpoint written before the authors' defaults (:data:`OLD_CHECKPOINT_VALUES`) gets the values
+        it was trained with: fairseq fills options missing from a saved configuration with today's defaults,
+        and ``--model-overrides`` cannot set them."""
+        name = str(getattr(cfg, "_name", None) or getattr(cfg, "arch", None) or "")
+        marker, values = OLD_CHECKPOINT_VALUES.get(ARCH_MODEL_NAME_REGISTRY.get(name, name), (None, {}))
+        if marker is None or (marker in cfg if hasattr(cfg, "keys") else hasattr(cfg, marker)):
+            return
+        if hasattr(cfg, "keys"):
+            with open_dict(cfg):
+                for key, value in values.items():
+                    cfg[key] = value
+        else:
+            for key, value in values.items():
+                setattr(cfg, key, value)
+        logger.warning(f"checkpoint of {name} from before the authors' defaults: built as it was trained, with "
+                       + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in values.items())
+                       + " (docs/gilt-reference.md); its graphs had --gilt-two-way-distance cheaper"
+                       + ("" if self.two_way_distance == "cheaper" else ", this task's is " + self.two_way_distance))
 
     @property
     def two_way_distance(self) -> str:
