@@ -395,7 +395,7 @@ def _loop_scores(model, encoded, d, joint=False):
     subword, or the leading ``</s>`` for the first word."""
     import torch
 
-    from sipe_fairseq.eval.scoring import accepts_tags
+    from sipe_fairseq.structure.family import takes_tags as accepts_tags
 
     model.eval()
     out = []

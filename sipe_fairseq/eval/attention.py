@@ -34,6 +34,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..data.tag_dictionary import NOTAG_ID
+from ..structure.family import structure_of, takes_tags
 from .progress import progress
 from .tables import table
 
@@ -112,20 +114,17 @@ def sentence_attention(model, tokens: torch.Tensor, terms: torch.Tensor, nts: to
                        layers: Optional[Sequence[int]] = None) -> torch.Tensor:
     """The (L, L) layer- and head-averaged attention of one encoded sentence (tokens ending in
     ``</s>``), fed as the scorers feed it; ``x_1`` sits at position 1 for either model kind."""
-    from ..data.tag_dictionary import NOTAG_ID
-    from .scoring import accepts_tags
-
     model.eval()
     if is_encoder(model):  # <s> x_1 .. x_n </s>
         src = torch.cat([tokens.new_tensor([dictionary.bos()]), tokens])
         a = torch.cat([terms.new_tensor([NOTAG_ID]), terms])
         b = torch.cat([nts.new_tensor([NOTAG_ID]), nts])
-        use_tags = bool(getattr(model.encoder, "needs_tags", False))
+        use_tags = structure_of(model.encoder) == "hexatags"
     else:  # </s> x_1 .. x_n
         src = torch.cat([tokens.new_tensor([dictionary.eos()]), tokens[:-1]])
         a = torch.cat([terms.new_tensor([NOTAG_ID]), terms[:-1]])
         b = torch.cat([nts.new_tensor([NOTAG_ID]), nts[:-1]])
-        use_tags = accepts_tags(model)
+        use_tags = takes_tags(model)
     kwargs = {"src_terminals": a[None], "src_nonterminals": b[None]} if use_tags else {}
     _, extra = model(src[None], src_lengths=torch.tensor([len(src)]), need_attn=True, **kwargs)
     maps = extra.get("attn_layers") if isinstance(extra, dict) else None

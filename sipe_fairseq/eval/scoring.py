@@ -39,7 +39,6 @@ forward pass (right-padded; padding is masked out of attention). Models that see
 minimal-pair evaluations (BLiMP): it dispatches on the model kind (:func:`model_kind`) through
 :data:`SENTENCE_SCORERS`.
 """
-import inspect
 import math
 from collections import defaultdict
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -49,6 +48,7 @@ import torch.nn.functional as F
 
 from ..data.tag_dictionary import NOTAG_ID, TAG_HEADS
 from ..modules.tag_heads import tag_log_probs
+from ..structure.family import structure_of, takes_tags
 from .progress import progress
 from .tables import table
 
@@ -57,27 +57,21 @@ Encoded = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 # ----------------------------------------------------------------------- splits: perplexity
-def accepts_tags(model) -> bool:
-    decoder = getattr(model, "decoder", model)
-    return "src_terminals" in inspect.signature(decoder.forward).parameters
-
-
 @torch.no_grad()
 def score_batches(model, batches: Iterable[dict], eos: int, pad: int) -> Dict[str, float]:
     """Sum NLLs (nats) over batches of a ``hexatag_lm`` dataset; returns sums and counts."""
     from ..modules.arc_scorer import arc_losses
 
     model.eval()
-    use_tags = accepts_tags(model)
-    named = set(inspect.signature(getattr(model, "decoder", model).forward).parameters)  # e.g. GiLT's src_words
+    use_tags = takes_tags(model)
+    inputs = {"src_tokens", "src_lengths"} | ({"src_words"} if structure_of(model) == "arcs" else set())  # GiLT's words
     sums = defaultdict(float)
     for sample in progress(batches, desc="perplexity"):
         if "net_input" not in sample:
             continue
         net = dict(sample["net_input"])
         if not use_tags:
-            net = {k: v for k, v in net.items()
-                   if not k.startswith("src_") or k in ("src_tokens", "src_lengths") or k in named}
+            net = {k: v for k, v in net.items() if not k.startswith("src_") or k in inputs}
         out = model(**net)
         lprobs = model.get_normalized_probs(out, log_probs=True, sample=sample)
         target = sample["target"]
@@ -193,7 +187,7 @@ def _decoder_batches(model, encoded: Sequence[Encoded], eos: int, pad: int, batc
         raise TypeError(f"{type(model).__name__} is a masked-LM encoder: left-to-right token log-probabilities "
                         "need a decoder (score encoders with score_sentence_batch: pseudo-log-likelihood)")
     model.eval()
-    use_tags = accepts_tags(model)
+    use_tags = takes_tags(model)
     for start in progress(range(0, len(encoded), batch_size), desc="score"):
         chunk = encoded[start:start + batch_size]
         width = max(len(t) for t, _, _ in chunk)
@@ -236,7 +230,7 @@ def decoder_sentence_scores(model, encoded: Sequence[Encoded], dictionary, batch
     for chunk, net_output, lprobs in _decoder_batches(model, encoded, eos, pad, batch_size):
         extra = net_output[1] if isinstance(net_output, tuple) and len(net_output) > 1 and isinstance(net_output[1], dict) else {}
         heads = {}
-        if joint and accepts_tags(model):
+        if joint and takes_tags(model):
             heads = {kind: extra[f"{kind}_logits"] for kind, _ in TAG_HEADS if extra.get(f"{kind}_logits") is not None}
         for i, (t, a, b) in enumerate(chunk):
             n = len(t)
@@ -301,7 +295,7 @@ def pseudo_log_likelihoods(model, encoded: Sequence[Encoded], dictionary, batch_
     model.eval()
     enc = model.encoder
     mask = _mask_index(model, dictionary)
-    use_tags = bool(getattr(enc, "needs_tags", False))
+    use_tags = structure_of(enc) == "hexatags"
     if use_tags and getattr(enc, "deprel", None) is not None:
         raise ValueError(f"{type(model).__name__} reads a deprel stream (--sipe-input-strategy "
                          f"{enc.cfg.sipe_input_strategy}); minimal-pair sentences are encoded without deprels")

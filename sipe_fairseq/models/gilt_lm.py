@@ -13,7 +13,7 @@ arc scorer runs on every word (teacher forcing) and ``extra["arcs"]`` holds its 
 Incremental decoding: pass ``gilt_features`` (B, k, S+k, 3), the feature values of the k new query
 rows against every key, and an ``incremental_state`` (the KV cache of ``sipe_txl``); the arc scorer
 for one word is :meth:`ArcScorer.score_word` (used by the structure engine, ``structure/arcs.py``, for scoring
-and generation).
+and generation, through the interface of :class:`~.gilt_arcs.GiltArcsMixin`).
 """
 import logging
 from dataclasses import dataclass, field
@@ -23,10 +23,10 @@ import torch.nn.functional as F
 from fairseq.dataclass import ChoiceEnum
 from fairseq.models import FairseqLanguageModel, register_model, register_model_architecture
 
-from ..modules.arc_scorer import ArcScorer, arc_layer_indices, word_inputs
-from ..modules.graph_term import GraphContext, GraphFeatureTables, attach_graph_terms
-from ._common import log_parameters
-from ._common import preset
+from ..modules.arc_scorer import ArcScorer
+from ..modules.graph_term import GraphFeatureTables, attach_graph_terms
+from ._common import log_parameters, preset
+from .gilt_arcs import GiltArcsMixin, pair_values  # noqa: F401  (pair_values: the feature gather, also imported from here)
 from .sipe_lm import SiPEDecoder, SiPEDecoderConfig, sipe_txl_small, sipe_txl_tiny
 
 logger = logging.getLogger(__name__)
@@ -54,20 +54,14 @@ class GiltConfig(SiPEDecoderConfig):
                 "TransformerGrammar, whose emb_scale is unused) or sqrt(d) emb(x) (sipe_txl; this plugin before)"})
 
 
-def pair_values(src_words: torch.Tensor, pairs: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor:
-    """(B, Tq, Tk, 3) feature values of query positions ``rows`` against every key, from the block
-    word of each position and the word-level ``pairs`` (B, W+1, W+1, 3)."""
-    b = torch.arange(src_words.size(0), device=src_words.device)[:, None, None]
-    return pairs[b, src_words[:, rows, None], src_words[:, None, :]]
-
-
-class GiltDecoder(SiPEDecoder):
-    structure = "arcs"  # what it reads (structure/family.py)
+class GiltDecoder(GiltArcsMixin, SiPEDecoder):
+    model_name = "gilt_txl"
 
     def __init__(self, cfg, dictionary):
         if str(cfg.sipe_injection) != "none":
             raise ValueError("gilt_txl takes no hexatag injection (--sipe-injection none)")
         super().__init__(cfg, dictionary)
+        self.embed_dim = cfg.decoder_embed_dim
         if str(getattr(cfg, "gilt_embed_scale", "none")) == "none":
             self.embed_scale = 1.0
         self.shared_biases = str(getattr(cfg, "gilt_txl_biases", "shared")) == "shared" \
@@ -108,14 +102,7 @@ class GiltDecoder(SiPEDecoder):
                          gilt_sent=None, gilt_features=None, need_attn=False, incremental_state=None, **unused):
         caches = None if incremental_state is None else self._layer_caches(incremental_state)
         start = 0 if caches is None else self._cached_length(caches, tokens)
-        if gilt_features is None:
-            if src_words is None or gilt_pairs is None:
-                raise ValueError("gilt_txl needs its graph features: src_words and gilt_pairs (--task gilt_lm) or gilt_features")
-            gilt_features = pair_values(src_words, gilt_pairs, slice(start, None))
-        if gilt_features.shape[:3] != (tokens.size(0), tokens.size(1) - start, tokens.size(1)):
-            raise ValueError(f"graph features {tuple(gilt_features.shape[:3])} for {tokens.size(1) - start} new of "
-                             f"{tokens.size(1)} positions")
-        ctx = GraphContext.from_values(gilt_features)
+        ctx = self.graph_context(tokens, src_words, gilt_pairs, gilt_features, slice(start, None))
         emb = self.embed_tokens(tokens[:, start:]) * self.embed_scale
         x = F.dropout(emb, self.cfg.dropout, self.training)
         inner, attn = [x], None
@@ -125,27 +112,15 @@ class GiltDecoder(SiPEDecoder):
         if self.final_norm is not None:
             x = self.final_norm(x)
         extra = {"attn": [attn], "inner_states": inner, "embedded": emb}
-        if self.arc_scorer is not None and gilt_word_pos is not None and caches is None:
-            o = word_inputs(inner, emb, gilt_word_pos, gilt_sent)
-            extra["arcs"] = self.arc_scorer(o, gilt_local, gilt_sent, gilt_prev)
+        arcs = self.word_arcs(inner, emb, gilt_word_pos, gilt_local, gilt_sent, gilt_prev) if caches is None else None
+        if arcs is not None:
+            extra["arcs"] = arcs
         return x, extra
 
-    # the interface the structure engine (structure/arcs.py) uses, shared with gilt_transformer_lm's decoder
+    # the structure engine's interface (GiltArcsMixin): the cache and the embedding of this decoder
     def cached_step(self, prefix: torch.Tensor, features: torch.Tensor, incremental_state: dict):
-        """(logits (B, k, V), extra) of the k new positions of ``prefix`` (B, S) through the KV cache, with their
-        graph feature rows ``features`` (B, k, S, 3); one call (this decoder takes k >= 1 new tokens)."""
+        """As :meth:`GiltArcsMixin.cached_step`, in one call (this decoder takes k >= 1 new tokens)."""
         return self(prefix, gilt_features=features, incremental_state=incremental_state)
-
-    @property
-    def arc_dim(self) -> int:
-        """d of each of o_w's three parts."""
-        return self.cfg.decoder_embed_dim
-
-    def arc_states(self, extra) -> torch.Tensor:
-        """(B, 2, d): the last position's outputs of layers L/2+1 and L-1 (o_w's first two parts for the
-        next word) from a forward's ``extra``."""
-        up, low = arc_layer_indices(len(self.layers))
-        return torch.stack([extra["inner_states"][up][:, -1], extra["inner_states"][low][:, -1]], 1)
 
     def arc_embedding(self, tokens: torch.Tensor) -> torch.Tensor:
         """(B, d): o_w's third part for the last token of ``tokens`` (B, S), as the arc scorer reads it in

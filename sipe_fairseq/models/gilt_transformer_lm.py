@@ -40,11 +40,11 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from ..modules import tag_pair_classes
-from ..modules.arc_scorer import ArcScorer, arc_layer_indices, word_inputs
+from ..modules.arc_scorer import ArcScorer
 from ..modules.graph_key_attention import GraphKeyAttention
-from ..modules.graph_term import GraphContext, GraphFeatureTables, GraphFeatureTerm
+from ..modules.graph_term import GraphFeatureTables, GraphFeatureTerm
 from ._common import check_tag_inputs, log_parameters, preset
-from .gilt_lm import pair_values
+from .gilt_arcs import GiltArcsMixin
 from .sipe_transformer_lm import _TaggedEmbedding
 
 logger = logging.getLogger(__name__)
@@ -107,9 +107,11 @@ class _GiltDecoderLayer(TransformerDecoderLayerBase):
                                  xformers_att_config=cfg.decoder.xformers_att_config)
 
 
-class GiltTransformerDecoder(TransformerDecoder):
-    structure = "arcs"  # what it reads (structure/family.py)
+class GiltTransformerDecoder(GiltArcsMixin, TransformerDecoder):
     """fairseq's ``TransformerDecoder``; layers >= ``--gilt-first-layer`` get the graph key offsets."""
+    model_name = MODEL
+    takes_tags = True  # forward takes src_terminals/src_nonterminals (read with --gilt-hexatag-input)
+    time_first = True  # fairseq's inner_states are T x B x C
 
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True):
         self._layers_built, self._first = 0, first_gilt_layer(args)
@@ -138,25 +140,14 @@ class GiltTransformerDecoder(TransformerDecoder):
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
 
-    # the scoring interface of gilt_lm.GiltDecoder (beam over graphs, generation)
+    # the structure engine's interface (GiltArcsMixin): the cache and the embedding of this decoder
     def cached_step(self, prefix: torch.Tensor, features: torch.Tensor, incremental_state: dict):
-        """As :meth:`GiltDecoder.cached_step`; fairseq's incremental contract is one new token per call, so the
+        """As :meth:`GiltArcsMixin.cached_step`; fairseq's incremental contract is one new token per call, so the
         k new positions are fed one at a time."""
         n, k = prefix.size(1), features.size(1)
         steps = [self(prefix[:, : n - k + j + 1], gilt_features=features[:, j:j + 1, : n - k + j + 1],
                       incremental_state=incremental_state) for j in range(k)]
         return torch.cat([s[0] for s in steps], 1), steps[-1][1]
-
-    @property
-    def arc_dim(self) -> int:
-        return self.embed_dim
-
-    def arc_states(self, extra) -> torch.Tensor:
-        """(B, 2, d): the last position's outputs of layers L-1 and L/2+1, GiLT-GPT2's order (``inner_states``
-        are T x B x C; ``--gilt-arc-input-order upper_first``: L/2+1 first)."""
-        up, low = arc_layer_indices(len(self.layers))
-        first, second = (low, up) if self.arc_lower_first else (up, low)
-        return torch.stack([extra["inner_states"][first][-1], extra["inner_states"][second][-1]], 1)
 
     def arc_embedding(self, tokens: torch.Tensor) -> torch.Tensor:
         """(B, d): o_w's third part for the last token of ``tokens`` (B, S), what the arc scorer reads in
@@ -181,16 +172,7 @@ class GiltTransformerDecoder(TransformerDecoder):
                 gilt_local=None, gilt_sent=None, gilt_features=None, src_terminals=None, src_nonterminals=None,
                 features_only=False, incremental_state=None, return_all_hiddens=False, **unused):
         rows = slice(None) if incremental_state is None else slice(-1, None)  # fairseq: the last token only
-        if gilt_features is None:
-            if src_words is None or gilt_pairs is None:
-                raise ValueError(f"{MODEL} needs its graph features: src_words and gilt_pairs (--task gilt_lm) "
-                                 "or gilt_features")
-            gilt_features = pair_values(src_words, gilt_pairs, rows)
-        n_rows = prev_output_tokens[:, rows].size(1)
-        if gilt_features.shape[:3] != (prev_output_tokens.size(0), n_rows, prev_output_tokens.size(1)):
-            raise ValueError(f"graph features {tuple(gilt_features.shape[:3])} for {n_rows} new of "
-                             f"{prev_output_tokens.size(1)} positions")
-        ctx = GraphContext.from_values(gilt_features)
+        ctx = self.graph_context(prev_output_tokens, src_words, gilt_pairs, gilt_features, rows)
         attentions = self.graph_attentions()
         if self.hexatag_input:
             check_tag_inputs(prev_output_tokens, src_terminals, src_nonterminals, MODEL, "gilt_lm")
@@ -207,8 +189,7 @@ class GiltTransformerDecoder(TransformerDecoder):
                 self.embed_tokens.pending = None
         if self.arc_scorer is not None and gilt_word_pos is not None and incremental_state is None:
             inner = [h.transpose(0, 1) for h in extra["inner_states"]]  # batch first; [0]: wte + wpe
-            o = word_inputs(inner, inner[0], gilt_word_pos, gilt_sent, lower_first=self.arc_lower_first)
-            extra["arcs"] = self.arc_scorer(o, gilt_local, gilt_sent, gilt_prev)
+            extra["arcs"] = self.word_arcs(inner, inner[0], gilt_word_pos, gilt_local, gilt_sent, gilt_prev)
         if not features_only:
             x = self.output_layer(x)
         return x, extra

@@ -140,9 +140,17 @@ class SiPEEncoder(FairseqEncoder):
                           first_layer=cfg.sipe_first_layer, init_std=cfg.sipe_proj_init_std)
         self.terminal_head, self.nonterminal_head = build_tag_heads(d, tag_heads_enabled(cfg.sipe_tag_heads, bool(self.parts)))
 
+    takes_tags = True  # forward reads the hexatag streams src_terminals/src_nonterminals (structure/family.py)
+
+    @property
+    def structure(self) -> str:
+        """What it reads (structure/family.py): hexatags with an injection, none without."""
+        return "hexatags" if self.tags is not None else "none"
+
     @property
     def needs_tags(self) -> bool:
-        return self.tags is not None
+        """Whether the tags change its output (an injection): ``structure == "hexatags"``."""
+        return self.structure == "hexatags"
 
     def upgrade_state_dict_named(self, state_dict, name):
         """A checkpoint saved before the DeBERTa-v3 table (``buckets`` rows, no recorded layout) gets

@@ -108,9 +108,12 @@ class SiPEDecoder(FairseqIncrementalDecoder):
                           first_layer=cfg.sipe_first_layer, init_std=cfg.sipe_proj_init_std)
         self.terminal_head, self.nonterminal_head = build_tag_heads(d, tag_heads_enabled(cfg.sipe_tag_heads, bool(self.parts)))
 
+    takes_tags = True  # forward reads the hexatag streams src_terminals/src_nonterminals (structure/family.py)
+
     @property
-    def needs_tags(self) -> bool:
-        return self.tags is not None
+    def structure(self) -> str:
+        """What it reads (structure/family.py): hexatags with an injection, none without."""
+        return "hexatags" if self.tags is not None else "none"
 
     def forward(self, prev_output_tokens, src_lengths=None, src_terminals=None, src_nonterminals=None,
                 features_only: bool = False, return_all_hiddens: bool = False, need_attn: bool = False,

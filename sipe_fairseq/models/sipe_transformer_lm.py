@@ -54,6 +54,9 @@ class SiPETransformerDecoder(TransformerDecoder):
     :meth:`reorder_incremental_state` reorders both (and equals ``reorder_incremental_state_scripting``).
     """
 
+    structure = "hexatags"  # what it reads (structure/family.py)
+    takes_tags = True  # forward reads the hexatag streams src_terminals/src_nonterminals
+
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True):
         super().__init__(args, dictionary, _TaggedEmbedding(embed_tokens), no_encoder_attn=no_encoder_attn)
         heads = tag_heads_enabled(getattr(args, "sipe_tag_heads", "on"), tagged=True)

@@ -7,10 +7,12 @@
   ``sipe_transformer_lm``): they read hexatags (:class:`~.hexatags.HexatagPolicy`);
 * ``"none"``: every other left-to-right LM (``--sipe-injection none``, stock ``transformer_lm``).
 
-A decoder may declare it with a class or instance attribute ``structure``; otherwise it is read off
-the decoder's interface.
+Every decoder (and encoder) declares what it is, with class (or instance) attributes read here only:
+``structure`` (one of :data:`STRUCTURES`; a module that declares nothing, such as fairseq's own
+decoders, is ``"none"``) and ``takes_tags`` (its forward takes the hexatag streams ``src_terminals`` and
+``src_nonterminals``; default False). GiLT decoders declare both through
+:class:`~sipe_fairseq.models.gilt_arcs.GiltArcsMixin`.
 """
-import inspect
 from dataclasses import dataclass
 
 from .arcs import COUNT_RULES, DEFAULT_COUNT_BEAM, ArcPolicy
@@ -31,18 +33,18 @@ class StructureOptions:
 
 
 def structure_of(model) -> str:
-    """``"hexatags"``, ``"arcs"`` or ``"none"`` for a decoder LM (or its decoder)."""
-    decoder = getattr(model, "decoder", model)
-    declared = getattr(decoder, "structure", None)
-    if declared in STRUCTURES:
-        return declared
-    if hasattr(decoder, "graph_tables") and hasattr(decoder, "arc_scorer"):
-        return "arcs"
-    forward = getattr(decoder, "forward", None)
-    if forward is not None and "src_terminals" in inspect.signature(forward).parameters \
-            and bool(getattr(decoder, "needs_tags", True)):
-        return "hexatags"
-    return "none"
+    """``"hexatags"``, ``"arcs"`` or ``"none"``: what a decoder LM's decoder (or a module itself, e.g. an
+    encoder) declares it reads."""
+    net = getattr(model, "decoder", model)
+    declared = getattr(net, "structure", "none")
+    if declared not in STRUCTURES:
+        raise ValueError(f"{type(net).__name__} declares structure {declared!r}, not one of {STRUCTURES}")
+    return declared
+
+
+def takes_tags(model) -> bool:
+    """Whether a decoder LM's decoder (or a module itself) takes the hexatag streams as input."""
+    return bool(getattr(getattr(model, "decoder", model), "takes_tags", False))
 
 
 def is_gilt(model) -> bool:
