@@ -1,1 +1,3 @@
-"""Evaluation: LM scores by position type and the joint bound; BLiMP, SyntaxGym, GLUE (issue 4)."""
+"""Evaluation: scoring, aggregation and reports (LM scores by position type and the joint bound; BLiMP,
+SyntaxGym, GLUE, seeds, attention, the Table 2 report, markdown tables). It parses no arguments: the
+commands are in :mod:`sipe_fairseq.cli` (``sipe-eval``, ``sipe-eval-lm``)."""

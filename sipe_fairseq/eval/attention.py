@@ -33,8 +33,10 @@ from collections import Counter, OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
+from fairseq.models import FairseqEncoderModel
 
 from ..data.tag_dictionary import NOTAG_ID
+from ..hexatag import HexatagError
 from ..structure.family import structure_of, takes_tags
 from .progress import progress
 from .tables import table
@@ -99,8 +101,6 @@ def parse_layers(spec: Optional[str]) -> Optional[List[int]]:
 
 # ---------------------------------------------------------------------------- model input
 def is_encoder(model) -> bool:
-    from fairseq.models import FairseqEncoderModel
-
     return isinstance(model, FairseqEncoderModel)
 
 
@@ -139,8 +139,6 @@ def analyse(models: "OrderedDict[str, tuple]", sentences, encoder, relation: str
             layers: Optional[Sequence[int]] = None, max_sentences: int = 0) -> dict:
     """``models``: name -> (model, is_causal). Returns the report: per checkpoint the masses, counts
     of arcs scored and not visible, and per sentence its arcs (for plotting and the JSON)."""
-    from ..hexatag import HexatagError
-
     if direction not in DIRECTIONS:
         raise AttentionAnalysisError(f"--direction must be one of {DIRECTIONS}, got {direction!r}")
     skipped: Counter = Counter()
@@ -223,7 +221,7 @@ def plot_sentence(path: str, maps: Dict[str, torch.Tensor], labels: Dict[str, Se
                   boxes: Sequence[Tuple[range, range]], title: str = "") -> None:
     """One panel per checkpoint: the averaged map over its input positions (``labels[name]``, one
     per position), the arcs (query rows, key columns) outlined."""
-    import matplotlib
+    import matplotlib  # lazy: a heavy optional dependency, needed only for --plot
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

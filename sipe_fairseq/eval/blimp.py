@@ -68,7 +68,11 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..hexatag import HexatagError, encode_tree
 from ..parsing import ParseError, normalize_text, parse_each, tree_source_stats
+from ..structure.family import StructureOptions, is_gilt
+from ..structure.sources import source_label
+from .prefix_scores import score_encoded, sources_for
 from .progress import progress
+from .scoring import score_sentence_batch, too_long
 from .tables import table
 
 logger = logging.getLogger(__name__)
@@ -229,8 +233,6 @@ def prepare(pairs: Sequence[BlimpPair], source, encoder, parse_batch: int = 1024
 # ------------------------------------------------------------------------------------ scoring
 def unscorable(model, prepared: Prepared) -> Dict[str, str]:
     """``text -> reason`` for the prepared sentences ``model`` cannot score (more tokens than positions)."""
-    from .scoring import too_long
-
     out = {}
     for text, (tokens, _, _) in prepared.encoded.items():
         reason = too_long(model, tokens)
@@ -248,8 +250,6 @@ def score_sentences(model, prepared: Prepared, dictionary, batch_size: int = 64,
                     placement: str = "first_subword") -> Dict[str, float]:
     """``text -> log-likelihood`` for every prepared sentence that ``model`` can score (not the
     :func:`unscorable` ones), longest first for even batches."""
-    from .scoring import score_sentence_batch
-
     skip = unscorable(model, prepared)
     texts = sorted((t for t in prepared.encoded if t not in skip), key=lambda t: -len(prepared.encoded[t][0]))
     scores = score_sentence_batch(model, [prepared.encoded[t] for t in texts], dictionary, batch_size=batch_size,
@@ -265,9 +265,6 @@ def score_sentences_tags(model, prepared: Prepared, dictionary, source: str = "g
     (already joint), decoders only. GiLT checkpoints get graphs instead of tags under every source
     (given: the tree source's tree as arcs, ``joint`` adding the arcs' cost; ``count_beam`` counts per
     beam hypothesis), all through :func:`~sipe_fairseq.structure.scoring.score_encoded`."""
-    from ..structure.family import StructureOptions, is_gilt
-    from .prefix_scores import score_encoded
-
     if source == "given" and not is_gilt(model):
         return score_sentences(model, prepared, dictionary, batch_size, joint, placement)
     skip = unscorable(model, prepared)
@@ -353,9 +350,6 @@ def evaluate(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Pr
     ``placements``: each model's ``--tag-head-placement`` (default first_subword); ``tags`` None:
     each model's default source (:func:`~sipe_fairseq.eval.prefix_scores.default_sources`: given,
     for GiLT self)."""
-    from ..structure.sources import source_label
-    from .prefix_scores import sources_for
-
     scores, seconds, unscored = {}, {}, {}
     for name, model in models.items():
         placement = (placements or {}).get(name, "first_subword")

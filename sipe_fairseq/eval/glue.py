@@ -12,8 +12,11 @@ import logging
 from typing import Dict, Optional
 
 import numpy as np
+import torch
+from fairseq import utils
 
 from ..checkpoints.load import load_with_task
+from ..data.glue import glue_task
 
 logger = logging.getLogger(__name__)
 
@@ -93,9 +96,6 @@ def glue_metrics(metric: str, preds, labels, positive=1) -> Dict[str, float]:
 def predict(model, task, split: str = "valid", max_tokens: Optional[int] = 8192, batch_size: Optional[int] = None):
     """(predictions, targets) over every example of ``split``, in dataset order: class ids, or
     regression values."""
-    import torch
-    from fairseq import utils
-
     task.load_dataset(split)
     ds = task.dataset(split)
     head = getattr(task.cfg, "classification_head_name", "sentence_classification_head")
@@ -127,8 +127,6 @@ def predict(model, task, split: str = "valid", max_tokens: Optional[int] = 8192,
 def evaluate(path: str, data: Optional[str] = None, split: str = "valid", task_name: Optional[str] = None,
              max_tokens: Optional[int] = 8192, batch_size: Optional[int] = None) -> Dict[str, object]:
     """Predict ``split`` and score it with the task's GLUE metric; returns a result row."""
-    from ..data.glue import glue_task
-
     model, task = load_with_task(path, data)
     name = task_name or task.cfg.glue_task or (task.glue_info or {}).get("task")
     if not name:

@@ -19,15 +19,23 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
+from fairseq import utils
+from fairseq.data import data_utils
 
+from ..data.arc_streams import load_arc_stream
 from ..data.arcs import arc_f1, arc_matches
+from ..data.arcs import decode_words
+from ..data.tag_dictionary import TAG_KINDS
+from ..data.tag_streams import load_tag_streams
+from ..hexatag.constrained import PAIRS
+from ..structure import scoring as engine
 from ..structure.arcs import flat_arcs
 from ..structure.family import StructureOptions, structure_of
 from ..structure.record import POSITION_TYPES, SentenceScore, joint_token_logprobs
-from ..structure import scoring as engine
 from ..structure.scoring import score_sentences
 from ..structure.sentences import prepare
 from .progress import progress
+from .scoring import token_logprobs
 from .tables import table
 
 
@@ -46,13 +54,6 @@ def load_split_sentences(task, split: str):
     :class:`~sipe_fairseq.structure.sentences.Sentence` with its given tags and, where the data
     has ``{split}.arcs``, its gold graph; ``counts``: ``split_sentences`` and ``empty_sentences``
     (a line of no word: not scored, counted)."""
-    from fairseq import utils
-    from fairseq.data import data_utils
-
-    from ..data.arcs import decode_words
-    from ..data.tag_dictionary import TAG_KINDS
-    from ..data.tag_streams import load_tag_streams
-
     path = utils.split_paths(task.args.data)[0]
     raw = data_utils.load_indexed_dataset(os.path.join(path, split), task.source_dictionary, task.args.dataset_impl)
     if raw is None:
@@ -60,7 +61,6 @@ def load_split_sentences(task, split: str):
     streams = load_tag_streams(path, split, raw, TAG_KINDS, task.args.dataset_impl)
     arcs = None
     if os.path.exists(os.path.join(path, f"{split}.arcs.idx")):  # GiLT's given graph (sipe-preprocess writes it)
-        from ..data.arc_streams import load_arc_stream
 
         arcs, n_words = load_arc_stream(path, split, raw, streams["terminal"], task.args.dataset_impl)
     d = task.source_dictionary
@@ -77,8 +77,6 @@ def load_split_sentences(task, split: str):
 
 def given_tags(sentences) -> List[List[Tuple[str, str]]]:
     """The given tag pairs per word of each sentence ([] without tags)."""
-    from ..hexatag.constrained import PAIRS
-
     return [[PAIRS[p] for p in s.pairs] if s.pairs is not None else [] for s in sentences]
 
 
@@ -256,8 +254,6 @@ def sentence_logprob_fn(model, source: str, dictionary, options: Optional[Struct
     takes) under ``source``; beam rows are the running bound's increments, so a region's surprisal is
     the difference of the prefix score at its boundaries. ``wants_heads``: GiLT's ``given`` needs trees."""
     if structure_of(model) != "arcs" and source == "given":
-        from .scoring import token_logprobs
-
         return token_logprobs
 
     def fn(model, encoded, eos, pad, batch_size, heads=None):

@@ -45,8 +45,12 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 import torch
 import torch.nn.functional as F
+from fairseq import utils
+from fairseq.models import FairseqEncoderModel, FairseqLanguageModel
 
+from ..data.lm_dataset import tag_targets
 from ..data.tag_dictionary import NOTAG_ID, TAG_HEADS
+from ..modules.arc_scorer import arc_losses
 from ..modules.tag_heads import tag_log_probs
 from ..structure.family import structure_of, takes_tags
 from .progress import progress
@@ -60,8 +64,6 @@ Encoded = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 @torch.no_grad()
 def score_batches(model, batches: Iterable[dict], eos: int, pad: int) -> Dict[str, float]:
     """Sum NLLs (nats) over batches of a ``hexatag_lm`` dataset; returns sums and counts."""
-    from ..modules.arc_scorer import arc_losses
-
     model.eval()
     use_tags = takes_tags(model)
     inputs = {"src_tokens", "src_lengths"} | ({"src_words"} if structure_of(model) == "arcs" else set())  # GiLT's words
@@ -105,8 +107,6 @@ def score_batches(model, batches: Iterable[dict], eos: int, pad: int) -> Dict[st
 def score_split(model, task, split: str, context_window: int = 0, max_tokens: int = 4096, batch_size=None):
     """Load ``split`` in a ``hexatag_lm`` task and score it with ``model`` through the task's
     eval-lm data loader (as ``fairseq-eval-lm``); returns :func:`summarize` rows."""
-    from fairseq import utils
-
     if model_kind(model) != "decoder":
         raise ValueError(f"{type(model).__name__} is a masked-LM encoder: perplexity needs a left-to-right decoder "
                          "(encoders are scored by pseudo-log-likelihood, e.g. sipe-eval blimp)")
@@ -181,8 +181,6 @@ def perplexity_markdown(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
 def _decoder_batches(model, encoded: Sequence[Encoded], eos: int, pad: int, batch_size: int
                      ) -> Iterator[Tuple[Sequence[Encoded], tuple, torch.Tensor]]:
     """Yields ``(chunk, net_output, log-probs)`` per batch of sentences."""
-    from fairseq.models import FairseqEncoderModel
-
     if isinstance(model, FairseqEncoderModel):
         raise TypeError(f"{type(model).__name__} is a masked-LM encoder: left-to-right token log-probabilities "
                         "need a decoder (score encoders with score_sentence_batch: pseudo-log-likelihood)")
@@ -222,8 +220,6 @@ def decoder_sentence_scores(model, encoded: Sequence[Encoded], dictionary, batch
     word's tags from its left context, at the anchors the task trained them on (``placement``,
     the ``hexatag_lm`` task's ``--tag-head-placement``): ``log p(x, tags)``, which equals
     ``log p(x)`` for a model that sees no tags."""
-    from ..data.lm_dataset import tag_targets
-
     eos, pad = dictionary.eos(), dictionary.pad()
     starts = (eos, dictionary.bos())
     out = []
@@ -363,8 +359,6 @@ def encoder_sentence_scores(model, encoded: Sequence[Encoded], dictionary, batch
 def model_kind(model) -> str:
     """``"decoder"`` (fairseq language models: causal, scored left to right) or ``"encoder"``
     (masked LMs such as RoBERTa: pseudo-log-likelihood)."""
-    from fairseq.models import FairseqEncoderModel, FairseqLanguageModel
-
     if isinstance(model, FairseqLanguageModel):
         return "decoder"
     if isinstance(model, FairseqEncoderModel):
@@ -386,8 +380,6 @@ def max_positions(model) -> Optional[int]:
 def positions_needed(model, tokens: torch.Tensor) -> int:
     """Positions a sentence ``x_1 .. x_n </s>`` takes: ``n + 1`` for a decoder (input ``</s> x_1 .. x_n``),
     ``n + 2`` for an encoder (``<s> x_1 .. x_n </s>``)."""
-    from fairseq.models import FairseqEncoderModel
-
     return len(tokens) + (1 if isinstance(model, FairseqEncoderModel) else 0)
 
 

@@ -29,6 +29,7 @@ import statistics
 from collections import OrderedDict
 from typing import Dict, List, Sequence
 
+from ..structure.sources import split_label
 from .tables import table as markdown_table
 
 logger = logging.getLogger(__name__)
@@ -77,8 +78,6 @@ def read_reports(paths: Sequence[str], suffix: str = r"-s(\d+)$") -> "OrderedDic
 
 def suite_rows(report: dict):
     """``{NAME: {"suites": {"BLiMP given": %, ...}}}`` of a BLiMP or SyntaxGym report, None for others."""
-    from ..structure.sources import split_label
-
     if not ("models" in report or "suites" in report) or not isinstance(report.get("overall"), dict):
         return None
     if "paradigms" in report:  # sipe-eval blimp: overall accuracy over pairs, in %

@@ -38,6 +38,9 @@ suite, item and prediction, plus the formula and a caret for a formula error).
 """
 import logging
 
+from ..structure.family import StructureOptions
+from ..structure.sources import source_label
+from .prefix_scores import sentence_logprob_fn, sources_for
 from .syntaxgym_formula import (EQUALITY_ATOL, EQUALITY_RTOL, MAX_DEPTH, BinOp, FormulaError, Neg, Node, Number,  # noqa: F401
                                 Ref, SyntaxGymError, evaluate_formula, parse_formula)
 from .syntaxgym_output import report_markdown  # noqa: F401
@@ -59,10 +62,6 @@ def tag_source_columns(name: str, model, task, dictionary, sources, count_beam: 
     the model's own choice from the prefix, ``beam:K`` = the increments of the beam's running
     logsumexp (GiLT: ``count_beam`` counts per hypothesis), so a region's surprisal is the
     difference of the prefix marginal at its boundaries."""
-    from ..structure.family import StructureOptions
-    from ..structure.sources import source_label
-    from .prefix_scores import sentence_logprob_fn, sources_for
-
     placement = str(getattr(getattr(task, "args", None), "tag_head_placement", "first_subword"))
     d = dictionary
     return {source_label(name, src): (model, d.eos(), d.pad(),

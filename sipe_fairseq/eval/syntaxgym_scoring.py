@@ -4,6 +4,7 @@ import json
 import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from .scoring import token_logprobs, too_long
 from .syntaxgym_formula import EQUALITY_ATOL, EQUALITY_RTOL, evaluate_formula
 from .syntaxgym_suites import Sentence, Suite
 
@@ -28,10 +29,8 @@ def score_sentences(model, sentences: Sequence[Sentence], eos: int, pad: int,
     """Region surprisals per sentence (``None`` with a reason for those it cannot score):
     returns ``(surprisals, failures)`` as lists aligned with ``sentences``. A ``logprob_fn`` with
     ``wants_heads`` (GiLT ``given``: the parse as a graph) also gets each sentence's tree (``heads=``)."""
-    from .scoring import too_long
-
     if logprob_fn is None:
-        from .scoring import token_logprobs as logprob_fn
+        logprob_fn = token_logprobs
     failures = [s.failure if s.failure is not None else too_long(model, s.encoded[0]) for s in sentences]
     todo = [k for k, f in enumerate(failures) if f is None]
     kwargs = {"heads": [sentences[k].heads for k in todo]} if getattr(logprob_fn, "wants_heads", False) else {}
@@ -156,7 +155,7 @@ def _common_prefix_differs(prefixes) -> bool:
 def prefix_tag_differences(suites: Sequence[Suite], sentences: Sequence[Sentence]) -> dict:
     """Items whose conditions have identical words before the critical region
     (:func:`critical_region`) but different given tags on them: with tags from a parse of the
-    whole sentence the model sees information from the critical region and after (issue 12).
+    whole sentence the model sees information from the critical region and after.
     Returns counts per suite and the list (suite, item, the conditions, the first differing word).
     Conditions are grouped by their prefix words; items without a critical region, and
     conditions that lack it or could not be encoded, are counted as not compared.

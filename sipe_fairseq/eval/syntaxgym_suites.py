@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from ..hexatag import TreeError, check_tree
 from ..parsing.tokenize import split_words
 from .progress import progress
 from .syntaxgym_formula import FormulaError, Node, SyntaxGymError, parse_formula
@@ -172,7 +173,6 @@ def parse_sentences(sentences: Sequence[Sentence], parser, batch_size: int = 256
     gets ``failure``. Other exceptions (e.g. spaCy not installed) propagate."""
     if parser is None:
         return
-    from ..hexatag import TreeError, check_tree
 
     refused = (ValueError, KeyError)
     todo = [s for s in sentences if s.failure is None]
