@@ -44,6 +44,14 @@ import torch
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, load_lm
 from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.options import float_above, int_at_least
+from sipe_fairseq.data.arcs import per_word, tree_arcs
+from sipe_fairseq.data.encode import SentenceEncoder
+from sipe_fairseq.data.tag_dictionary import NOTAG_ID
+from sipe_fairseq.parsing import BackendLoadError, parse_each, resolve_parser, split_words
+from sipe_fairseq.parsing import get_parser as get_backend
+from sipe_fairseq.structure.family import is_gilt
+from sipe_fairseq.structure.generation import (WORD_MARK, StructuredSequenceGenerator, format_arcs, graph_rows,
+                                              hypothesis_words)
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +83,6 @@ def get_parser() -> argparse.ArgumentParser:
 
 def option_problem(args) -> Optional[str]:
     """The first option value argparse cannot check alone, as one line (None: all fine); no model is loaded."""
-    from sipe_fairseq.parsing import resolve_parser
-
     if args.nbest > args.beam:
         return f"--nbest {args.nbest} is larger than --beam {args.beam}"
     if args.sampling_topk == 0 or args.sampling_topk < -1:
@@ -122,7 +128,6 @@ def conllu_block(prompt: str, words: List[str], hypo: dict, nth: int, index: int
     lines = [f"# sent_id = {index + 1}.{nth + 1}", f"# prompt = {prompt}", f"# text = {' '.join(words)}",
              f"# score = {float(hypo['positional_scores'].sum()):.4f}"]
     if "arcs" in hypo:  # GiLT: a graph
-        from sipe_fairseq.structure.generation import format_arcs, graph_rows
 
         lines.append(f"# arcs = {format_arcs(words, hypo)}")
         return "\n".join(lines + graph_rows(words, hypo)) + "\n\n"
@@ -140,8 +145,6 @@ def conllu_block(prompt: str, words: List[str], hypo: dict, nth: int, index: int
 
 
 def _words_of_plain(hypo, dictionary) -> List[str]:
-    from sipe_fairseq.structure.generation import WORD_MARK
-
     text = "".join(dictionary[int(t)] for t in hypo["tokens"][:-1])
     return [w for w in text.split(WORD_MARK) if w]
 
@@ -163,8 +166,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     backend = None
     if args.prompt_tags:
-        from sipe_fairseq.parsing import BackendLoadError, get_parser as get_backend
-
         try:
             backend = get_backend(args.prompt_tags)
         except (BackendLoadError, CheckpointError, ValueError) as e:  # missing, refused, not a hexatagger, not installed
@@ -185,13 +186,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def run(args, prompts: List[str], model, task, backend=None) -> int:
     """Generate from every prompt (``backend``: the ``--prompt-tags`` parser, loaded); every prompt is
     parsed, encoded and checked against the model's positions before the first is generated from."""
-    from sipe_fairseq.data.arcs import per_word, tree_arcs
-    from sipe_fairseq.data.encode import SentenceEncoder
-    from sipe_fairseq.data.tag_dictionary import NOTAG_ID
-    from sipe_fairseq.structure.generation import hypothesis_words
-    from sipe_fairseq.structure.family import is_gilt
-    from sipe_fairseq.parsing import parse_each, split_words
-
     model.eval()
     d = task.source_dictionary
     encoder = SentenceEncoder(args.data, d)
@@ -212,7 +206,6 @@ def run(args, prompts: List[str], model, task, backend=None) -> int:
         logger.error(f"{args.path}: {e}")
         return CHECKPOINT_EXIT_STATUS
     generator.print_structure = False
-    from sipe_fairseq.structure.generation import StructuredSequenceGenerator
 
     structured = isinstance(generator, StructuredSequenceGenerator)
     limit = int(generator.max_len)  # the model's positions: fairseq's generator ends every hypothesis by then
