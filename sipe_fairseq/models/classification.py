@@ -56,16 +56,13 @@ class ClassificationHeadsMixin:
     returns ``(features, extra)`` with ``features_only=True``: ``model(src_tokens,
     classification_head_name=NAME, ...)`` returns ``(logits, extra)`` from the pooled position
     (``pool``: ``"last"`` non-pad or ``"first"``), what fairseq's ``sentence_prediction`` criterion
-    calls. Call :meth:`_init_classification_heads` in ``__init__``."""
+    calls. Call :meth:`_init_classification_heads` in ``__init__``; the model class declares ``body_name``."""
 
     pool = "last"
+    body_name = "decoder"  # the body's attribute: "decoder" (a language model) or "encoder" (an encoder model)
 
     def _init_classification_heads(self):
         self.classification_heads = nn.ModuleDict()
-
-    @property
-    def body_name(self) -> str:
-        return "decoder" if hasattr(self, "decoder") else "encoder"
 
     @property
     def body(self):

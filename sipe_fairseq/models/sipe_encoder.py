@@ -235,6 +235,7 @@ class _SiPEEncoderModel(ClassificationHeadsMixin, FairseqEncoderModel):
     """A masked-LM encoder; classifies sentences from the first token ``<s>`` as RoBERTa does."""
 
     pool = "first"
+    body_name = "encoder"
 
     def __init__(self, encoder):
         super().__init__(encoder)
