@@ -184,3 +184,44 @@ def test_fairseq_beam_search_scores_match_full_forward(dictionary):
                 torch.testing.assert_close(hyp["positional_scores"].double(), full, rtol=0, atol=1e-5)
                 checked += 1
     assert checked == 6
+
+
+@pytest.mark.parametrize("position,injection", [("relative", "position+attention-bias"), ("rotary", "position"),
+                                                ("relative", "none")])
+def test_branching_reorders_match_full_forward(dictionary, position, injection):
+    """Beams repeat rows: after a reorder with repeats the children share their parent's cached
+    positions (modules/kv_cache.py) instead of copies. Several rounds of branching, pruning and
+    permuting, with 1-3 new positions per step and every row continuing with its own tokens: each
+    step's outputs (and attention probabilities) equal a full forward of the rows' sequences."""
+    from sipe_fairseq.modules import kv_cache
+
+    model = build(dictionary, position, injection)
+    g = torch.Generator().manual_seed(5)
+    tokens, terms, nts, _ = make_batch(dictionary, lengths=(6, 6, 6))
+
+    def extend(x, lo, hi):
+        return torch.cat([x, torch.randint(lo, hi, (x.size(0), 1), generator=g)], 1)
+
+    orders = [[0, 0, 1, 2, 2, 2], [5, 4, 4, 3, 1, 0, 0, 2], [1, 1, 1, 2, 3, 3, 6], [0, 2, 4, 6], [3, 2, 1, 0, 0]]
+    steps = [9, 1, 3, 1, 2, 1]  # 9 > kv_cache.OWN_LIMIT: a row that does not branch gets a prefix of its own too
+    state, end, shared_seen = {}, 0, False
+    with torch.no_grad():
+        for round_, k in enumerate(steps):
+            while tokens.size(1) < end + k:
+                tokens = extend(tokens, dictionary.nspecial, len(dictionary))
+                terms = extend(terms, NOTAG, FIRST_TAG_ID + 2)
+                nts = extend(nts, FIRST_TAG_ID, FIRST_TAG_ID + 5)
+            end += k
+            y, extra = model(tokens[:, :end], src_terminals=terms[:, :end], src_nonterminals=nts[:, :end],
+                             incremental_state=state, need_attn=True)
+            fy, fextra = model(tokens[:, :end], src_terminals=terms[:, :end], src_nonterminals=nts[:, :end], need_attn=True)
+            torch.testing.assert_close(F.log_softmax(y, -1), F.log_softmax(fy, -1)[:, -k:], rtol=0, atol=ATOL)
+            for got, want in zip(extra["attn_layers"], fextra["attn_layers"]):
+                torch.testing.assert_close(got, want[:, :, -k:], rtol=0, atol=ATOL)
+            if round_ < len(orders):
+                order = torch.tensor(orders[round_])
+                model.reorder_incremental_state(state, order)
+                tokens, terms, nts = tokens[order], terms[order], nts[order]
+                tokens, terms, nts = tokens[:, :end], terms[:, :end], nts[:, :end]
+                shared_seen |= any(kv_cache.is_shared(c) for c in state.values() if isinstance(c, dict))
+    assert shared_seen

@@ -16,7 +16,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel, register_model, register_model_architecture
 from omegaconf import II
 
-from ..modules import SiPETransformerLayer, TagContext, attach_injections, parse_injection, tag_pair_classes
+from ..modules import SiPETransformerLayer, TagContext, attach_injections, kv_cache, parse_injection, tag_pair_classes
 from ..modules.assembly import INJECTION_CHOICES, TAG_TABLE_CHOICES, build_tag_tables, tag_context
 from ._common import add_tag_logits, build_tag_heads, check_tag_inputs, log_parameters, preset, tag_heads_enabled
 from .classification import ClassificationHeadsMixin
@@ -168,10 +168,9 @@ class SiPEDecoder(FairseqIncrementalDecoder):
 
     @staticmethod
     def _cached_length(caches, tokens):
-        cached = caches[0]["k"] if "k" in caches[0] else None
-        start = 0 if cached is None else cached.size(2)
-        if cached is not None and cached.size(0) != tokens.size(0):
-            raise ValueError(f"incremental decoding: {tokens.size(0)} rows given, {cached.size(0)} cached "
+        rows, start = kv_cache.rows_and_length(caches[0])
+        if start and rows != tokens.size(0):
+            raise ValueError(f"incremental decoding: {tokens.size(0)} rows given, {rows} cached "
                              "(after a beam step call reorder_incremental_state)")
         if tokens.size(1) <= start:
             raise ValueError(f"incremental decoding: prev_output_tokens has {tokens.size(1)} positions, {start} are "

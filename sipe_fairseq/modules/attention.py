@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .gated_bd import class_bias_add, gated_bd_add, gated_spos_add
+from . import kv_cache
 from .injections import TagContext, class_onehot
 from .positional import RelativePosition, Rotary, skew
 
@@ -44,55 +45,6 @@ def _total(terms):
     out = terms[0]
     for t in terms[1:]:
         out = out + t
-    return out
-
-
-def _buffers(cache: dict, name: str):
-    """(live, spare) buffers of cache entry ``name``; live is None when ``cache[name]`` is not a view of
-    it (a new cache, or one a caller replaced)."""
-    live, spare = cache.get(f"{name}_buf"), cache.get(f"{name}_spare")
-    cur = cache.get(name)
-    if live is None or cur is None or cur.data_ptr() != live.data_ptr() or cur.stride() != live[: cur.size(0)].stride():
-        live = None
-    return live, spare
-
-
-def _room(buf, like, rows: int, length: int):
-    """``buf`` if it holds ``rows`` x ``length`` positions (in ``like``'s dtype), else a new buffer shaped
-    like ``like`` with room to grow: as many positions as ``like`` has if that is enough, else doubled
-    (at least ``length``, 64); rows as asked or as ``buf`` had. The KV cache is written in place, never
-    re-concatenated."""
-    if buf is not None and buf.size(0) >= rows and buf.size(2) >= length and buf.dtype == like.dtype:
-        return buf
-    have = like.size(2)
-    positions = have if have >= length else max(length, 2 * have, 64)
-    return like.new_empty(max(rows, buf.size(0) if buf is not None else 0), like.size(1), positions, like.size(3))
-
-
-def _append(cache: dict, k_new: torch.Tensor, v_new: torch.Tensor):
-    """Keys and values of the cached positions plus the new ones, as views of preallocated buffers
-    (``{k,v}_buf``, with a ``{k,v}_spare`` of the same size that :meth:`SiPEAttention.reorder_cache`
-    gathers into): appending writes the new positions only, and a reorder writes the kept rows into
-    memory already allocated. A cache belongs to one decoding (a shallow copy shares its buffers)."""
-    out = []
-    for name, new in (("k", k_new), ("v", v_new)):
-        past = cache.get(name)
-        if past is None:
-            buf = _room(None, new, new.size(0), new.size(2))
-            s = 0
-        else:
-            live, _ = _buffers(cache, name)
-            s = past.size(2)
-            buf = live if live is not None and live.size(2) >= s + new.size(2) and live.size(0) >= past.size(0) else None
-            if buf is None:  # grow (or adopt a tensor a caller put there)
-                buf = _room(None, past, past.size(0), s + new.size(2))
-                buf[: past.size(0), :, :s] = past
-                cache[f"{name}_spare"] = None
-        rows = new.size(0)
-        buf[:rows, :, s:s + new.size(2)] = new
-        view = buf[:rows, :, : s + new.size(2)]
-        cache[name], cache[f"{name}_buf"] = view, buf
-        out.append(view)
     return out
 
 
@@ -198,14 +150,16 @@ class SiPEAttention(nn.Module):
 
     # ------------------------------------------------------------------ incremental decoding
 
-    def _add_pair_terms(self, scores, q_content, pairs):
-        """+ every pair term (GiLT: (q_i + u) . W_k d_ij, scaled as AC), gathered per (query, key)."""
+    def _add_pair_terms(self, scores, q_content, pairs, slots=None):
+        """+ every pair term (GiLT: (q_i + u) . W_k d_ij, scaled as AC), gathered per (query, key);
+        ``slots``: the absolute key position of each column of ``scores`` (a shared KV cache)."""
         if pairs is None or not len(self.pair_terms):
             return scores
         c = self.num_heads * self.head_dim
         w_k = self.qkv.weight[c: 2 * c]
         for term in self.pair_terms:
-            scores = scores + term.pair_scores(q_content, pairs, w_k, self.score_scale)
+            term_scores = term.pair_scores(q_content, pairs, w_k, self.score_scale)
+            scores = scores + (term_scores if slots is None else term_scores.gather(-1, slots))
         return scores
 
     def _cached_forward(self, x: torch.Tensor, tags: Optional[TagContext], cache: Dict[str, torch.Tensor], need_weights: bool,
@@ -222,8 +176,7 @@ class SiPEAttention(nn.Module):
                              + (f" with window {self.window}" if self.window > 0 else ""))
         b, k, c = x.shape
         q, k_new, v = self.qkv(x).view(b, k, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        past = cache.get("k")
-        s = 0 if past is None else past.size(2)
+        s = kv_cache.rows_and_length(cache)[1]
         n = s + k
         hooks = list(self.injections) if tags is not None else []
         if hooks and tags.cls.size(1) != n:
@@ -241,10 +194,27 @@ class SiPEAttention(nn.Module):
         offsets = [o for o in (inj.value_offset(new_tags) for inj in hooks) if o is not None]
         if offsets:  # Eq. 9, by linearity on the values (as the full forward)
             v = v + _total(offsets).to(v.dtype)
-        keys, values = _append(cache, k_new, v)
-
+        keys, values = kv_cache.append(cache, k_new, v)
+        shared = kv_cache.is_shared(cache)
         q_content = q + self.u_bias[None, :, None, :] if self.relative is not None else q
-        scores = torch.matmul(q_content * self.score_scale, keys.transpose(-1, -2))  # AC, (B, H, k, S+k)
+        if shared:  # keys in slots: each row's shared prefix (Lp), then its own positions (F); abs = absolute positions
+            n = int(cache["n"])
+            plen = kv_cache.prefix_lengths(cache).to(x.device)
+            lp = cache["pk"].size(2) if len(cache["plen"]) else 0
+            f_width = keys.size(2)
+            qs = q_content * self.score_scale
+            own = torch.matmul(qs, keys.transpose(-1, -2))
+            scores = torch.cat([kv_cache.prefix_scores(cache, qs)[..., :lp], own], -1) if lp else own  # AC
+            ar_p, ar_f = torch.arange(lp, device=x.device), torch.arange(f_width, device=x.device)
+            abs_pos = torch.cat([ar_p.expand(b, lp), plen[:, None] + ar_f], 1)  # (B, Lp + F)
+            valid = torch.cat([ar_p[None] < plen[:, None], ar_f[None] < (n - plen)[:, None]], 1)
+            abs_pos = abs_pos.clamp(max=n - 1)
+            slots = abs_pos[:, None, None, :].expand(b, self.num_heads, k, abs_pos.size(1))
+            if hooks:
+                key_cls = tags.cls.gather(1, abs_pos)[:, None, None, :].expand_as(slots)
+        else:
+            scores = torch.matmul(q_content * self.score_scale, keys.transpose(-1, -2))  # AC, (B, H, k, S+k)
+            slots = None
         q_pos = q
         if self.relative is not None:
             q_pos = self.relative.effective_query(q)  # q + v
@@ -262,6 +232,8 @@ class SiPEAttention(nn.Module):
             else:  # query S+a, key j: distance S+a-j, column n-1-(S+a-j)
                 dist = (torch.arange(s, n, device=x.device)[:, None] - torch.arange(n, device=x.device)[None, :]).clamp_(min=0)
                 bd = by_key.gather(-1, (n - 1 - dist).expand(b, self.num_heads, k, n))  # BD (Eq. 3); j > i masked below
+            if slots is not None:
+                bd = bd.gather(-1, slots)
             gates = [g for g in (inj.position_scale(q, q_pos, new_tags, self.scale) for inj in hooks) if g is not None]
             if gates:  # (1 + c) BD, c_ij = gate[i, cls_j] (Eq. 5-6)
                 bd = torch.addcmul(bd, bd, _total(gates).gather(-1, key_cls))
@@ -269,30 +241,30 @@ class SiPEAttention(nn.Module):
         biases = [e for e in (inj.score_bias(q, q_pos, new_tags, self.scale) for inj in hooks) if e is not None]
         if biases:  # Eq. 7, 8: bias[i, cls_j]
             scores = scores + _total(biases).gather(-1, key_cls)
-        scores = self._add_pair_terms(scores, q_content, pairs)
-        if k > 1:  # the new rows among themselves: query S+a sees keys j <= S+a
+        scores = self._add_pair_terms(scores, q_content, pairs, slots)
+        if shared:
+            hidden = ~valid[:, None, None, :]
+            if k > 1:  # the new rows among themselves: query S+a sees keys j <= S+a
+                hidden = hidden | (abs_pos[:, None, None, :] > torch.arange(s, n, device=x.device)[None, None, :, None])
+            scores = scores.masked_fill(hidden, float("-inf"))
+        elif k > 1:  # the new rows among themselves: query S+a sees keys j <= S+a
             future = torch.ones(k, n, dtype=torch.bool, device=x.device).triu_(s + 1)
             scores = scores.masked_fill(future, float("-inf"))
         probs = _softmax(scores)
-        out = torch.matmul(F.dropout(probs, p=self.dropout, training=self.training), values)
+        dropped = F.dropout(probs, p=self.dropout, training=self.training)
+        if shared:
+            out = torch.matmul(dropped[..., lp:], values)
+            if lp:
+                out = out + kv_cache.prefix_mix(cache, dropped[..., :lp])
+            if need_weights:  # back to absolute key positions
+                probs = probs.new_zeros(b, self.num_heads, k, n).scatter_add_(-1, slots, probs.masked_fill(hidden, 0.0))
+        else:
+            out = torch.matmul(dropped, values)
         out = self.out_proj(out.transpose(1, 2).reshape(b, k, c))
         return (out, probs) if need_weights else (out, None)
 
     @staticmethod
     def reorder_cache(cache: Dict[str, torch.Tensor], new_order: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """The cache for batch rows ``new_order`` (beam search: may repeat or drop rows): the rows are
-        gathered into the spare buffer, which becomes the live one (:func:`_append`); keeping the first
-        rows (finished sentences dropped from the end) only narrows the views."""
-        if "k" not in cache:
-            return dict(cache)
-        rows, n = len(new_order), cache["k"].size(2)
-        if rows <= cache["k"].size(0) and bool((new_order == torch.arange(rows, device=new_order.device)).all()):
-            return {**cache, "k": cache["k"][:rows], "v": cache["v"][:rows]}  # the first rows, kept: views, no copy
-        out = {name: t for name, t in cache.items() if name == "r"}
-        for name in ("k", "v"):
-            live, spare = _buffers(cache, name)
-            spare = _room(spare, live, rows, n)
-            view = spare[:rows, :, :n]
-            torch.index_select(cache[name], 0, new_order, out=view)
-            out[name], out[f"{name}_buf"], out[f"{name}_spare"] = view, spare, live
-        return out
+        """The cache for batch rows ``new_order`` (beam search: may repeat or drop rows;
+        :func:`.kv_cache.reorder`: a repeated row's children share its positions)."""
+        return kv_cache.reorder(cache, new_order)
