@@ -62,6 +62,19 @@ def test_evaluate(trained):
     assert perfect["uas"] == 100.0 and perfect["exact_match"] == 100.0 and perfect["words"] == scores["words"]
 
 
+def test_sipe_eval_tagger_command(trained, tmp_path, capsys):
+    """``sipe-eval tagger`` prints the scores of :func:`evaluate` and writes them with ``--json``."""
+    import json
+
+    from sipe_fairseq.cli.eval import main as eval_main
+
+    data, ckpt = trained
+    out = tmp_path / "tagger.json"
+    assert eval_main(["tagger", "--data", str(data), "--path", str(ckpt), "--json", str(out)]) == 0
+    scores = json.loads(out.read_text())
+    assert f"test: sentences {scores['sentences']}, words {scores['words']}, UAS {scores['uas']:.2f}" in capsys.readouterr().out
+
+
 def test_model_masks_padding(trained):
     data, ckpt = trained
     model, _ = load_tagger(str(ckpt), str(data))
