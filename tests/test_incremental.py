@@ -188,13 +188,15 @@ def test_fairseq_beam_search_scores_match_full_forward(dictionary):
 
 @pytest.mark.parametrize("position,injection", [("relative", "position+attention-bias"), ("rotary", "position"),
                                                 ("relative", "none")])
-def test_branching_reorders_match_full_forward(dictionary, position, injection):
+@pytest.mark.parametrize("share_from", [0, 6])
+def test_branching_reorders_match_full_forward(dictionary, position, injection, share_from, monkeypatch):
     """Beams repeat rows: after a reorder with repeats the children share their parent's cached
     positions (modules/kv_cache.py) instead of copies. Several rounds of branching, pruning and
     permuting, with 1-3 new positions per step and every row continuing with its own tokens: each
     step's outputs (and attention probabilities) equal a full forward of the rows' sequences."""
     from sipe_fairseq.modules import kv_cache
 
+    monkeypatch.setattr(kv_cache, "SHARE_FROM", share_from)  # 6: the first reorders copy, later ones share
     model = build(dictionary, position, injection)
     g = torch.Generator().manual_seed(5)
     tokens, terms, nts, _ = make_batch(dictionary, lengths=(6, 6, 6))
@@ -203,7 +205,8 @@ def test_branching_reorders_match_full_forward(dictionary, position, injection):
         return torch.cat([x, torch.randint(lo, hi, (x.size(0), 1), generator=g)], 1)
 
     orders = [[0, 0, 1, 2, 2, 2], [5, 4, 4, 3, 1, 0, 0, 2], [1, 1, 1, 2, 3, 3, 6], [0, 2, 4, 6], [3, 2, 1, 0, 0]]
-    steps = [9, 1, 3, 1, 2, 1]  # 9 > kv_cache.OWN_LIMIT: a row that does not branch gets a prefix of its own too
+    steps = [9, 1, 3, 1, 2, 1] if not share_from else [2, 3, 1, 3, 2, 1]  # 9 > OWN_LIMIT: a row that does not
+    # branch gets a prefix of its own too
     state, end, shared_seen = {}, 0, False
     with torch.no_grad():
         for round_, k in enumerate(steps):

@@ -55,6 +55,14 @@ class PrefixTagScorer:
         return score_sentences(self.model, sents, self.source, self.options, eos, 1, self.batch, keep_trace=True)
 
 
+@pytest.fixture(autouse=True)
+def share_every_prefix(monkeypatch):
+    """The beams here branch on short sentences: share the KV cache from the first position
+    (modules/kv_cache.py; plain copies below SHARE_FROM are tested in test_incremental.py)."""
+    from sipe_fairseq.modules import kv_cache
+    monkeypatch.setattr(kv_cache, "SHARE_FROM", 0)
+
+
 @pytest.fixture(scope="module")
 def dictionary():
     return small_dictionary(12, mark="\u2581", n_continuations=6)

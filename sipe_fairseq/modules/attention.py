@@ -150,16 +150,16 @@ class SiPEAttention(nn.Module):
 
     # ------------------------------------------------------------------ incremental decoding
 
-    def _add_pair_terms(self, scores, q_content, pairs, slots=None):
+    def _add_pair_terms(self, scores, q_content, pairs, to_columns=None):
         """+ every pair term (GiLT: (q_i + u) . W_k d_ij, scaled as AC), gathered per (query, key);
-        ``slots``: the absolute key position of each column of ``scores`` (a shared KV cache)."""
+        ``to_columns``: absolute key positions -> the columns of ``scores`` (a shared KV cache)."""
         if pairs is None or not len(self.pair_terms):
             return scores
         c = self.num_heads * self.head_dim
         w_k = self.qkv.weight[c: 2 * c]
         for term in self.pair_terms:
             term_scores = term.pair_scores(q_content, pairs, w_k, self.score_scale)
-            scores = scores + (term_scores if slots is None else term_scores.gather(-1, slots))
+            scores = scores + (term_scores if to_columns is None else to_columns(term_scores))
         return scores
 
     def _cached_forward(self, x: torch.Tensor, tags: Optional[TagContext], cache: Dict[str, torch.Tensor], need_weights: bool,
@@ -197,24 +197,23 @@ class SiPEAttention(nn.Module):
         keys, values = kv_cache.append(cache, k_new, v)
         shared = kv_cache.is_shared(cache)
         q_content = q + self.u_bias[None, :, None, :] if self.relative is not None else q
-        if shared:  # keys in slots: each row's shared prefix (Lp), then its own positions (F); abs = absolute positions
-            n = int(cache["n"])
+        if shared:  # columns: the rows' prefixes (positions 0 .. Lp-1), then own positions lo .. n-1
             plen = kv_cache.prefix_lengths(cache).to(x.device)
-            lp = cache["pk"].size(2) if len(cache["plen"]) else 0
-            f_width = keys.size(2)
+            lp, lo = (cache["pk"].size(2) if len(cache["plen"]) else 0), int(cache["lo"])
+            keys, values = keys[:, :, lo:], values[:, :, lo:]
             qs = q_content * self.score_scale
             own = torch.matmul(qs, keys.transpose(-1, -2))
-            scores = torch.cat([kv_cache.prefix_scores(cache, qs)[..., :lp], own], -1) if lp else own  # AC
-            ar_p, ar_f = torch.arange(lp, device=x.device), torch.arange(f_width, device=x.device)
-            abs_pos = torch.cat([ar_p.expand(b, lp), plen[:, None] + ar_f], 1)  # (B, Lp + F)
-            valid = torch.cat([ar_p[None] < plen[:, None], ar_f[None] < (n - plen)[:, None]], 1)
-            abs_pos = abs_pos.clamp(max=n - 1)
-            slots = abs_pos[:, None, None, :].expand(b, self.num_heads, k, abs_pos.size(1))
+            scores = torch.cat([kv_cache.prefix_scores(cache, qs), own], -1) if lp else own  # AC
+            cols = torch.cat([torch.arange(lp, device=x.device), torch.arange(lo, n, device=x.device)])
+            valid = torch.cat([cols[None, :lp] < plen[:, None], cols[None, lp:] >= plen[:, None]], 1)
+
+            def to_columns(t):  # (..., n) by absolute key position -> (..., Lp + n - lo)
+                return torch.cat([t[..., :lp], t[..., lo:]], -1) if lp else t[..., lo:]
             if hooks:
-                key_cls = tags.cls.gather(1, abs_pos)[:, None, None, :].expand_as(slots)
+                key_cls = to_columns(tags.cls)[:, None, None, :].expand_as(scores)
         else:
             scores = torch.matmul(q_content * self.score_scale, keys.transpose(-1, -2))  # AC, (B, H, k, S+k)
-            slots = None
+            to_columns = None
         q_pos = q
         if self.relative is not None:
             q_pos = self.relative.effective_query(q)  # q + v
@@ -232,8 +231,8 @@ class SiPEAttention(nn.Module):
             else:  # query S+a, key j: distance S+a-j, column n-1-(S+a-j)
                 dist = (torch.arange(s, n, device=x.device)[:, None] - torch.arange(n, device=x.device)[None, :]).clamp_(min=0)
                 bd = by_key.gather(-1, (n - 1 - dist).expand(b, self.num_heads, k, n))  # BD (Eq. 3); j > i masked below
-            if slots is not None:
-                bd = bd.gather(-1, slots)
+            if to_columns is not None:
+                bd = to_columns(bd)
             gates = [g for g in (inj.position_scale(q, q_pos, new_tags, self.scale) for inj in hooks) if g is not None]
             if gates:  # (1 + c) BD, c_ij = gate[i, cls_j] (Eq. 5-6)
                 bd = torch.addcmul(bd, bd, _total(gates).gather(-1, key_cls))
@@ -241,23 +240,27 @@ class SiPEAttention(nn.Module):
         biases = [e for e in (inj.score_bias(q, q_pos, new_tags, self.scale) for inj in hooks) if e is not None]
         if biases:  # Eq. 7, 8: bias[i, cls_j]
             scores = scores + _total(biases).gather(-1, key_cls)
-        scores = self._add_pair_terms(scores, q_content, pairs, slots)
+        scores = self._add_pair_terms(scores, q_content, pairs, to_columns)
         if shared:
             hidden = ~valid[:, None, None, :]
             if k > 1:  # the new rows among themselves: query S+a sees keys j <= S+a
-                hidden = hidden | (abs_pos[:, None, None, :] > torch.arange(s, n, device=x.device)[None, None, :, None])
+                hidden = hidden | (cols[None, None, None, :] > torch.arange(s, n, device=x.device)[None, None, :, None])
             scores = scores.masked_fill(hidden, float("-inf"))
         elif k > 1:  # the new rows among themselves: query S+a sees keys j <= S+a
             future = torch.ones(k, n, dtype=torch.bool, device=x.device).triu_(s + 1)
             scores = scores.masked_fill(future, float("-inf"))
         probs = _softmax(scores)
         dropped = F.dropout(probs, p=self.dropout, training=self.training)
-        if shared:
-            out = torch.matmul(dropped[..., lp:], values)
+        if shared:  # a row's columns before its own start are stale (maybe never written): no 0 * nan
+            mine = valid[:, lp:]
+            out = torch.matmul(dropped[..., lp:], values.masked_fill(~mine[:, None, :, None], 0.0))
             if lp:
                 out = out + kv_cache.prefix_mix(cache, dropped[..., :lp])
             if need_weights:  # back to absolute key positions
-                probs = probs.new_zeros(b, self.num_heads, k, n).scatter_add_(-1, slots, probs.masked_fill(hidden, 0.0))
+                shown = probs.masked_fill(hidden, 0.0)
+                probs = probs.new_zeros(b, self.num_heads, k, n)
+                probs[..., lo:] += shown[..., lp:]
+                probs[..., :lp] += shown[..., :lp]
         else:
             out = torch.matmul(dropped, values)
         out = self.out_proj(out.transpose(1, 2).reshape(b, k, c))

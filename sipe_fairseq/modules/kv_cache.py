@@ -1,25 +1,24 @@
 """The KV cache of one attention layer for incremental decoding: a dict the decoder keeps per layer
 (``SiPEAttention._cached_forward`` reads it, :func:`reorder` follows the batch rows).
 
-Plain (one decoding, or rows that never repeat): ``k``, ``v`` (R, H, S, d), every row's keys and values
-for positions 0 .. S-1, as views of preallocated buffers (``{k,v}_buf``, with a ``{k,v}_spare`` of the
-same size that a reorder gathers into): appending writes the new positions only.
+``k``, ``v`` (R, H, n, d): every row's keys and values by absolute position, as views of preallocated
+buffers (``{k,v}_buf``, with a ``{k,v}_spare`` of the same size that a reorder gathers into):
+appending writes the new positions only.
 
 Shared prefixes (after a reorder that repeats rows, i.e. a beam's hypotheses branching): the children
 of one row share its keys and values instead of a copy each, and their attention over the shared part
 is one matrix product per prefix (:func:`prefix_scores`, :func:`prefix_mix`) instead of one vector
-product per child. The dict then holds
+product per child. The dict then also holds
 
-* ``pk``, ``pv`` (P, H, Lp, d): the shared prefixes; prefix ``p`` is valid for its first ``plen[p]``
-  positions;
-* ``k``, ``v`` (R, H, F, d): each row's own positions after its prefix, valid for its first
-  ``n - plen[parent]`` columns (``flen``); ``parent`` (R,) its prefix (-1: none);
-* ``group`` (P, m): the rows that share prefix ``p`` (padded with R), ``slot`` (R,) a row's column there;
-* ``n``: the positions every row has (all rows advance together).
+* ``pk``, ``pv`` (P, H, Lp, d): the shared prefixes; prefix ``p`` holds positions ``0 .. plen[p]-1``;
+* ``parent`` (R,): each row's prefix (-1: none); a row's own positions are ``plen[parent] .. n-1``
+  of ``k``/``v`` (earlier columns there are stale), and no row's start is below ``lo``;
+* ``group`` (P, m): the rows that share prefix ``p`` (padded with R), ``slot`` (R,) a row's column there.
 
 A branching reorder writes each repeated row's prefix + own positions once, as a new prefix of length
-``n`` (the kept prefixes are gathered beside it), so a beam copies about K rows per word instead of
-every child. The numbers are those of the plain cache (tests/test_incremental.py).
+``n`` (the kept prefixes are gathered beside it), and gathers only the own columns ``lo .. n-1`` of
+the rows, so a beam copies about K rows per word instead of every child. The numbers are those of
+the plain cache (tests/test_incremental.py).
 """
 from typing import Dict, Tuple
 
@@ -34,8 +33,6 @@ def is_shared(cache: Cache) -> bool:
 
 def rows_and_length(cache: Cache) -> Tuple[int, int]:
     """(rows, cached positions) of a layer's cache; (0, 0) when nothing is cached yet."""
-    if is_shared(cache):
-        return len(cache["parent"]), int(cache["n"])
     k = cache.get("k")
     return (0, 0) if k is None else (k.size(0), k.size(2))
 
@@ -52,23 +49,29 @@ def _buffers(cache: Cache, name: str):
     return live, spare
 
 
-_OWN_MIN = 4  # the least room a shared cache's own positions are given (a beam's rows hold a word's worth)
 # a row with more own positions becomes a prefix (of one child) when the prefixes are rewritten: every reorder
-# copies the own positions of every row, so they are kept short
+# copies the own positions of every row (from the lowest start), so they are kept short
 OWN_LIMIT = 8
+# a plain cache starts sharing at a branching reorder once it holds this many positions: below it the copies
+# cost less than the bookkeeping (beam:4 on EWT, d 128: even at 48, 1.15x faster on 60-token sentences, d 256)
+SHARE_FROM = 48
 
 
-def _room(buf, like, rows: int, length: int, least: int = 64):
+def _room(buf, like, rows: int, length: int, zeros: bool = False):
     """``buf`` if it holds ``rows`` x ``length`` positions (in ``like``'s dtype), else a new buffer shaped
     like ``like`` with room to grow: as many positions as ``like`` has if that is enough, else doubled
-    (at least ``length``, 64); rows as asked or as ``buf`` had. The KV cache is written in place, never
-    re-concatenated."""
+    (at least ``length``, 64); rows as asked, and at least 1.5 x ``buf``'s when they grow (a beam's rows
+    grow a little at a time). The KV cache is written in place, never re-concatenated."""
     if buf is not None and buf.size(0) >= rows and buf.size(2) >= length and buf.dtype == like.dtype:
         return buf
     have = like.size(2)
-    positions = have if have >= length else max(length, 2 * have, least)
-    # zeros: a shared cache mixes values past a row's length with probability 0 (0 * garbage could be nan)
-    return like.new_zeros(max(rows, buf.size(0) if buf is not None else 0), like.size(1), positions, like.size(3))
+    positions = have if have >= length else max(length, 2 * have, 64)
+    old_rows = 0 if buf is None else buf.size(0)
+    rows = max(rows, old_rows) if rows <= old_rows else max(rows, old_rows * 3 // 2)
+    shape = (rows, like.size(1), positions, like.size(3))
+    # zeros for the shared prefixes: their rows are mixed past their length with probability 0 (0 * nan = nan);
+    # a row's stale own columns are masked in the attention instead (large buffers, mostly never touched)
+    return like.new_zeros(shape) if zeros else like.new_empty(shape)
 
 
 def _append_plain(cache: Cache, k_new: torch.Tensor, v_new: torch.Tensor):
@@ -94,58 +97,34 @@ def _append_plain(cache: Cache, k_new: torch.Tensor, v_new: torch.Tensor):
     return out
 
 
-def _gather_rows(cache: Cache, name: str, order: torch.Tensor, width: int, least: int = 64
+def _gather_rows(cache: Cache, name: str, order: torch.Tensor, lo: int, n: int
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rows ``order`` of ``cache[name]`` (first ``width`` positions) written into the spare buffer:
-    (view, the new live buffer, the new spare)."""
+    """Rows ``order`` of ``cache[name]``, positions ``lo .. n-1``, written into the spare buffer at the
+    same positions: (view of positions 0 .. n-1, the new live buffer, the new spare)."""
     live, spare = _buffers(cache, name)
     if live is None:
         live = cache[name]
-    spare = _room(spare, live, len(order), width, least)
-    view = spare[: len(order), :, :width]
-    torch.index_select(cache[name][:, :, :width], 0, order, out=view)
+    spare = _room(spare, live, len(order), n)
+    view = spare[: len(order), :, :n]
+    if lo < n:
+        torch.index_select(cache[name][:, :, lo:n], 0, order, out=view[:, :, lo:n])
     return view, spare, live
 
 
 # ---------------------------------------------------------------------- appending
 
 def append(cache: Cache, k_new: torch.Tensor, v_new: torch.Tensor):
-    """Write the new positions' keys and values (R, H, k, d). Plain: returns (keys, values) of all the
-    positions (R, H, S+k, d). Shared: returns (own keys, own values) (R, H, F, d), valid for the first
-    ``flen`` columns of each row (:func:`own_lengths`)."""
-    if not is_shared(cache):
-        return _append_plain(cache, k_new, v_new)
-    k = k_new.size(2)
-    flen = own_lengths(cache)  # before this step
-    width = int(flen.max()) + k if len(flen) else k
-    rows = torch.arange(len(flen), device=k_new.device)[:, None].expand(-1, k)
-    cols = flen.to(k_new.device)[:, None] + torch.arange(k, device=k_new.device)
-    out = []
-    for name, new in (("k", k_new), ("v", v_new)):
-        cur = cache[name]
-        live, _ = _buffers(cache, name)
-        if live is None or live.size(2) < width or live.size(0) < cur.size(0):
-            live = _room(None, cur, cur.size(0), width, _OWN_MIN)
-            live[: cur.size(0), :, : cur.size(2)] = cur
-            cache[f"{name}_spare"] = None
-        live[rows, :, cols] = new.permute(0, 2, 1, 3)  # (R, k, H, d) at row r, columns flen[r] ..
-        cache[name], cache[f"{name}_buf"] = live[: cur.size(0), :, :width], live
-        out.append(cache[name])
-    cache["n"] = int(cache["n"]) + k
-    return out
-
-
-def own_lengths(cache: Cache) -> torch.Tensor:
-    """(R,) the positions each row holds after its shared prefix."""
-    parent = cache["parent"]
-    plen = cache["plen"]
-    pre = torch.where(parent >= 0, plen[parent.clamp(min=0)], torch.zeros_like(parent)) if len(plen) else torch.zeros_like(parent)
-    return int(cache["n"]) - pre
+    """Write the new positions' keys and values (R, H, k, d); returns (keys, values) (R, H, n+k, d) by
+    absolute position (shared: a row's columns before its own start are stale)."""
+    return _append_plain(cache, k_new, v_new)
 
 
 def prefix_lengths(cache: Cache) -> torch.Tensor:
     """(R,) the shared prefix length of each row (0: none)."""
-    return int(cache["n"]) - own_lengths(cache)
+    parent, plen = cache["parent"], cache["plen"]
+    if not len(plen):
+        return torch.zeros_like(parent)
+    return torch.where(parent >= 0, plen[parent.clamp(min=0)], torch.zeros_like(parent))
 
 
 # ---------------------------------------------------------------------- attention over shared prefixes
@@ -169,8 +148,7 @@ def prefix_mix(cache: Cache, probs: torch.Tensor) -> torch.Tensor:
     R, H, k, L = probs.shape
     P, m = group.shape
     has = parent >= 0
-    pg = probs.new_zeros(P, m, H, k, L)
-    pg[parent[has], slot[has]] = probs[has]
+    pg = torch.cat([probs, probs.new_zeros(1, H, k, L)])[group]  # (P, m, H, k, L)
     mixed = torch.matmul(pg.permute(0, 2, 1, 3, 4).reshape(P, H, m * k, L), pv).view(P, H, m, k, pv.size(3))
     out = mixed[parent.clamp(min=0), :, slot]
     return out * has[:, None, None, None].to(out.dtype)
@@ -201,30 +179,29 @@ def reorder(cache: Cache, new_order: torch.Tensor) -> Cache:
         return dict(cache)
     R_old, n = rows_and_length(cache)
     rows = len(new_order)
-    counts = torch.bincount(new_order, minlength=R_old)
-    branching = counts[new_order] > 1
     if not is_shared(cache):
         if rows <= R_old and bool((new_order == torch.arange(rows, device=new_order.device)).all()):
             return {**cache, "k": cache["k"][:rows], "v": cache["v"][:rows]}  # the first rows, kept: views, no copy
-        if not bool(branching.any()) or n == 0:
+        branching = torch.bincount(new_order, minlength=R_old)[new_order] > 1
+        if n < SHARE_FROM or not bool(branching.any()):
             out = {name: t for name, t in cache.items() if name == "r"}
             for name in ("k", "v"):
-                out[name], out[f"{name}_buf"], out[f"{name}_spare"] = _gather_rows(cache, name, new_order, n)
+                out[name], out[f"{name}_buf"], out[f"{name}_spare"] = _gather_rows(cache, name, new_order, 0, n)
             return out
-        # plain -> shared: every row's positions are its own (no prefix yet)
         cache = {**cache, "parent": torch.full((R_old,), -1, dtype=torch.long, device=new_order.device),
-                 "plen": torch.zeros(0, dtype=torch.long, device=new_order.device), "n": n,
-                 "pk": cache["k"][:0, :, :0], "pv": cache["v"][:0, :, :0]}
-    return _reorder_shared(cache, new_order, branching)
+                 "plen": torch.zeros(0, dtype=torch.long, device=new_order.device),
+                 "pk": cache["k"][:0, :, :0], "pv": cache["v"][:0, :, :0]}  # plain -> shared: no prefix yet
+    else:
+        branching = torch.bincount(new_order, minlength=R_old)[new_order] > 1
+    return _reorder_shared(cache, new_order, branching, n)
 
 
-def _reorder_shared(cache: Cache, new_order: torch.Tensor, branching: torch.Tensor) -> Cache:
-    n = int(cache["n"])
+def _reorder_shared(cache: Cache, new_order: torch.Tensor, branching: torch.Tensor, n: int) -> Cache:
     parent, plen = cache["parent"], cache["plen"]
-    flen = own_lengths(cache)
+    start = prefix_lengths(cache)  # each row's first own position
     dev = new_order.device
     if bool(branching.any()):  # the prefixes are rewritten anyway: a row with many own positions gets one too
-        branching = branching | (flen[new_order] > OWN_LIMIT)
+        branching = branching | (n - start[new_order] > OWN_LIMIT)
     single = ~branching
     new_parent = torch.full((len(new_order),), -1, dtype=torch.long, device=dev)
     out = {name: t for name, t in cache.items() if name == "r"}
@@ -234,28 +211,24 @@ def _reorder_shared(cache: Cache, new_order: torch.Tensor, branching: torch.Tens
     if len(made) or len(kept) < len(plen):
         width = n if len(made) else (int(plen[kept].max()) if len(kept) else 0)
         for name, pname in (("k", "pk"), ("v", "pv")):
-            pbuf = cache[pname]
+            pbuf, own = cache[pname], cache[name]
             spare = cache.get(f"{pname}_spare")  # double-buffered as the own positions (stale values: finite)
-            like = pbuf if pbuf.size(0) and pbuf.size(2) else cache[name]
-            spare = _room(spare, like, len(kept) + len(made), width, _OWN_MIN)
+            spare = _room(spare, cache.get(f"{name}_buf", own), len(kept) + len(made), width, zeros=True)
             store = spare[: len(kept) + len(made), :, :width]
-            if len(kept):
-                w0 = min(width, pbuf.size(2))
+            w0 = min(width, pbuf.size(2))
+            if len(kept) and w0:
                 torch.index_select(pbuf[:, :, :w0], 0, kept, out=store[: len(kept), :, :w0])
             if len(made):
+                fresh = store[len(kept):]
                 src_parent = parent[made]
-                has = src_parent >= 0
-                if bool(has.any()) and pbuf.size(2):
-                    store[len(kept):][has, :, : pbuf.size(2)] = pbuf[src_parent[has]]
-                own = cache[name]
-                fl = flen[made]
-                if own.size(2):
-                    valid = torch.arange(own.size(2), device=dev)[None, :] < fl[:, None]
-                    r, f = valid.nonzero(as_tuple=True)
-                    start = (n - fl)[r]
-                    store[len(kept) + r, :, start + f] = own[made[r], :, f]
-            out[pname], out[f"{pname}_spare"] = store, cache.get(f"{pname}_buf")
-            out[f"{pname}_buf"] = spare
+                if bool((src_parent >= 0).any()) and w0:
+                    torch.index_select(pbuf[:, :, :w0], 0, src_parent.clamp(min=0), out=fresh[:, :, :w0])
+                first = start[made]
+                lo = int(first.min())
+                cols = torch.arange(lo, n, device=dev)
+                mine = (cols[None, :] >= first[:, None])[:, None, :, None]  # (M, 1, n - lo, 1)
+                fresh[:, :, lo:n] = torch.where(mine, own[made, :, lo:n], fresh[:, :, lo:n])
+            out[pname], out[f"{pname}_spare"], out[f"{pname}_buf"] = store, cache.get(f"{pname}_buf"), spare
         new_plen = torch.cat([plen[kept], torch.full((len(made),), n, dtype=torch.long, device=dev)])
         remap = torch.full((max(len(plen), 1),), -1, dtype=torch.long, device=dev)
         remap[kept] = torch.arange(len(kept), device=dev)
@@ -267,10 +240,12 @@ def _reorder_shared(cache: Cache, new_order: torch.Tensor, branching: torch.Tens
                 out[name] = cache[name]
         new_plen = plen
         new_parent[single] = old
-    # own positions: the rows that do not branch keep theirs; a branching row's child starts empty
-    own_width = int(flen[new_order[single]].max()) if bool(single.any()) else 0
+    # own positions: only columns lo .. n-1 are gathered (a branching row's child has none)
+    new_start = torch.where(new_parent >= 0, new_plen[new_parent.clamp(min=0)], torch.zeros_like(new_parent)) \
+        if len(new_plen) else torch.zeros_like(new_parent)
+    lo = int(new_start.min()) if len(new_start) else n
     for name in ("k", "v"):
-        out[name], out[f"{name}_buf"], out[f"{name}_spare"] = _gather_rows(cache, name, new_order, own_width, _OWN_MIN)
-    out.update(parent=new_parent, plen=new_plen, n=n)
+        out[name], out[f"{name}_buf"], out[f"{name}_spare"] = _gather_rows(cache, name, new_order, lo, n)
+    out.update(parent=new_parent, plen=new_plen, lo=lo)
     out["group"], out["slot"] = _groups(new_parent, len(new_plen))
     return out
