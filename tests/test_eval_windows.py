@@ -105,7 +105,8 @@ def _eval_lm(data_dir, ckpt, *extra):
 
 def test_readme_eval_lm_command(data_dir, trained):
     """docs/evaluation.md's fairseq-eval-lm line (formerly README section 3) as written (no
-    --tokens-per-sample: blocks of 1024 for a 64-position model) printed 'Evaluated 0 tokens ... Perplexity: 1.00' and exited 0."""
+    --tokens-per-sample: blocks of 1024 for a 64-position model) printed 'Evaluated 0 tokens ...
+    Perplexity: 1.00' and exited 0."""
     ckpt, _ = trained("txl-position", data_dir)
     proc = _eval_lm(data_dir, ckpt)
     out = proc.stdout + proc.stderr
