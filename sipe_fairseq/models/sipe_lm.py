@@ -16,7 +16,9 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel, register_model, register_model_architecture
 from omegaconf import II
 
-from ..modules import SiPETransformerLayer, TagContext, attach_injections, kv_cache, parse_injection, tag_pair_classes
+from ..hexatag.errors import OptionError
+from ..modules import (SiPETransformerLayer, TagContext, WordAwareInput, attach_injections, kv_cache, parse_injection,
+                       tag_pair_classes)
 from ..modules.assembly import INJECTION_CHOICES, TAG_TABLE_CHOICES, build_tag_tables, tag_context
 from ._common import add_tag_logits, build_tag_heads, check_tag_inputs, log_parameters, preset, tag_heads_enabled
 from .classification import ClassificationHeadsMixin
@@ -55,6 +57,11 @@ class SiPEDecoderConfig(FairseqDataclass):
         default=1e-3, metadata={"help": "init std of W_E (small: starts as the vanilla model, footnote 3)"})
     sipe_tag_heads: ChoiceEnum(["auto", "on", "off"]) = field(
         default="auto", metadata={"help": "auxiliary tag prediction heads (auto: on unless --sipe-injection none)"})
+    sipe_tag_head_input: ChoiceEnum(["state", "word"]) = field(
+        default="state", metadata={"help": "what the tag heads that choose word w's pair read: state = the prefix state "
+                                           "at the anchor (the paper); word = the prefix state just before word w and the "
+                                           "embedding of w's first subword, through one GELU layer (the pair is chosen "
+                                           "once that subword is seen; needs --tag-head-placement last_subword)"})
     pooler_dropout: float = field(default=0.1, metadata={"help": "dropout in sentence classification heads (fine-tuning)"})
     pooler_activation_fn: ChoiceEnum(["tanh", "relu", "gelu", "linear"]) = field(
         default="tanh", metadata={"help": "activation of the classification head's dense layer (RoBERTa: tanh)"})
@@ -107,6 +114,8 @@ class SiPEDecoder(FairseqIncrementalDecoder):
                           sharing=str(cfg.sipe_projection_sharing), target=str(cfg.sipe_projection_target),
                           first_layer=cfg.sipe_first_layer, init_std=cfg.sipe_proj_init_std)
         self.terminal_head, self.nonterminal_head = build_tag_heads(d, tag_heads_enabled(cfg.sipe_tag_heads, bool(self.parts)))
+        word_aware = str(getattr(cfg, "sipe_tag_head_input", "state")) == "word" and self.terminal_head is not None
+        self.tag_head_input = WordAwareInput(d) if word_aware else None
 
     takes_tags = True  # forward reads the hexatag streams src_terminals/src_nonterminals (structure/family.py)
 
@@ -151,8 +160,20 @@ class SiPEDecoder(FairseqIncrementalDecoder):
         extra = {"attn": [attn], "inner_states": inner}
         if need_attn:  # every layer's (B, H, T, T) probabilities, lowest first (appendix C averages them)
             extra["attn_layers"] = layer_attn
-        add_tag_logits(self, x, extra)
+        if self.tag_head_input is None:
+            add_tag_logits(self, x, extra)
+        else:  # word-aware heads at position p read the input token p+1 (the last one: unknown here, pad)
+            nxt = torch.cat([tokens[:, start + 1:], tokens.new_full((tokens.size(0), 1), self.padding_idx)], 1)
+            extra["tag_state"] = x  # the engine chooses from it once the next token is known (word_tag_logits)
+            add_tag_logits(self, self.tag_head_input(x, self.embed_tokens(nxt) * self.embed_scale), extra)
         return x, extra
+
+    def word_tag_logits(self, state: torch.Tensor, next_tokens: torch.Tensor):
+        """Word-aware heads (``--sipe-tag-head-input word``): (terminal, non-terminal) logits from the
+        prefix states ``state`` (..., d) (``extra["tag_state"]`` at the anchor) and the tokens that
+        follow them (...,), the new words' first subwords."""
+        h = self.tag_head_input(state, self.embed_tokens(next_tokens) * self.embed_scale)
+        return self.terminal_head(h), self.nonterminal_head(h)
 
     # -- incremental decoding (see the class docstring)
 
@@ -227,6 +248,10 @@ class _SiPELanguageModel(ClassificationHeadsMixin, FairseqLanguageModel):
 
     @classmethod
     def build_model(cls, args, task):
+        placement = str(getattr(getattr(task, "args", None), "tag_head_placement", "last_subword"))
+        if str(getattr(args, "sipe_tag_head_input", "state")) == "word" and placement != "last_subword":
+            raise OptionError(f"--sipe-tag-head-input word reads the state just before each word: it needs "
+                              f"--tag-head-placement last_subword (given: {placement})")
         decoder = SiPEDecoder(args, task.target_dictionary)
         log_parameters(cls.__name__, decoder)
         return cls(decoder)

@@ -18,6 +18,20 @@ from ..data.tag_dictionary import FIRST_TAG_ID, TAG_HEADS
 HEAD_SIZES = dict(TAG_HEADS)  # kind -> number of classes
 
 
+class WordAwareInput(nn.Module):
+    """The input of word-aware tag heads (``--sipe-tag-head-input word``): the heads that choose word
+    w's pair read the prefix state just before word w *and* the embedding of w's first subword (GiLT's
+    o_w), through one layer: GELU(W [h; e] + b), (..., d). The state does not depend on word w's tags,
+    so training stays one forward pass; at inference the choice is made once the subword is seen."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.proj = nn.Linear(2 * dim, dim)
+
+    def forward(self, state: torch.Tensor, next_embedding: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.proj(torch.cat([state, next_embedding], -1)))
+
+
 def tag_head(kind: str, dim: int) -> nn.Linear:
     """The ``kind`` ("terminal"/"nonterminal") head: ``nn.Linear(dim, 2 or 5)``."""
     return nn.Linear(dim, HEAD_SIZES[kind])

@@ -65,6 +65,11 @@ class HexatagPolicy(StructurePolicy):
             raise ValueError(f"top pairs {top_pairs}: expected 0 (every allowed pair) or M >= 1")
         self.placement, self.constrained, self.use_cache, self.top_pairs = placement, constrained, use_cache, top_pairs
         self.has_heads = getattr(self.decoder, "terminal_head", None) is not None
+        # word-aware heads (--sipe-tag-head-input word): the anchor keeps the prefix state, and the pair is
+        # chosen from it and the word's first subword when the word starts
+        self.word_aware = getattr(self.decoder, "tag_head_input", None) is not None
+        if self.word_aware and placement != "last_subword":
+            raise ValueError("word-aware tag heads choose from the state just before each word: placement last_subword")
         self.eos = self.decoder.dictionary.eos()
         self.device = next(model.parameters()).device
 
@@ -78,6 +83,8 @@ class HexatagPolicy(StructurePolicy):
         self.nts = torch.full_like(self.terms, NOTAG_ID)
         self.depth = torch.full((rows,), START, dtype=torch.long)
         self.anchor = torch.zeros(rows, len(PAIRS), dtype=torch.float64)
+        if self.word_aware:
+            self.anchor_state = torch.zeros(rows, self.decoder.cfg.decoder_embed_dim, device=self.device)
         self.pairs = torch.full((rows, words), -1, dtype=torch.long)
         self.restarts = torch.zeros(rows, dtype=torch.long)
         self.given = torch.full((rows, words), -1, dtype=torch.long)
@@ -99,7 +106,9 @@ class HexatagPolicy(StructurePolicy):
                 rows = (starts.cpu() | (t == 0)).nonzero().squeeze(1)
             else:
                 rows = torch.arange(len(src))
-            if len(rows):
+            if len(rows) and self.word_aware:  # every position (last_subword)
+                self.anchor_state = extra["tag_state"][:, -1]
+            elif len(rows):
                 dev = rows.to(self.device)
                 heads = pair_logprobs(extra["terminal_logits"][dev, -1], extra["nonterminal_logits"][dev, -1]).cpu()
                 self.anchor[rows] = heads
@@ -112,6 +121,8 @@ class HexatagPolicy(StructurePolicy):
         self.terms, self.nts = self.terms[dev], self.nts[dev]
         self.depth, self.anchor, self.pairs, self.restarts, self.given = (
             self.depth[cpu], self.anchor[cpu], self.pairs[cpu], self.restarts[cpu], self.given[cpu])
+        if self.word_aware:
+            self.anchor_state = self.anchor_state[dev]
 
     # ---------------------------------------------------------------- structure
     def allowed(self, rows, limits=None):
@@ -138,9 +149,18 @@ class HexatagPolicy(StructurePolicy):
                 allowed = torch.where(use[:, None], opened, allowed)
         return allowed, restarted
 
+    def heads_at(self, rows, src):
+        """(E, 10) pair log-probs of the next word of ``rows`` (``src`` (E, t+1): their inputs so far, the
+        last one the word's first subword): the anchor's heads, or word-aware from its state and that subword."""
+        if not self.word_aware:
+            return self.anchor[rows]
+        dev = rows.to(self.device)
+        term, nt = self.decoder.word_tag_logits(self.anchor_state[dev], src[:, -1].to(self.device))
+        return pair_logprobs(term, nt).cpu()
+
     def expand(self, rows, words, t, src, mode, limits=None):
         E = len(rows)
-        anchor = self.anchor[rows]
+        anchor = self.heads_at(rows, src)
         if mode == FORCED:
             pair = self.given[rows, words - 1]
             if bool((pair < 0).any()):
