@@ -489,3 +489,29 @@ def test_word_start_mismatch_is_counted(model, dictionary):
     out = PrefixTagScorer(model, "self").score_batch([good, (t, a, b)], dictionary)
     assert [s.extra["word_start_mismatch"] for s in out] == [False, True]
     assert summarize(out)["word_start_mismatch"] == 1
+
+
+def test_search_errors_count_where_the_parse_beats_the_beam(model, dictionary):
+    """search_errors: sentences whose parse's tags have a higher joint log p(x, tags) than the beam's best
+    hypothesis. With the best sequence by enumeration as the "parse" (full forwards, ``reference``), greedy
+    beam:1 errs exactly where its joint is below that maximum, and a beam wide enough to keep every sequence
+    of these 3-word sentences never errs."""
+    from sipe_fairseq.eval.prefix_scores import search_errors
+
+    rng = random.Random(4)
+    seqs = valid_prefix_sequences(3)
+    encoded, best = [], []
+    for _ in range(10):
+        pieces = word_pieces(dictionary, [(rng.randrange(12), rng.randrange(2)) for _ in range(3)])
+        joint = reference(model, [encode_sentence(dictionary, pieces, seq) for seq in seqs], "first_subword")[1]
+        encoded.append(encode_sentence(dictionary, pieces, seqs[int(joint.argmax())]))
+        best.append(float(joint.max()))
+    eos = dictionary.eos()
+    sents = [prepare(i, *e, eos=eos) for i, e in enumerate(encoded)]
+    opts = StructureOptions(placement="first_subword")
+    given = score_sentences(model, sents, "given", opts, eos, dictionary.pad())
+    one = score_sentences(model, sents, "beam:1", opts, eos, dictionary.pad())
+    want = sum(b.joint < m - 1e-6 for b, m in zip(one, best))
+    assert search_errors(given, one) == {"search_errors": want, "search_compared": 10} and 0 < want < 10
+    wide = score_sentences(model, sents, f"beam:{len(seqs)}", opts, eos, dictionary.pad())
+    assert search_errors(given, wide)["search_errors"] == 0

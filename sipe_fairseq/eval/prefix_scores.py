@@ -154,7 +154,8 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
         common.update(count_beam=options.count_beam, count_rule=options.count_rule)
     elif options.top_pairs:
         common.update(top_pairs=options.top_pairs)
-    for source in sources:
+    given_scores = None
+    for source in sorted(sources, key=lambda x: x != "given"):  # given first: the beams' search errors need it
         start = time.time()
         bar = progress(desc=f"tags {source}", unit=" sent", total=len(sentences))
         scores = score_sentences(model, sentences, source, options, d.eos(), d.pad(), batch_sentences, progress=bar.update)
@@ -163,12 +164,23 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
         row.update(common, seconds=time.time() - start)
         if kind == "arcs" and source != "given":
             row.update(arc_scores([s.extra["arcs"] for s in scores], [gold_arc_set(s.arcs) for s in sentences]))
+        if given_scores is not None and kind == "hexatags" and source.startswith("beam"):
+            row.update(search_errors(given_scores, scores))
         results[source] = row
         if source == "given":
+            given_scores = scores
             joint = summarize(scores, gold, joint=True)
             joint.update(common, seconds=row["seconds"])
             results["given-joint"] = joint
-    return results
+    order = [k for source in sources for k in ((source, "given-joint") if source == "given" else (source,))]
+    return {k: results[k] for k in order}
+
+
+def search_errors(given: Sequence[SentenceScore], beam: Sequence[SentenceScore]) -> Dict[str, int]:
+    """Sentences whose parse's tags score higher jointly, log p(x, tags), than the beam's best hypothesis
+    (search error: the beam missed a better sequence; otherwise the model prefers its own): SiPE only."""
+    compared = [(g, b) for g, b in zip(given, beam) if g.tags]
+    return {"search_errors": sum(g.joint > b.joint + 1e-6 for g, b in compared), "search_compared": len(compared)}
 
 
 # tag source -> (label, whether the row pays for its tags); a GiLT row's structure is a graph G
@@ -223,6 +235,11 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
             summary.append(["arc F1 vs gold (GiLT)", *(f"{results[n][s]['arc_f1']:.1f}" if "arc_f1" in results[n][s] else "-"
                                                        for n, s in cols)])
         lines += [""] + table(["score", *(f"{n} {_short_label(s, results[n][s])}" for n, s in cols)], summary)
+    for name, rows in results.items():
+        for source, r in rows.items():
+            if "search_errors" in r:
+                lines.append(f"\n{name} {source}: the parse's tags score higher jointly than the beam's best "
+                             f"hypothesis in {r['search_errors']} of {r['search_compared']} sentences (search errors).")
     empty = sum(rows[next(iter(rows))].get("empty_sentences", 0) for rows in results.values() if rows)
     lines.append("\nEvery sentence scored alone. given: the data's structure (a parse of the whole sentence), conditional "
                  "p(x|S) and beside it the joint score (a word's structure bits counted at its word-initial subword): for "
