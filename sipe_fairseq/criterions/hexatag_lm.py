@@ -15,12 +15,13 @@ term a mean over the positions it scores). The logged tag losses are per tagged 
 import math
 from dataclasses import dataclass, field
 
+import torch
 import torch.nn.functional as F
 from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
-from ..data.tag_dictionary import TAG_HEADS
+from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID, TAG_HEADS
 from ..modules.tag_heads import tag_log_probs
 
 TAG_LOSS_NORMALIZATIONS = ("token", "tagged")
@@ -32,6 +33,15 @@ def tag_nll(logits, target_ids, n_classes):
     return scores.nll(), int(scores.tagged.sum()), int(scores.correct.sum())
 
 
+def drop_word_tags(net_input: dict, p: float) -> dict:
+    """``net_input`` with the input tags of a share ``p`` of the tagged positions (words) set to <notag>
+    in both streams (torch's generator: fairseq seeds it per update, so a resumed run draws the same)."""
+    terms, nts = net_input["src_terminals"], net_input["src_nonterminals"]
+    tagged = (terms >= FIRST_TAG_ID) | (nts >= FIRST_TAG_ID)
+    drop = tagged & (torch.rand(terms.shape, device=terms.device) < p)
+    return {**net_input, "src_terminals": terms.masked_fill(drop, NOTAG_ID), "src_nonterminals": nts.masked_fill(drop, NOTAG_ID)}
+
+
 @dataclass
 class HexatagLMCriterionConfig(FairseqDataclass):
     terminal_weight: float = field(default=1.0, metadata={"help": "lambda_T, weight of the terminal-tag loss"})
@@ -39,19 +49,29 @@ class HexatagLMCriterionConfig(FairseqDataclass):
     tag_loss_normalization: ChoiceEnum(TAG_LOSS_NORMALIZATIONS) = field(default="token", metadata={
         "help": "divisor of each tag loss: 'token' = the LM's sample size (all tokens; a tag term then weighs "
                 "lambda * #tagged/#tokens), 'tagged' = the head's own number of tagged targets (a mean per tagged position)"})
+    tag_dropout: float = field(default=0.0, metadata={
+        "help": "in training, the share of words whose input tags become <notag> (both streams; the heads' targets "
+                "stay gold), drawn per word and update: the model learns to read untagged words as a plain LM "
+                "(score with --tags untagged)"})
 
 
 @register_criterion("hexatag_lm", dataclass=HexatagLMCriterionConfig)
 class HexatagLMCriterion(FairseqCriterion):
-    def __init__(self, task, terminal_weight=1.0, nonterminal_weight=1.0, tag_loss_normalization="token"):
+    def __init__(self, task, terminal_weight=1.0, nonterminal_weight=1.0, tag_loss_normalization="token", tag_dropout=0.0):
         super().__init__(task)
+        if not 0.0 <= float(tag_dropout) <= 1.0:
+            raise ValueError(f"--tag-dropout must be in [0, 1], got {tag_dropout}")
+        self.tag_dropout = float(tag_dropout)
         self.weights = {"terminal": terminal_weight, "nonterminal": nonterminal_weight}
         if str(tag_loss_normalization) not in TAG_LOSS_NORMALIZATIONS:
             raise ValueError(f"--tag-loss-normalization must be one of {TAG_LOSS_NORMALIZATIONS}, got {tag_loss_normalization!r}")
         self.tag_loss_normalization = str(tag_loss_normalization)
 
     def forward(self, model, sample, reduce=True):
-        net_output = model(**sample["net_input"])
+        net_input = sample["net_input"]
+        if self.tag_dropout > 0 and model.training and "src_terminals" in net_input:
+            net_input = drop_word_tags(net_input, self.tag_dropout)
+        net_output = model(**net_input)
         lprobs = model.get_normalized_probs(net_output, log_probs=True)
         target = model.get_targets(sample, net_output)
         lm = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1), ignore_index=self.padding_idx, reduction="sum")

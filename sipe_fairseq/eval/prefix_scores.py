@@ -185,10 +185,10 @@ def search_errors(given: Sequence[SentenceScore], beam: Sequence[SentenceScore])
 
 # tag source -> (label, whether the row pays for its tags); a GiLT row's structure is a graph G
 SOURCE_LABELS = {"given": ("given: p(x\\|tags) (conditional)", False), "given-joint": ("given: joint bound p(x,tags)", True),
-                 "self": ("self: exact q(x)", False)}
+                 "self": ("self: exact q(x)", False), "untagged": ("untagged: exact p(x), every word <notag>", False)}
 GILT_LABELS = {"given": ("given: p(x\\|G) (conditional)", False),
                "given-joint": ("given: training joint (Bernoulli arcs; not a bound)", True)}
-SHORT_LABELS = {"given": "given p(x\\|tags)", "given-joint": "given joint", "self": "self exact"}
+SHORT_LABELS = {"given": "given p(x\\|tags)", "given-joint": "given joint", "self": "self exact", "untagged": "untagged exact"}
 GILT_SHORT = {"given": "given p(x\\|G)"}
 
 

@@ -234,19 +234,22 @@ class HexatagPolicy(StructurePolicy):
         return {"tags": tags, "complete": is_valid(tags), "restarts": int(self.restarts[row])}
 
     # ---------------------------------------------------------------- given: one forward
-    def forced_full(self, batch: Sequence[Sentence], eos: int, pad: int):
+    def forced_full(self, batch: Sequence[Sentence], eos: int, pad: int, untagged: bool = False):
         """``given`` in one forward of the whole batch (the tags are known): per sentence the LM
-        log-probs per target and each word's tag cost at its anchor."""
+        log-probs per target and each word's tag cost at its anchor. ``untagged``: every word <notag>,
+        no tag cost (the model as a plain LM)."""
         width = max(s.n for s in batch)
         S = len(batch)
         src = torch.full((S, width), pad, dtype=torch.long)
         terms = torch.full_like(src, NOTAG_ID)
         nts = torch.full_like(src, NOTAG_ID)
         for i, s in enumerate(batch):
-            if s.pairs is None:
-                raise ValueError("tag source 'given' needs the sentence's tags")
             src[i, 0] = eos
             src[i, 1:s.n] = s.tokens[:-1]
+            if untagged:
+                continue
+            if s.pairs is None:
+                raise ValueError("tag source 'given' needs the sentence's tags")
             a, b = tag_ids(torch.tensor(s.pairs))
             pos = torch.tensor(s.starts) + 1
             terms[i, pos], nts[i, pos] = a, b
@@ -259,6 +262,9 @@ class HexatagPolicy(StructurePolicy):
         out = []
         for i, s in enumerate(batch):
             lm = lprobs[i, : s.n].tolist()
+            if untagged:
+                out.append((lm, [], {"tags": [], "complete": False, "restarts": 0}))
+                continue
             bounds = [-1] + list(s.starts)
             anchors = [bounds[w] + 1 if self.placement == "first_subword" else bounds[w + 1] for w in range(len(s.starts))]
             heads = pair_logprobs(extra["terminal_logits"][i, anchors], extra["nonterminal_logits"][i, anchors]).cpu()

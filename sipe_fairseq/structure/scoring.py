@@ -37,12 +37,15 @@ def score_sentences(model, sentences: Sequence[Sentence], source: str, options: 
         raise ValueError(f"batch of {batch_sentences} sentences: expected >= 1")
     model.eval()
     kind = structure_of(model)
-    policy = None if kind == "none" else policy_for(model, options, needs_heads=src.kind != "given")
+    if src.kind == "untagged" and kind == "arcs":
+        raise ValueError("tag source 'untagged' (every word <notag>) is for SiPE models, not GiLT's graphs")
+    policy = None if kind == "none" else policy_for(model, options, needs_heads=src.kind not in ("given", "untagged"))
     order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
     out: List[Optional[SentenceScore]] = [None] * len(sentences)
     if src.kind == "beam":
         batch_sentences = max(1, min(batch_sentences, BEAM_ROWS // (8 * src.k)))
-    full = policy is None or (src.kind == "given" and hasattr(policy, "forced_full") and not force_incremental)
+    full = policy is None or src.kind == "untagged" or (src.kind == "given" and hasattr(policy, "forced_full")
+                                                         and not force_incremental)
     for idx in _batches(order, sentences, batch_sentences, full):
         batch = [sentences[i] for i in idx]
         with torch.no_grad():
@@ -79,7 +82,7 @@ def _given_full(policy, batch, src, eos, pad) -> List[SentenceScore]:
     from .search import _prefix_logp
 
     out = []
-    for s, (lm, cost, info) in zip(batch, policy.forced_full(batch, eos, pad)):
+    for s, (lm, cost, info) in zip(batch, policy.forced_full(batch, eos, pad, untagged=src.kind == "untagged")):
         types = position_types(s.n, s.starts)
         out.append(SentenceScore(str(src), sum(lm), lm, types, info["tags"], cost, info["complete"], sum(lm) + sum(cost),
                                  0, {"hypotheses": 1, "word_start_mismatch": s.mismatch,

@@ -6,17 +6,19 @@
 * ``self``: the model's own structure, chosen greedily from the prefix: a function of the prefix,
   so ``q(x) = prod_t p(x_t | x_<t, S(x_<t))`` is normalized and its perplexity exact;
 * ``beam:K``: a word-synchronous beam of width K over structures: a lower bound on the model's
-  marginal ``log sum_S p(x, S)`` (SiPE) or GiLT's beam approximation of it.
+  marginal ``log sum_S p(x, S)`` (SiPE) or GiLT's beam approximation of it;
+* ``untagged`` (SiPE): every word ``<notag>``, the model as a plain LM: exact ``p(x)`` (meaningful for a
+  model trained with ``--tag-dropout``).
 """
 from dataclasses import dataclass
 from typing import List, Tuple
 
-KINDS = ("given", "self", "beam")
+KINDS = ("given", "self", "beam", "untagged")
 
 
 @dataclass(frozen=True)
 class Source:
-    kind: str  # given | self | beam
+    kind: str  # given | self | beam | untagged
     k: int = 1  # beam width (1 for given and self)
 
     def __str__(self) -> str:
@@ -27,12 +29,12 @@ def parse_source(spec: str) -> Source:
     """``"given"``, ``"self"``, ``"beam:K"`` (K >= 1) -> :class:`Source`; ``ValueError`` naming the
     accepted forms otherwise."""
     spec = spec.strip()
-    if spec in ("given", "self"):
+    if spec in ("given", "self", "untagged"):
         return Source(spec)
     kind, sep, k = spec.partition(":")
     if kind == "beam" and sep and k.isdigit() and int(k) >= 1:
         return Source("beam", int(k))
-    raise ValueError(f"tag source {spec!r}: expected given, self or beam:K with K >= 1")
+    raise ValueError(f"tag source {spec!r}: expected given, self, untagged or beam:K with K >= 1")
 
 
 def parse_sources(spec: str) -> List[str]:
@@ -46,7 +48,7 @@ def parse_sources(spec: str) -> List[str]:
         if name not in out:
             out.append(name)
     if not out:
-        raise ValueError(f"tag sources {spec!r}: expected a comma-separated list of given, self, beam:K")
+        raise ValueError(f"tag sources {spec!r}: expected a comma-separated list of given, self, untagged, beam:K")
     return out
 
 
