@@ -96,6 +96,18 @@ def output_path_problem(args: argparse.Namespace, options: Iterable[str] = OUTPU
     return None
 
 
+def add_data_argument(p) -> None:
+    """``--data``: the sipe-preprocess directory whose dictionary and sentencepiece model encode the inputs."""
+    p.add_argument("--data", required=True, help="the sipe-preprocess data directory the checkpoints were trained on "
+                                                 "(its dict.txt and spm.model encode the sentences)")
+
+
+def add_count_beam_argument(p) -> None:
+    """``--gilt-count-beam``: GiLT's count branching under ``beam:K``."""
+    p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
+                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
+
+
 def add_progress_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bars (default: shown on stderr when stderr is a terminal)")

@@ -9,7 +9,7 @@ import torch
 
 import sipe_fairseq
 from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
-from sipe_fairseq.cli.options import int_at_least
+from sipe_fairseq.cli.options import add_data_argument, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import attention
 from sipe_fairseq.eval.attention import (DIRECTIONS, AttentionAnalysisError, is_encoder, analyse, markdown, parse_layers,
@@ -24,8 +24,7 @@ DESCRIPTION = attention.__doc__
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="the sipe-preprocess data directory the checkpoints were trained on "
-                                                 "(its dict.txt and spm.model encode the sentences)")
+    add_data_argument(p)
     p.add_argument("--conllu", required=True, help="parsed corpus (CoNLL-U): words, heads and DEPREL labels")
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
                    help="checkpoint (repeatable, one column each; the first is the reference of the comparison)")

@@ -10,7 +10,7 @@ import torch
 
 import sipe_fairseq
 from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
-from sipe_fairseq.cli.options import int_at_least
+from sipe_fairseq.cli.options import add_count_beam_argument, add_data_argument, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import blimp
 from sipe_fairseq.eval.blimp import (USAGE_ERROR, BlimpPair, add_metadata, evaluate, log_excluded, markdown,
@@ -25,8 +25,7 @@ DESCRIPTION = blimp.__doc__
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="the sipe-preprocess data directory the checkpoints were trained on "
-                                                 "(its dict.txt and spm.model encode the sentences)")
+    add_data_argument(p)
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
                    help="checkpoint to score (repeatable): decoders (hexatag_lm, stock language_modeling) or "
                         "masked-LM encoders (hexatag_mlm, stock masked_lm: pseudo-log-likelihood)")
@@ -42,8 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(the tree source's tags; GiLT: its tree as arcs), self (the model's own choice from the prefix: "
                         "exact log q(x)), beam:K (bound on log p(x)); default: given, for GiLT checkpoints self; see "
                         "sipe_fairseq/structure")
-    p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
-                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
+    add_count_beam_argument(p)
     p.add_argument("--batch-size", type=int_at_least(1), default=64,
                    help="sentences per forward pass for decoders, masked copies for encoders (one sentence's copies "
                         "are never split) (default: %(default)s)")

@@ -6,7 +6,7 @@ import json
 import logging
 from pathlib import Path
 
-from sipe_fairseq.cli.options import float_at_least, int_at_least
+from sipe_fairseq.cli.options import add_count_beam_argument, float_at_least, int_at_least
 from sipe_fairseq.eval import report as report_engine
 from sipe_fairseq.eval.report import ReportError, ReportInputs, build_report, markdown
 from sipe_fairseq.eval.syntaxgym import EQUALITY_ATOL, EQUALITY_RTOL, SyntaxGymError
@@ -42,8 +42,7 @@ def add_input_arguments(p: argparse.ArgumentParser, blimp_inputs: bool = True) -
                         "prefix only; sipe_fairseq/structure). GiLT checkpoints: given = gold graphs (the data's arcs for "
                         "PPL, the tree source's trees as arcs for BLiMP/SyntaxGym), self = the greedy graph, beam:K = the "
                         "beam over graphs (sipe_fairseq/structure)")
-    g.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
-                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
+    add_count_beam_argument(g)
     g.add_argument("--context-window", type=int_at_least(0), default=0, help="as sipe-eval-lm --context-window (>= 0)")
     g.add_argument("--max-tokens", type=int_at_least(1), default=4096, help="tokens per batch for the perplexities")
     g.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences per forward pass (BLiMP, SyntaxGym)")

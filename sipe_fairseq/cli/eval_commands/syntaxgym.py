@@ -10,7 +10,7 @@ import torch
 
 import sipe_fairseq
 from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
-from sipe_fairseq.cli.options import float_at_least, int_at_least
+from sipe_fairseq.cli.options import add_count_beam_argument, add_data_argument, float_at_least, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import syntaxgym
 from sipe_fairseq.eval.syntaxgym import (EQUALITY_ATOL, EQUALITY_RTOL, SyntaxGymError, evaluate_suites, merge_reports,
@@ -27,8 +27,7 @@ DESCRIPTION = syntaxgym.__doc__
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``sipe-eval syntaxgym`` options (tree options shared with the other subcommands)."""
-    p.add_argument("--data", required=True, help="the sipe-preprocess data directory the checkpoints were trained on "
-                                                 "(its dict.txt and spm.model encode the sentences)")
+    add_data_argument(p)
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
                    help="checkpoint to evaluate (repeatable, one report column each): hexatag_lm or stock language_modeling")
     p.add_argument("--suites", nargs="+", action="extend", required=True, metavar="FILE_OR_DIR",
@@ -39,8 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(the parser's tags, GiLT: its tree as arcs; also counts the items whose prefix tags differ between "
                         "conditions), self (the model's own choice from the prefix), beam:K (the running bound's "
                         "per-token increments); default: given, for GiLT checkpoints self")
-    p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
-                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
+    add_count_beam_argument(p)
     p.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences per forward pass (default: %(default)s)")
     p.add_argument("--eq-atol", type=float_at_least(0.0), default=EQUALITY_ATOL,
                    help="'=' holds when |a-b| <= atol + rtol*|b|: absolute tolerance in bits "
