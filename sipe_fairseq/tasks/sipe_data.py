@@ -10,8 +10,8 @@
     default 8), and every evaluated example must count;
   - the training set's batches are a pure function of ``(seed, epoch)``: fairseq caches the
     epoch-1 batches and reuses them in later epochs of an uninterrupted run, but rebuilds them
-    with ``seed + epoch`` when a run resumes from a checkpoint, so a resumed run saw other batches
-    (issue 14). Rebuilding them every epoch makes both runs see the same ones; with fairseq's
+    with ``seed + epoch`` when a run resumes from a checkpoint, so a resumed run would see other
+    batches. Rebuilding them every epoch makes both runs see the same ones; with fairseq's
     per-update dropout seed (``seed + num_updates``, ``Trainer._set_seed``) a run resumed from
     ``checkpoint_last.pt`` logs the same loss at every update as the uninterrupted run.
 
