@@ -163,6 +163,7 @@ def scoring_rows(runs, configs, n_sentences, n_tokens, stats):
 
 
 GIVEN_ALONE = "given, one sentence per forward"
+COPY_CACHE = "KV cache copied per child"
 
 
 def scoring_setup(a, dictionary):
@@ -205,6 +206,7 @@ def run_scoring(a, dictionary):
     import math
 
     from benchlib import markdown_table, paired_runs
+    from sipe_fairseq.modules.kv_cache import SHARE_FROM
     from sipe_fairseq.structure.family import StructureOptions
     from sipe_fairseq.structure.scoring import score_sentences
 
@@ -215,9 +217,14 @@ def run_scoring(a, dictionary):
 
     if getattr(a, "score_given_alone", False):
         configs.insert(1, (GIVEN_ALONE, "given", 0))
+    for src in getattr(a, "score_copy_cache", None) or []:  # the beam with every branching copied (no sharing)
+        configs.append((f"{src}, {COPY_CACHE}", src, 0))
 
     def fn(label, source, m):
+        from sipe_fairseq.modules import kv_cache
+
         options = StructureOptions(placement=a.placement, top_pairs=m)
+        kv_cache.SHARE_FROM = 10 ** 9 if label.endswith(COPY_CACHE) else SHARE_FROM
         if label == GIVEN_ALONE:  # the scorers before the structure engine: one full forward per sentence
             out = [s for sent in sents for s in score_sentences(model, [sent], source, options, eos, pad)]
         else:
@@ -277,6 +284,9 @@ def main():
     p.add_argument("--score-prune-k", type=int, default=16, help="scoring: the beam width of the pruned rows")
     p.add_argument("--score-given-alone", action="store_true",
                    help="scoring: also given with one full forward per sentence (how it ran before the engine)")
+    p.add_argument("--score-copy-cache", nargs="*", default=[], metavar="SOURCE",
+                   help="scoring: also these beam:K sources with every branching's KV cache copied per child (no shared "
+                        "prefixes: modules/kv_cache.py)")
     p.add_argument("--score-sentences", type=int, default=64, help="scoring: sentences per round")
     p.add_argument("--score-words", type=int, default=20, help="scoring: mean words per sentence (1-3 subwords each)")
     p.add_argument("--score-sources", nargs="+", default=["self", "beam:1", "beam:4", "beam:16"],

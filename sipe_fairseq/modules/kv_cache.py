@@ -53,7 +53,7 @@ def _buffers(cache: Cache, name: str):
 # copies the own positions of every row (from the lowest start), so they are kept short
 OWN_LIMIT = 8
 # a plain cache starts sharing at a branching reorder once it holds this many positions: below it the copies
-# cost less than the bookkeeping (beam:4 on EWT, d 128: even at 48, 1.15x faster on 60-token sentences, d 256)
+# cost less than the bookkeeping (docs/benchmarks.md, "Shared prefixes in the KV cache")
 SHARE_FROM = 48
 
 
