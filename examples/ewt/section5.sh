@@ -29,6 +29,8 @@ args_for() {  # run name -> fairseq-train arguments
     input|position) echo "--sipe-injection $1" ;;
     input-last|position-last) echo "--sipe-injection ${1%-last} --tag-head-placement last_subword" ;;
     gilt) echo "--task gilt_lm --criterion gilt_lm --arch gilt_txl_tiny" ;;
+    word) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word" ;;
+    worddrop) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-dropout 0.3" ;;
     *) echo "unknown run $1" >&2; exit 2 ;;
   esac
 }
