@@ -34,6 +34,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..data.tag_dictionary import N_NONTERMINALS
+from .tag_embedding import NO_TAG_CLASS
+
 STRATEGIES: Dict[str, Tuple[str, Tuple[str, ...]]] = {
     "ADD_T_NT": ("add", ("t", "n")),
     "CONCAT_T_NT": ("concat", ("t", "n")),
@@ -95,8 +98,6 @@ class InputFusion(nn.Module):
 def prior_embeddings(tags, cls: torch.Tensor, deprel_table: Optional[nn.Embedding], deprel_cls: Optional[torch.Tensor],
                      components) -> Dict[str, torch.Tensor]:
     """The per-position priors a strategy uses, zero where m_p = 0 (``cls`` = NO_TAG_CLASS)."""
-    from ..data.tag_dictionary import N_NONTERMINALS
-    from .tag_embedding import NO_TAG_CLASS
 
     out = {}
     tagged = (cls != NO_TAG_CLASS).unsqueeze(-1)

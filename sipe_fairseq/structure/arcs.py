@@ -26,6 +26,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from ..data.arcs import per_word, tree_arcs
 from ..data.graph_features import N_FEATURES, TWO_WAY_RULES, GraphTape
 from ..modules.arc_scorer import MAX_COUNT
 from .policy import BRANCH, FORCED, GREEDY, SAMPLE, StructurePolicy
@@ -98,8 +99,6 @@ def is_tree(arcs, n: int) -> bool:
 def gold_graph(heads: Optional[Sequence[int]]):
     """A tree's HEAD column -> per word (heads, dependents) among earlier nodes, as ``sipe-preprocess``
     writes the arc stream (``--arcs tree``); None without a tree."""
-    from ..data.arcs import per_word, tree_arcs
-
     if heads is None:
         return None
     return per_word(tree_arcs([int(h) for h in heads]), len(heads))

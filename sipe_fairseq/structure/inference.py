@@ -4,6 +4,8 @@ fairseq's ``SequenceScorer``, running the model once on them, prints the exact p
 ``log q(x_t | x_<t)``. Needs one sentence per row (``--sample-break-mode eos``)."""
 import torch
 
+from ..data.arcs import per_word
+from ..data.gilt_dataset import MATRIX_KEYS, block_graph
 from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from .family import StructureOptions, structure_of
 from .hexatags import tag_ids
@@ -60,8 +62,6 @@ def self_structured_sample(model, sample: dict, dictionary, options: StructureOp
             new_terms[i, :n], new_nts[i, :n] = NOTAG_ID, NOTAG_ID
             new_terms[i, pos], new_nts[i, pos] = a.to(new_terms), b.to(new_nts)
         return dict(sample, net_input=dict(net, src_terminals=new_terms, src_nonterminals=new_nts))
-    from ..data.arcs import per_word
-    from ..data.gilt_dataset import MATRIX_KEYS, block_graph
 
     new = {key: net[key].clone() for key in MATRIX_KEYS}
     two_way = str(getattr(getattr(model, "decoder", model), "two_way_distance", "later-head"))

@@ -15,8 +15,8 @@ import torch
 
 from .family import StructureOptions, policy_for, structure_of
 from .arcs import gold_graph
-from .record import SentenceScore
-from .search import plain_scores, search
+from .record import SentenceScore, position_types
+from .search import _prefix_logp, plain_scores, search
 from .sentences import Sentence, prepare
 from .sources import parse_source
 
@@ -78,9 +78,6 @@ def _batches(order, sentences, size: int, by_positions: bool):
 
 
 def _given_full(policy, batch, src, eos, pad) -> List[SentenceScore]:
-    from .record import position_types
-    from .search import _prefix_logp
-
     out = []
     for s, (lm, cost, info) in zip(batch, policy.forced_full(batch, eos, pad, untagged=src.kind == "untagged")):
         types = position_types(s.n, s.starts)

@@ -12,6 +12,7 @@ from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageMode
 from ..data.lm_dataset import TAG_KINDS, HexatagContextWindowDataset, HexatagLMDataset, HexatagWindowDataset
 from ..data.tag_dictionary import NOTAG
 from ..structure.family import StructureOptions
+from ..structure.generation import StructuredSequenceGenerator, wrap_for_generation
 from ..structure.inference import self_structured_sample
 from .sipe_data import EvaluationError, OptionError, SiPEDataConfig, SiPEDataMixin
 
@@ -81,8 +82,6 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         """Models that read structure generate through a wrapper that chooses it per word as the words
         are generated (:func:`~sipe_fairseq.structure.generation.wrap_for_generation`: tags for a tagged
         SiPE decoder, arcs for ``gilt_txl``); plain ones as ``language_modeling``."""
-        from ..structure.generation import StructuredSequenceGenerator, wrap_for_generation
-
         if getattr(args, "score_reference", False):  # scoring the data's sentences: with their own tags
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
         try:
@@ -103,8 +102,6 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         model: the data's tags), and each hypothesis's structure is printed: ``TAGS-<id>``/``TREE-<id>``
         (SiPE) or ``ARCS-<id>`` and one ``GRAPH-<id>`` row per word (GiLT)
         (``generator.print_structure = False`` silences them)."""
-        from ..structure.generation import StructuredSequenceGenerator
-
         if not isinstance(generator, StructuredSequenceGenerator):
             return super().inference_step(generator, models, sample, prefix_tokens, constraints)
         bos = self.source_dictionary.bos() if getattr(self.args, "add_bos_token", False) else self.source_dictionary.eos()
