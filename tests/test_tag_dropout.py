@@ -89,3 +89,44 @@ def test_untagged_source_is_the_model_with_every_word_untagged(dictionary):
         assert max(abs(u - v) for u, v in zip(s.token_logprobs, want.tolist())) < 1e-9
         assert s.tags == [] and s.tag_logprobs == [] and abs(s.joint - s.logprob) < 1e-12
         assert abs(s.logprob - g.logprob) > 1e-6  # the tags matter to this model
+
+
+def test_abstaining_self_is_exact_and_spans_self_to_untagged(dictionary):
+    """``self`` with ``abstain`` P: P = 0 is plain ``self``; P = 1 leaves every word <notag> (= ``untagged``);
+    in between, the words whose best allowed pair has p < P are left untagged, and the per-token numbers are
+    one full forward's with exactly those tags (the choice is a function of the prefix: exact)."""
+    from sipe_fairseq.hexatag.constrained import PAIRS
+    from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS
+
+    model = make_model(dictionary)
+    encoded = [s for pair in sentence_pairs(dictionary, 3, seed=9) for s in pair]
+    eos, pad = dictionary.eos(), dictionary.pad()
+    sents = [prepare(i, *e, eos=eos) for i, e in enumerate(encoded)]
+    plain = score_sentences(model, sents, "self", StructureOptions(), eos, pad)
+    zero = score_sentences(model, sents, "self", StructureOptions(abstain=0.0), eos, pad)
+    every = score_sentences(model, sents, "self", StructureOptions(abstain=1.0), eos, pad)
+    untagged = score_sentences(model, sents, "untagged", StructureOptions(), eos, pad)
+    import math
+    probs = sorted(math.exp(c) for x in plain for c in x.tag_logprobs)
+    middle = probs[len(probs) // 2]  # about half of the words' best pairs are less sure than this
+    some = score_sentences(model, sents, "self", StructureOptions(abstain=middle), eos, pad)
+    left = 0
+    for e, p, z, a, u, s in zip(encoded, plain, zero, every, untagged, some):
+        assert z.tags == p.tags and z.logprob == p.logprob
+        assert all(t == ("-", "-") for t in a.tags) and abs(a.logprob - u.logprob) < 1e-9
+        # an independent full forward with the chosen tags on the words' first subwords
+        starts = [k for k in range(len(e[0]) - 1) if int(e[1][k]) >= FIRST_TAG_ID]
+        src = torch.cat([torch.tensor([eos]), e[0][:-1]])[None]
+        terms, nts = torch.full_like(src, NOTAG_ID), torch.full_like(src, NOTAG_ID)
+        for k, tag in zip(starts, s.tags):
+            if tag != ("-", "-"):
+                terms[0, k + 1] = FIRST_TAG_ID + TERMINALS.index(tag[0])
+                nts[0, k + 1] = FIRST_TAG_ID + NONTERMINALS.index(tag[1])
+        with torch.no_grad():
+            want = F.log_softmax(model(src, src_terminals=terms, src_nonterminals=nts)[0].double(), -1)[0]
+        want = want.gather(-1, e[0][:, None])[:, 0]
+        assert max(abs(x - y) for x, y in zip(s.token_logprobs, want.tolist())) < 1e-9
+        left += sum(t == ("-", "-") for t in s.tags)
+        assert all(t in PAIRS or t == ("-", "-") for t in s.tags)
+    words = sum(len(s.tags) for s in some)
+    assert 0 < left < words  # some words untagged, not all

@@ -69,6 +69,14 @@ def float_above(low: float) -> Callable[[str], float]:
     return parse
 
 
+def probability(text: str) -> float:
+    """argparse type: a number in [0, 1], else one clear error naming the value."""
+    value = _float(text, "a probability")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1], got {text!r}")
+    return value
+
+
 def unwritable(path: str) -> Optional[str]:
     """Why ``path`` cannot be written as a file (None: it can): a directory, a parent directory that
     does not exist or is not writable, an existing file that is not writable."""

@@ -154,6 +154,8 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
         common.update(count_beam=options.count_beam, count_rule=options.count_rule)
     elif options.top_pairs:
         common.update(top_pairs=options.top_pairs)
+    if kind == "hexatags" and options.abstain:
+        common.update(abstain=options.abstain)
     given_scores = None
     for source in sorted(sources, key=lambda x: x != "given"):  # given first: the beams' search errors need it
         start = time.time()
@@ -161,6 +163,8 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
         scores = score_sentences(model, sentences, source, options, d.eos(), d.pad(), batch_sentences, progress=bar.update)
         bar.close()
         row = summarize(scores, gold)
+        if any("abstained" in s.extra for s in scores):
+            row["abstained_words"] = sum(s.extra.get("abstained", 0) for s in scores)
         row.update(common, seconds=time.time() - start)
         if kind == "arcs" and source != "given":
             row.update(arc_scores([s.extra["arcs"] for s in scores], [gold_arc_set(s.arcs) for s in sentences]))
@@ -237,6 +241,9 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
         lines += [""] + table(["score", *(f"{n} {_short_label(s, results[n][s])}" for n, s in cols)], summary)
     for name, rows in results.items():
         for source, r in rows.items():
+            if "abstained_words" in r:
+                lines.append(f"\n{name} {source}: {r['abstained_words']} of {r['words'] - r['sentences']} words left "
+                             f"<notag> (heads below p = {r.get('abstain')}; scored as wrong in the tag accuracy).")
             if "search_errors" in r:
                 lines.append(f"\n{name} {source}: the parse's tags score higher jointly than the beam's best "
                              f"hypothesis in {r['search_errors']} of {r['search_compared']} sentences (search errors).")

@@ -30,6 +30,7 @@ class StructureOptions:
     count_beam: int = DEFAULT_COUNT_BEAM  # GiLT beam: counts each hypothesis branches on
     count_rule: str = COUNT_RULES[0]  # GiLT beam: top-then-allowed (the authors') or allowed-then-top
     use_cache: bool = True  # SiPE: False runs the full prefix at every position (tests)
+    abstain: float = 0.0  # SiPE self: leave a word <notag> when its best allowed pair has p below this (0: never)
 
 
 def structure_of(model) -> str:
@@ -63,7 +64,8 @@ def policy_for(model, options: StructureOptions = None, needs_heads: bool = True
     if kind == "arcs":
         return ArcPolicy(model, options.count_beam, options.count_rule)
     if kind == "hexatags":
-        policy = HexatagPolicy(model, options.placement, options.constrained, options.use_cache, options.top_pairs)
+        policy = HexatagPolicy(model, options.placement, options.constrained, options.use_cache, options.top_pairs,
+                               options.abstain)
         if needs_heads and not policy.has_heads:
             raise ValueError("choosing tags from the prefix needs the model's tag heads (it was trained with "
                              "--sipe-tag-heads off)")

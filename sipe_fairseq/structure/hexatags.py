@@ -12,6 +12,10 @@ The prefix check (``constrained``): only pairs after which the tags can still en
 hypothesis when another word follows. Unconstrained: any of the 10 pairs, a broken prefix restarts.
 ``top_pairs`` M > 0 expands each beam hypothesis with its heads' M best allowed pairs only (the
 "fast-track" pruning of word-synchronous beams); 0, the default, expands with every allowed pair.
+
+``abstain`` P > 0 (greedy ``self`` only): a word whose best allowed pair has probability below P is
+left ``<notag>`` (no cost; the prefix check skips it), so where the heads are unsure the model reads
+no tags (for a model trained with ``--tag-dropout``). Still a function of the prefix: exact.
 """
 from typing import Sequence
 
@@ -25,6 +29,7 @@ from .policy import BRANCH, FORCED, GREEDY, SAMPLE, StructurePolicy
 from .sentences import Sentence
 
 PLACEMENTS = ("first_subword", "last_subword")
+ABSTAINED = -3  # a pair slot left <notag> by ``abstain``
 TERM_CLASS = torch.tensor([TERMINALS.index(t) for t, _ in PAIRS])
 NT_CLASS = torch.tensor([NONTERMINALS.index(n) for _, n in PAIRS])
 _BROKEN = -2  # no valid sequence continues that way
@@ -57,8 +62,11 @@ class HexatagPolicy(StructurePolicy):
     prune_before = True
 
     def __init__(self, model, placement: str = "first_subword", constrained: bool = True, use_cache: bool = True,
-                 top_pairs: int = 0):
+                 top_pairs: int = 0, abstain: float = 0.0):
         super().__init__(model)
+        if not 0.0 <= abstain <= 1.0:
+            raise ValueError(f"abstain {abstain}: expected a probability in [0, 1]")
+        self.abstain = abstain
         if placement not in PLACEMENTS:
             raise ValueError(f"unknown tag head placement {placement!r} (expected one of {PLACEMENTS})")
         if top_pairs < 0:
@@ -171,8 +179,13 @@ class HexatagPolicy(StructurePolicy):
         masked = anchor.masked_fill(~allowed, -torch.inf)
         if mode in (GREEDY, SAMPLE):  # GREEDY: argmax over the allowed pairs, ties: the first in PAIRS order
             pair = masked.argmax(1) if mode == GREEDY else torch.multinomial(F.softmax(masked, -1), 1).squeeze(1)
-            return torch.arange(E), anchor.gather(1, pair[:, None]).squeeze(1), {"pair": pair, "restarted": restarted,
-                                                                                  "word": words - 1}
+            cost = anchor.gather(1, pair[:, None]).squeeze(1)
+            if mode == GREEDY and self.abstain > 0:
+                unsure = cost < torch.log(torch.tensor(self.abstain, dtype=cost.dtype))
+                pair = torch.where(unsure, torch.full_like(pair, ABSTAINED), pair)
+                cost = cost.masked_fill(unsure, 0.0)
+                restarted = restarted & ~unsure
+            return torch.arange(E), cost, {"pair": pair, "restarted": restarted, "word": words - 1}
         assert mode == BRANCH
         if self.top_pairs:
             best = torch.sort(masked, dim=1, descending=True, stable=True).indices[:, : self.top_pairs]
@@ -182,13 +195,16 @@ class HexatagPolicy(StructurePolicy):
 
     def apply(self, rows, payload, pick, t):
         pair = payload["pair"][pick]
-        a, b = tag_ids(pair)
+        skip = pair == ABSTAINED  # left <notag>: no tags, the prefix check does not move
+        a, b = tag_ids(pair.clamp(min=0))
+        a, b = a.masked_fill(skip, NOTAG_ID), b.masked_fill(skip, NOTAG_ID)
         dev = rows.to(self.device)
         self.terms[dev, t], self.nts[dev, t] = a.to(self.device), b.to(self.device)
         depth = self.depth[rows]
         state = torch.where(depth < 0, torch.full_like(depth, START), depth)  # a closed (or broken) prefix restarts
-        nxt = self.table[state + 1, pair]
-        self.depth[rows] = torch.where(nxt == _BROKEN, torch.full_like(nxt, START), nxt)
+        nxt = self.table[state + 1, pair.clamp(min=0)]
+        moved = torch.where(nxt == _BROKEN, torch.full_like(nxt, START), nxt)
+        self.depth[rows] = torch.where(skip, depth, moved)
         self.restarts[rows] += payload["restarted"][pick].long()
         self.pairs[rows, payload["word"][pick]] = pair
 
@@ -227,11 +243,17 @@ class HexatagPolicy(StructurePolicy):
         return self.depth[rows] == CLOSED if self.constrained else None
 
     def labels(self, row):
-        return [p for p in self.pairs[row].tolist() if p >= 0]
+        return [p for p in self.pairs[row].tolist() if p >= 0 or p == ABSTAINED]
 
     def result(self, row, n_words):
-        tags = [PAIRS[p] for p in self.pairs[row, :n_words].tolist()]
-        return {"tags": tags, "complete": is_valid(tags), "restarts": int(self.restarts[row])}
+        """Tags per word (an abstained word: ``("-", "-")``); complete when the tagged words form one tree."""
+        chosen = self.pairs[row, :n_words].tolist()
+        tags = [PAIRS[p] if p >= 0 else ("-", "-") for p in chosen]
+        tagged = [PAIRS[p] for p in chosen if p >= 0]
+        info = {"tags": tags, "complete": bool(tagged) and is_valid(tagged), "restarts": int(self.restarts[row])}
+        if ABSTAINED in chosen:
+            info["extra"] = {"abstained": chosen.count(ABSTAINED)}
+        return info
 
     # ---------------------------------------------------------------- given: one forward
     def forced_full(self, batch: Sequence[Sentence], eos: int, pad: int, untagged: bool = False):
