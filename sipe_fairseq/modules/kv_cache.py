@@ -74,7 +74,9 @@ def _room(buf, like, rows: int, length: int, zeros: bool = False):
     return like.new_zeros(shape) if zeros else like.new_empty(shape)
 
 
-def _append_plain(cache: Cache, k_new: torch.Tensor, v_new: torch.Tensor):
+def append(cache: Cache, k_new: torch.Tensor, v_new: torch.Tensor):
+    """Write the new positions' keys and values (R, H, k, d); returns (keys, values) (R, H, n+k, d) by
+    absolute position (shared: a row's columns before its own start are stale)."""
     out = []
     for name, new in (("k", k_new), ("v", v_new)):
         past = cache.get(name)
@@ -113,18 +115,17 @@ def _gather_rows(cache: Cache, name: str, order: torch.Tensor, lo: int, n: int
 
 # ---------------------------------------------------------------------- appending
 
-def append(cache: Cache, k_new: torch.Tensor, v_new: torch.Tensor):
-    """Write the new positions' keys and values (R, H, k, d); returns (keys, values) (R, H, n+k, d) by
-    absolute position (shared: a row's columns before its own start are stale)."""
-    return _append_plain(cache, k_new, v_new)
-
-
-def prefix_lengths(cache: Cache) -> torch.Tensor:
-    """(R,) the shared prefix length of each row (0: none)."""
-    parent, plen = cache["parent"], cache["plen"]
+def _starts(parent: torch.Tensor, plen: torch.Tensor) -> torch.Tensor:
+    """(R,) each row's first own position: its prefix's length (0: no prefix)."""
     if not len(plen):
         return torch.zeros_like(parent)
     return torch.where(parent >= 0, plen[parent.clamp(min=0)], torch.zeros_like(parent))
+
+
+def prefix_lengths(cache: Cache) -> torch.Tensor:
+    """(R,) the shared prefix length of each row (0: none), as the last reorder left it."""
+    start = cache.get("start")
+    return start if start is not None else _starts(cache["parent"], cache["plen"])
 
 
 # ---------------------------------------------------------------------- attention over shared prefixes
@@ -241,11 +242,10 @@ def _reorder_shared(cache: Cache, new_order: torch.Tensor, branching: torch.Tens
         new_plen = plen
         new_parent[single] = old
     # own positions: only columns lo .. n-1 are gathered (a branching row's child has none)
-    new_start = torch.where(new_parent >= 0, new_plen[new_parent.clamp(min=0)], torch.zeros_like(new_parent)) \
-        if len(new_plen) else torch.zeros_like(new_parent)
+    new_start = _starts(new_parent, new_plen)
     lo = int(new_start.min()) if len(new_start) else n
     for name in ("k", "v"):
         out[name], out[f"{name}_buf"], out[f"{name}_spare"] = _gather_rows(cache, name, new_order, lo, n)
-    out.update(parent=new_parent, plen=new_plen, lo=lo)
+    out.update(parent=new_parent, plen=new_plen, start=new_start, lo=lo)  # start, lo: read by every layer's step
     out["group"], out["slot"] = _groups(new_parent, len(new_plen))
     return out
