@@ -250,7 +250,7 @@ class HexatagPolicy(StructurePolicy):
         chosen = self.pairs[row, :n_words].tolist()
         tags = [PAIRS[p] if p >= 0 else ("-", "-") for p in chosen]
         tagged = [PAIRS[p] for p in chosen if p >= 0]
-        info = {"tags": tags, "complete": bool(tagged) and is_valid(tagged), "restarts": int(self.restarts[row])}
+        info = {"tags": tags, "complete": is_valid(tagged), "restarts": int(self.restarts[row])}
         if ABSTAINED in chosen:
             info["extra"] = {"abstained": chosen.count(ABSTAINED)}
         return info
