@@ -34,10 +34,10 @@ def dictionary():
     return small_dictionary(12, mark="\u2581", n_continuations=6)
 
 
-def make_word_model(dictionary, seed=0, injection="position"):
+def make_word_model(dictionary, seed=0, injection="position", positions=64):
     cfg = SiPEDecoderConfig(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=4,
                             dropout=0.0, sipe_injection=injection, sipe_proj_init_std=0.5, sipe_tag_heads="on",
-                            sipe_tag_head_input="word", tokens_per_sample=64, max_target_positions=64)
+                            sipe_tag_head_input="word", tokens_per_sample=positions, max_target_positions=positions)
     torch.manual_seed(seed)
     model = SiPETransformerXLModel(SiPEDecoder(cfg, dictionary)).double().eval()
     with torch.no_grad():  # sharp heads that depend on the word: choices differ by context

@@ -31,6 +31,9 @@ args_for() {  # run name -> fairseq-train arguments
     gilt) echo "--task gilt_lm --criterion gilt_lm --arch gilt_txl_tiny" ;;
     word) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word" ;;
     worddrop) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-dropout 0.3" ;;
+    wordnt) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay" ;;
+    worddelay) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing delay" ;;
+    wordntdrop) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-dropout 0.3" ;;
     *) echo "unknown run $1" >&2; exit 2 ;;
   esac
 }

@@ -19,6 +19,7 @@ import torch
 from fairseq.data import FairseqDataset, LMContextWindowDataset, MonolingualDataset, data_utils
 
 from .tag_dictionary import FIRST_TAG_ID
+from .tag_timing import fixed_target_positions
 
 TAG_KINDS = ("terminal", "nonterminal")
 
@@ -55,11 +56,15 @@ class HexatagLMDataset(MonolingualDataset):
     """A :class:`MonolingualDataset` whose samples also carry ``src_{kind}s`` (tags of the input
     tokens, in ``net_input``) and ``{kind}_target`` (tag targets) for kind in terminal/nonterminal,
     plus ``word_start_target`` (1 where the target token is a word's first subword) for scoring
-    by position type."""
+    by position type. ``tag_blocks`` hold the streams as the words carry them under ``timing``
+    (:mod:`.tag_timing`); ``word_blocks``, the paper's terminal stream in the same blocks, marks the
+    word starts when the timing leaves a word untagged (``delay``: word 1)."""
 
-    def __init__(self, dataset, tag_blocks, tag_pad: int, placement: str = "first_subword", **kwargs):
+    def __init__(self, dataset, tag_blocks, tag_pad: int, placement: str = "first_subword", timing: str = "paper",
+                 word_blocks=None, **kwargs):
         super().__init__(dataset, dataset.sizes, **kwargs)
         self.tag_blocks, self.tag_pad, self.placement = tag_blocks, tag_pad, placement
+        self.timing, self.word_blocks = timing, word_blocks
 
     def __getitem__(self, index):
         item = super().__getitem__(index)
@@ -72,7 +77,15 @@ class HexatagLMDataset(MonolingualDataset):
                 t_future = torch.cat([t_future.new([self.tag_pad]), t_future])
             assert len(t_src) == len(src), f"tag block {index} of {kind} is out of step with the tokens"
             item[input_key(kind)] = t_src
-            item[f"{kind}_target"] = tag_targets(src, t_src, t_future, starts, self.tag_pad, self.placement)
+            target = tag_targets(src, t_src, t_future, starts, self.tag_pad, self.placement)
+            if kind == "nonterminal":  # nt-delay: word 1's EOS is a start marker, not a choice
+                target[fixed_target_positions(src, starts, self.timing)] = self.tag_pad
+            item[f"{kind}_target"] = target
+            item["word_start_target"] = (t_future >= FIRST_TAG_ID).long()
+        if self.word_blocks is not None:
+            t_future = self.word_blocks[index][1]
+            if self.add_bos_token:
+                t_future = torch.cat([t_future.new([self.tag_pad]), t_future])
             item["word_start_target"] = (t_future >= FIRST_TAG_ID).long()
         return item
 

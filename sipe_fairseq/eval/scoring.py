@@ -50,6 +50,7 @@ from fairseq.models import FairseqEncoderModel, FairseqLanguageModel
 
 from ..data.lm_dataset import tag_targets
 from ..data.tag_dictionary import NOTAG_ID, TAG_HEADS
+from ..data.tag_timing import fixed_target_positions, time_sentence_streams
 from ..modules.arc_scorer import arc_losses
 from ..modules.tag_heads import tag_log_probs
 from ..structure.family import structure_of, takes_tags
@@ -178,6 +179,14 @@ def perplexity_markdown(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
 
 
 # ----------------------------------------------------------------------- sentences: decoders
+def timed_encoded(model, encoded: Sequence[Encoded]) -> Sequence[Encoded]:
+    """Sentences' word-aligned tags as the model's ``--tag-timing`` feeds them (unchanged for ``paper``)."""
+    timing = str(getattr(getattr(model, "decoder", model), "tag_timing", "paper"))
+    if timing == "paper":
+        return encoded
+    return [(t, *time_sentence_streams(a, b, timing)) for t, a, b in encoded]
+
+
 def _decoder_batches(model, encoded: Sequence[Encoded], eos: int, pad: int, batch_size: int
                      ) -> Iterator[Tuple[Sequence[Encoded], tuple, torch.Tensor]]:
     """Yields ``(chunk, net_output, log-probs)`` per batch of sentences."""
@@ -186,6 +195,7 @@ def _decoder_batches(model, encoded: Sequence[Encoded], eos: int, pad: int, batc
                         "need a decoder (score encoders with score_sentence_batch: pseudo-log-likelihood)")
     model.eval()
     use_tags = takes_tags(model)
+    encoded = timed_encoded(model, encoded)
     for start in progress(range(0, len(encoded), batch_size), desc="score"):
         chunk = encoded[start:start + batch_size]
         width = max(len(t) for t, _, _ in chunk)
@@ -222,6 +232,7 @@ def decoder_sentence_scores(model, encoded: Sequence[Encoded], dictionary, batch
     ``log p(x)`` for a model that sees no tags."""
     eos, pad = dictionary.eos(), dictionary.pad()
     starts = (eos, dictionary.bos())
+    timing = str(getattr(getattr(model, "decoder", model), "tag_timing", "paper"))
     out = []
     for chunk, net_output, lprobs in _decoder_batches(model, encoded, eos, pad, batch_size):
         extra = net_output[1] if isinstance(net_output, tuple) and len(net_output) > 1 and isinstance(net_output[1], dict) else {}
@@ -234,10 +245,12 @@ def decoder_sentence_scores(model, encoded: Sequence[Encoded], dictionary, batch
             if heads:
                 src = torch.cat([t.new([eos]), t[:-1]])
                 src_terms = torch.cat([a.new([NOTAG_ID]), a[:-1]])
-            for (kind, n_cls), future in zip(TAG_HEADS, (a, b)):
+            for (kind, n_cls), future in zip(TAG_HEADS, (a, b)):  # the tags as the model's timing feeds them
                 if kind not in heads:
                     continue
                 target = tag_targets(src, src_terms, future, starts, NOTAG_ID, placement)
+                if kind == "nonterminal":  # nt-delay: word 1's EOS is a fixed start marker
+                    target[fixed_target_positions(src, starts, timing)] = NOTAG_ID
                 score += tag_log_probs(heads[kind][i, :n], target, n_cls).logprob.sum().item()
             out.append(score)
     return out

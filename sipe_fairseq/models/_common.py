@@ -6,6 +6,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 
+from ..hexatag.errors import OptionError
 from ..modules import tag_head
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,19 @@ def check_tag_inputs(tokens: torch.Tensor, terminals: Optional[torch.Tensor], no
     if terminals.shape != tokens.shape or nonterminals.shape != tokens.shape:
         raise ValueError(f"tag shapes {tuple(terminals.shape)}/{tuple(nonterminals.shape)} differ from tokens "
                          f"{tuple(tokens.shape)}")
+
+
+def task_tag_timing(task) -> str:
+    """The task's ``--tag-timing`` (``paper`` for a task without one), which a tagged decoder keeps as
+    ``tag_timing`` for the structure engine; a timing other than ``paper`` needs ``--tag-head-placement
+    last_subword`` (the heads choose what a word carries just before it)."""
+    args = getattr(task, "args", None)
+    timing = str(getattr(args, "tag_timing", "paper"))
+    placement = str(getattr(args, "tag_head_placement", "last_subword"))
+    if timing != "paper" and placement != "last_subword":
+        raise OptionError(f"--tag-timing {timing}: the heads choose what a word carries just before it: it needs "
+                          f"--tag-head-placement last_subword (given: {placement})")
+    return timing
 
 
 # ----------------------------------------------------------------------------- tag heads

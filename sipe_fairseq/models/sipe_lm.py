@@ -20,7 +20,8 @@ from ..hexatag.errors import OptionError
 from ..modules import (SiPETransformerLayer, TagContext, WordAwareInput, attach_injections, kv_cache, parse_injection,
                        tag_pair_classes)
 from ..modules.assembly import INJECTION_CHOICES, TAG_TABLE_CHOICES, build_tag_tables, tag_context
-from ._common import add_tag_logits, build_tag_heads, check_tag_inputs, log_parameters, preset, tag_heads_enabled
+from ._common import (add_tag_logits, build_tag_heads, check_tag_inputs, log_parameters, preset, tag_heads_enabled,
+                      task_tag_timing)
 from .classification import ClassificationHeadsMixin
 
 logger = logging.getLogger(__name__)
@@ -118,6 +119,7 @@ class SiPEDecoder(FairseqIncrementalDecoder):
         self.tag_head_input = WordAwareInput(d) if word_aware else None
 
     takes_tags = True  # forward reads the hexatag streams src_terminals/src_nonterminals (structure/family.py)
+    tag_timing = "paper"  # which tags each word carries (hexatag/timing.py); build_model sets the task's --tag-timing
 
     @property
     def structure(self) -> str:
@@ -253,6 +255,7 @@ class _SiPELanguageModel(ClassificationHeadsMixin, FairseqLanguageModel):
             raise OptionError(f"--sipe-tag-head-input word reads the state just before each word: it needs "
                               f"--tag-head-placement last_subword (given: {placement})")
         decoder = SiPEDecoder(args, task.target_dictionary)
+        decoder.tag_timing = task_tag_timing(task)
         log_parameters(cls.__name__, decoder)
         return cls(decoder)
 

@@ -15,7 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..modules import HexatagEmbedding, tag_pair_classes
-from ._common import add_tag_logits, build_tag_heads, check_tag_inputs, missing_tags_error, preset, tag_heads_enabled
+from ._common import (add_tag_logits, build_tag_heads, check_tag_inputs, missing_tags_error, preset, tag_heads_enabled,
+                      task_tag_timing)
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ class SiPETransformerLanguageModel(TransformerLanguageModel):
     def build_model(cls, args, task):
         model = super().build_model(args, task)
         decoder = SiPETransformerDecoder(args, task.target_dictionary, model.decoder.embed_tokens, no_encoder_attn=True)
+        decoder.tag_timing = task_tag_timing(task)
         return cls(decoder)
 
 

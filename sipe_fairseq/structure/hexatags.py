@@ -13,6 +13,12 @@ hypothesis when another word follows. Unconstrained: any of the 10 pairs, a brok
 ``top_pairs`` M > 0 expands each beam hypothesis with its heads' M best allowed pairs only (the
 "fast-track" pruning of word-synchronous beams); 0, the default, expands with every allowed pair.
 
+Tag timing (the checkpoint's ``--tag-timing``, :mod:`~sipe_fairseq.hexatag.timing`): what a word carries
+and what its anchor's heads choose (a *unit*, written as the pair of fed tags, so that every timing
+chooses among the same 10 columns). The prefix check reads the automaton in units
+(:func:`~sipe_fairseq.hexatag.timing.advance_unit`); a fixed part costs nothing (``nt-delay``: word 1's
+``EOS`` start marker; ``delay``: word 1 carries nothing, :data:`ABSTAINED`).
+
 ``abstain`` P > 0 (greedy ``self`` only): a word whose best allowed pair has probability below P is
 left ``<notag>`` (no cost; the prefix check skips it), so where the heads are unsure the model reads
 no tags (for a model trained with ``--tag-dropout``). Still a function of the prefix: exact.
@@ -23,13 +29,14 @@ import torch
 import torch.nn.functional as F
 
 from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
-from ..hexatag.constrained import CLOSED, PAIRS, START, advance, is_valid
-from ..hexatag.tags import NONTERMINALS, TERMINALS
+from ..hexatag.constrained import CLOSED, PAIRS, START, is_valid
+from ..hexatag.tags import EOS, NONTERMINALS, TERMINALS
+from ..hexatag.timing import advance_unit, can_end, check_timing, timed_pairs, untimed_pairs
 from .policy import BRANCH, FORCED, GREEDY, SAMPLE, StructurePolicy
 from .sentences import Sentence
 
 PLACEMENTS = ("first_subword", "last_subword")
-ABSTAINED = -3  # a pair slot left <notag> by ``abstain``
+ABSTAINED = -3  # a word left <notag>: by ``abstain``, or a timing that feeds it nothing (delay: word 1)
 TERM_CLASS = torch.tensor([TERMINALS.index(t) for t, _ in PAIRS])
 NT_CLASS = torch.tensor([NONTERMINALS.index(n) for _, n in PAIRS])
 _BROKEN = -2  # no valid sequence continues that way
@@ -42,18 +49,42 @@ def pair_logprobs(term_logits: torch.Tensor, nt_logits: torch.Tensor) -> torch.T
     return t[..., TERM_CLASS.to(t.device)] + n[..., NT_CLASS.to(n.device)]
 
 
+EOS_COLUMN = torch.tensor([n == EOS for _, n in PAIRS])
+
+
+def fix_start_marker(logprobs: torch.Tensor) -> torch.Tensor:
+    """(E, 10) pair log-probs -> the log-probs of units whose non-terminal is the fixed ``EOS`` start
+    marker (``nt-delay``, word 1): the terminal's log-prob (the pair's, summed over non-terminals) in
+    the ``EOS`` columns, ``-inf`` elsewhere."""
+    term = torch.logsumexp(logprobs.view(-1, len(TERMINALS), len(NONTERMINALS)), -1)  # PAIRS: terminal-major
+    return torch.where(EOS_COLUMN, term[:, TERM_CLASS], torch.full_like(logprobs, -torch.inf))
+
+
+def timed_units(pairs, timing: str) -> list:
+    """A sentence's pair indices (PAIRS) -> the unit each word carries under ``timing``, as pair
+    indices (:data:`ABSTAINED` where the word carries nothing)."""
+    units = timed_pairs([PAIRS[p] for p in pairs], timing)
+    return [ABSTAINED if u[0] is None else PAIRS.index(u) for u in units]
+
+
+def entered_tags(units, timing: str) -> list:
+    """What the words carried (pairs, ``(None, None)`` for nothing) -> each word's pair in the paper's
+    layout, ``"-"`` for a tag that never entered (``delay``: the last word's pair)."""
+    return [tuple("-" if x is None else x for x in pair) for pair in untimed_pairs(units, timing)]
+
+
 def tag_ids(pairs: torch.Tensor):
     """Pair indices -> (terminal ids, non-terminal ids) in the tag dictionaries."""
     return FIRST_TAG_ID + TERM_CLASS[pairs], FIRST_TAG_ID + NT_CLASS[pairs]
 
 
-def transitions(max_depth: int) -> torch.Tensor:
-    """(max_depth + 2, 10): the prefix state after each pair from each state ``-1 .. max_depth``
-    (row ``state + 1``; :data:`CLOSED` = -1), ``-2`` where the automaton refuses the pair."""
+def transitions(max_depth: int, timing: str = "paper") -> torch.Tensor:
+    """(max_depth + 2, 10): the prefix state after each unit (a pair of fed tags) from each state
+    ``-1 .. max_depth`` (row ``state + 1``; :data:`CLOSED` = -1), ``-2`` where the automaton refuses it."""
     out = torch.full((max_depth + 2, len(PAIRS)), _BROKEN, dtype=torch.long)
     for state in range(-1, max_depth + 1):
         for p, pair in enumerate(PAIRS):
-            nxt = advance(state, pair)
+            nxt = advance_unit(state, pair, timing) if state != CLOSED else None
             out[state + 1, p] = _BROKEN if nxt is None else nxt
     return out
 
@@ -73,6 +104,7 @@ class HexatagPolicy(StructurePolicy):
             raise ValueError(f"top pairs {top_pairs}: expected 0 (every allowed pair) or M >= 1")
         self.placement, self.constrained, self.use_cache, self.top_pairs = placement, constrained, use_cache, top_pairs
         self.has_heads = getattr(self.decoder, "terminal_head", None) is not None
+        self.timing = check_timing(str(getattr(self.decoder, "tag_timing", "paper")))
         # word-aware heads (--sipe-tag-head-input word): the anchor keeps the prefix state, and the pair is
         # chosen from it and the word's first subword when the word starts
         self.word_aware = getattr(self.decoder, "tag_head_input", None) is not None
@@ -98,8 +130,8 @@ class HexatagPolicy(StructurePolicy):
         self.given = torch.full((rows, words), -1, dtype=torch.long)
         for i, g in enumerate(given or ()):
             if g is not None and len(g):
-                self.given[i, : len(g)] = torch.as_tensor(list(g)[:words])
-        self.table = transitions(words + 1)
+                self.given[i, : len(g)] = torch.as_tensor(timed_units(list(g), self.timing)[:words])
+        self.table = transitions(words + 1, self.timing)
 
     def step(self, t, src, starts, targets=None):
         terms, nts = self.terms[:, : t + 1], self.nts[:, : t + 1]
@@ -146,7 +178,7 @@ class HexatagPolicy(StructurePolicy):
         state = torch.where(restarted, torch.full_like(depth, START), depth)
         nxt = self.table[state + 1]
         allowed = nxt != _BROKEN
-        if limits is not None:
+        if limits is not None and self.timing == "paper":  # the other timings never close a tree
             left = limits.get("words_left")
             if left is not None:
                 allowed &= (nxt == CLOSED) | (nxt <= left[:, None])
@@ -166,16 +198,32 @@ class HexatagPolicy(StructurePolicy):
         term, nt = self.decoder.word_tag_logits(self.anchor_state[dev], src[:, -1].to(self.device))
         return pair_logprobs(term, nt).cpu()
 
+    def units_at(self, rows, words, src):
+        """(E, 10) log-probs of the units the next word of ``rows`` may carry (:meth:`heads_at` with the
+        timing's fixed parts) and (E,) bool, the rows whose word carries nothing (``delay``: word 1)."""
+        anchor = self.heads_at(rows, src)
+        first = (words == 1).cpu()
+        empty = first if self.timing == "delay" else torch.zeros_like(first)
+        if self.timing == "nt-delay" and bool(first.any()):
+            anchor[first] = fix_start_marker(anchor[first])
+        if bool(empty.any()):  # one placeholder unit, column 0, at no cost
+            anchor[empty] = torch.full_like(anchor[empty], -torch.inf).index_fill_(1, torch.tensor([0]), 0.0)
+        return anchor, empty
+
     def expand(self, rows, words, t, src, mode, limits=None):
         E = len(rows)
-        anchor = self.heads_at(rows, src)
+        anchor, empty = self.units_at(rows, words, src)
         if mode == FORCED:
             pair = self.given[rows, words - 1]
-            if bool((pair < 0).any()):
+            if bool((pair.masked_fill(empty, 0) < 0).any()):
                 raise ValueError("tag source 'given' needs the sentence's tags")
-            return torch.arange(E), anchor.gather(1, pair[:, None]).squeeze(1), {
-                "pair": pair, "restarted": torch.zeros(E, dtype=torch.bool), "word": words - 1}
+            cost = anchor.gather(1, pair.clamp(min=0)[:, None]).squeeze(1).masked_fill(empty, 0.0)
+            return torch.arange(E), cost, {
+                "pair": pair.masked_fill(empty, ABSTAINED), "restarted": torch.zeros(E, dtype=torch.bool), "word": words - 1}
         allowed, restarted = self.allowed(rows, limits)
+        if bool(empty.any()):
+            allowed[empty] = EOS_COLUMN.new_zeros(len(PAIRS)).index_fill_(0, torch.tensor([0]), True)
+            restarted = restarted & ~empty
         masked = anchor.masked_fill(~allowed, -torch.inf)
         if mode in (GREEDY, SAMPLE):  # GREEDY: argmax over the allowed pairs, ties: the first in PAIRS order
             pair = masked.argmax(1) if mode == GREEDY else torch.multinomial(F.softmax(masked, -1), 1).squeeze(1)
@@ -185,13 +233,16 @@ class HexatagPolicy(StructurePolicy):
                 pair = torch.where(unsure, torch.full_like(pair, ABSTAINED), pair)
                 cost = cost.masked_fill(unsure, 0.0)
                 restarted = restarted & ~unsure
+            pair = pair.masked_fill(empty, ABSTAINED)
             return torch.arange(E), cost, {"pair": pair, "restarted": restarted, "word": words - 1}
         assert mode == BRANCH
         if self.top_pairs:
             best = torch.sort(masked, dim=1, descending=True, stable=True).indices[:, : self.top_pairs]
             allowed = allowed & torch.zeros_like(allowed).scatter_(1, best, True)
         parent, pair = allowed.nonzero(as_tuple=True)  # by parent, then in PAIRS order
-        return parent, anchor[parent, pair], {"pair": pair, "restarted": restarted[parent], "word": (words - 1)[parent]}
+        cost = anchor[parent, pair]
+        pair = pair.masked_fill(empty[parent], ABSTAINED)
+        return parent, cost, {"pair": pair, "restarted": restarted[parent], "word": (words - 1)[parent]}
 
     def apply(self, rows, payload, pick, t):
         pair = payload["pair"][pick]
@@ -231,10 +282,15 @@ class HexatagPolicy(StructurePolicy):
         free = t >= prompt_len  # the next token is generated, not the prompt's
         closed = (self.depth == CLOSED) & free
         mask[closed] = starts_word.cpu()
-        open_ = (self.depth != CLOSED) & free
+        if self.timing == "paper":
+            open_ = (self.depth != CLOSED) & free
+        else:  # the end is implicit: </s> once the last word's EOS (delay: its last pair) can close the tree
+            ends = (self.depth == 1) | ((self.depth == START) & (self.timing == "delay"))
+            open_ = ~ends & free
         mask[open_, self.eos] = True
         if max_len is not None:
-            needed = self.depth.clamp(min=1)  # words that close the open tree (none so far: one)
+            # words that close the open tree (paper: none so far, one; the others close with the last word)
+            needed = self.depth.clamp(min=1) if self.timing == "paper" else (self.depth - 1).clamp(min=0)
             tight = open_ & (max_len - t <= needed)
             mask[tight] |= ~starts_word.cpu()
         return mask
@@ -246,13 +302,20 @@ class HexatagPolicy(StructurePolicy):
         return [p for p in self.pairs[row].tolist() if p >= 0 or p == ABSTAINED]
 
     def result(self, row, n_words):
-        """Tags per word (an abstained word: ``("-", "-")``); complete when the tagged words form one tree."""
+        """Tags per word in the paper's layout (an abstained word, or a tag that never entered: ``"-"``);
+        complete when the tagged words form one tree (``nt-delay``/``delay``: once the end fills in the
+        last word's EOS, and under ``delay`` its last pair)."""
         chosen = self.pairs[row, :n_words].tolist()
-        tags = [PAIRS[p] if p >= 0 else ("-", "-") for p in chosen]
-        tagged = [PAIRS[p] for p in chosen if p >= 0]
-        info = {"tags": tags, "complete": is_valid(tagged), "restarts": int(self.restarts[row])}
-        if ABSTAINED in chosen:
-            info["extra"] = {"abstained": chosen.count(ABSTAINED)}
+        if self.timing == "paper":
+            tags = [PAIRS[p] if p >= 0 else ("-", "-") for p in chosen]
+            complete = is_valid([PAIRS[p] for p in chosen if p >= 0])
+        else:
+            tags = entered_tags([PAIRS[p] if p >= 0 else (None, None) for p in chosen], self.timing)
+            complete = self.constrained and can_end(int(self.depth[row]), self.timing, n_words)
+        info = {"tags": tags, "complete": bool(complete), "restarts": int(self.restarts[row])}
+        abstained = chosen.count(ABSTAINED) - int(self.timing == "delay" and n_words > 0)
+        if abstained:
+            info["extra"] = {"abstained": abstained}
         return info
 
     # ---------------------------------------------------------------- given: one forward
@@ -265,6 +328,7 @@ class HexatagPolicy(StructurePolicy):
         src = torch.full((S, width), pad, dtype=torch.long)
         terms = torch.full_like(src, NOTAG_ID)
         nts = torch.full_like(src, NOTAG_ID)
+        units = []
         for i, s in enumerate(batch):
             src[i, 0] = eos
             src[i, 1:s.n] = s.tokens[:-1]
@@ -272,8 +336,10 @@ class HexatagPolicy(StructurePolicy):
                 continue
             if s.pairs is None:
                 raise ValueError("tag source 'given' needs the sentence's tags")
-            a, b = tag_ids(torch.tensor(s.pairs))
-            pos = torch.tensor(s.starts) + 1
+            units.append(torch.tensor(timed_units(s.pairs, self.timing)))
+            fed = units[-1] >= 0
+            a, b = tag_ids(units[-1][fed])
+            pos = (torch.tensor(s.starts) + 1)[fed]
             terms[i, pos], nts[i, pos] = a, b
         dev = self.device
         logits, extra = self.model(src.to(dev), src_terminals=terms.to(dev), src_nonterminals=nts.to(dev))
@@ -290,7 +356,13 @@ class HexatagPolicy(StructurePolicy):
             bounds = [-1] + list(s.starts)
             anchors = [bounds[w] + 1 if self.placement == "first_subword" else bounds[w + 1] for w in range(len(s.starts))]
             heads = pair_logprobs(extra["terminal_logits"][i, anchors], extra["nonterminal_logits"][i, anchors]).cpu()
-            cost = heads.gather(1, torch.tensor(s.pairs)[:, None]).squeeze(1).tolist()
+            unit = units[i]
+            if self.timing == "nt-delay":
+                heads[:1] = fix_start_marker(heads[:1])
+            cost = heads.gather(1, unit.clamp(min=0)[:, None]).squeeze(1).masked_fill(unit < 0, 0.0).tolist()
             tags = [PAIRS[p] for p in s.pairs]
-            out.append((lm, cost, {"tags": tags, "complete": is_valid(tags), "restarts": 0}))
+            complete = is_valid(tags)
+            if self.timing != "paper":
+                tags = entered_tags([PAIRS[p] if p >= 0 else (None, None) for p in unit.tolist()], self.timing)
+            out.append((lm, cost, {"tags": tags, "complete": complete, "restarts": 0}))
         return out

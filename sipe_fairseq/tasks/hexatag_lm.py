@@ -11,6 +11,8 @@ from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageMode
 
 from ..data.lm_dataset import TAG_KINDS, HexatagContextWindowDataset, HexatagLMDataset, HexatagWindowDataset
 from ..data.tag_dictionary import NOTAG
+from ..data.tag_timing import timed_streams
+from ..hexatag.timing import TIMINGS
 from ..structure.family import StructureOptions
 from ..structure.generation import StructuredSequenceGenerator, wrap_for_generation
 from ..structure.inference import self_structured_sample
@@ -23,6 +25,12 @@ class HexatagLMConfig(LanguageModelingConfig, SiPEDataConfig):
     tag_head_placement: ChoiceEnum(["first_subword", "last_subword"]) = field(
         default="first_subword", metadata={"help": "where the tag heads predict the next word's tags: at the previous "
                                                    "word's first subword (paper A.1) or just before the word (most context)"})
+    tag_timing: ChoiceEnum(list(TIMINGS)) = field(
+        default="paper", metadata={"help": "which tags a word carries as input (sipe_fairseq/hexatag/timing.py): paper = "
+                                           "its own pair; nt-delay = its terminal and the previous word's non-terminal "
+                                           "(word 1: EOS as a start marker; the last word's EOS never enters, so </s> is "
+                                           "predicted from the text); delay = the previous word's pair (word 1: none). "
+                                           "The heads choose what the word carries"})
     continue_prompt_word: bool = field(
         default=False, metadata={"help": "generation: the first generated token may continue the prompt's last word "
                                          "(default: it starts a new word, so the prompt's words stay whole)"})
@@ -54,15 +62,17 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         super().load_dataset(split, epoch, combine, **kwargs)
         tokens = self.datasets[split]
         tag_pad = self.tag_dictionaries["terminal"].pad()
-        blocks = {
-            # the value inserted before a block's first sentence is <notag>, as the stream stores
-            kind: TokenBlockDataset(ds, ds.sizes, self.args.tokens_per_sample, pad=tag_pad,
-                                    eos=self.tag_dictionaries[kind].index(NOTAG), break_mode=self.args.sample_break_mode,
-                                    include_targets=True)
-            for kind, ds in streams.items()
-        }
+        timing = str(getattr(self.args, "tag_timing", "paper"))
+
+        def block(kind, ds):  # the value inserted before a block's first sentence is <notag>, as the stream stores
+            return TokenBlockDataset(ds, ds.sizes, self.args.tokens_per_sample, pad=tag_pad,
+                                     eos=self.tag_dictionaries[kind].index(NOTAG), break_mode=self.args.sample_break_mode,
+                                     include_targets=True)
+
+        blocks = {kind: block(kind, ds) for kind, ds in timed_streams(streams, timing).items()}
+        word_blocks = None if timing == "paper" else block("terminal", streams["terminal"])
         self.datasets[split] = HexatagLMDataset(
-            tokens.dataset, blocks, tag_pad, self.args.tag_head_placement,
+            tokens.dataset, blocks, tag_pad, self.args.tag_head_placement, timing=timing, word_blocks=word_blocks,
             src_vocab=tokens.vocab, tgt_vocab=tokens.tgt_vocab, add_eos_for_other_targets=tokens.add_eos_for_other_targets,
             shuffle=tokens.shuffle, targets=tokens.targets, add_bos_token=tokens.add_bos_token,
             fixed_pad_length=tokens.fixed_pad_length, pad_to_bsz=tokens.pad_to_bsz)
