@@ -22,6 +22,10 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID, TAG_HEADS
+from ..hexatag import NONTERMINALS, TERMINALS
+from ..hexatag.constrained import PAIRS, START
+from ..hexatag.errors import OptionError
+from ..hexatag.timing import TIMINGS, advance_unit
 from ..modules.tag_heads import tag_log_probs
 
 TAG_LOSS_NORMALIZATIONS = ("token", "tagged")
@@ -42,6 +46,119 @@ def drop_word_tags(net_input: dict, p: float) -> dict:
     return {**net_input, "src_terminals": terms.masked_fill(drop, NOTAG_ID), "src_nonterminals": nts.masked_fill(drop, NOTAG_ID)}
 
 
+# ----------------------------------------------------------------------------- scheduled sampling
+_PAIR_T = torch.tensor([TERMINALS.index(t) for t, _ in PAIRS])  # PAIRS column -> terminal class
+_PAIR_N = torch.tensor([NONTERMINALS.index(n) for _, n in PAIRS])  # PAIRS column -> non-terminal class
+_ALLOWED = {}  # (state, timing) -> the 10 PAIRS columns advance_unit takes from that state
+
+
+def allowed_units(state: int, timing: str) -> tuple:
+    """Which of the 10 units (PAIRS order) the prefix automaton of ``timing`` takes after ``state``."""
+    key = (state, timing)
+    if key not in _ALLOWED:
+        _ALLOWED[key] = tuple(advance_unit(state, u, timing) is not None for u in PAIRS)
+    return _ALLOWED[key]
+
+
+def gold_prefix_words(tokens, terms, nts, starts, timing: str):
+    """The words of a block and the prefix state before each along the gold units: lists
+    (rows, positions, states) of the inputs that carry a unit (any tag), where the state is known. A
+    sentence starts after an input in ``starts`` (``</s>``, ``<s>``); before the first one of a row the
+    state is unknown (a block that starts mid-sentence), as after a unit the automaton refuses. An
+    input with both tags <notag> carries nothing and does not move the state (``delay``: word 1)."""
+    tagged_t, tagged_n = terms >= FIRST_TAG_ID, nts >= FIRST_TAG_ID
+    is_start = torch.zeros_like(tagged_t)
+    for s in starts:
+        is_start |= tokens == s
+    at = (is_start | tagged_t | tagged_n).nonzero().tolist()  # row-major: each row's positions in order
+    if not at:
+        return [], [], []
+    idx = torch.tensor(at, device=terms.device)
+    ib, jb = idx[:, 0], idx[:, 1]
+    flags = torch.stack([is_start[ib, jb].long(), tagged_t[ib, jb].long(), tagged_n[ib, jb].long(),
+                         terms[ib, jb] - FIRST_TAG_ID, nts[ib, jb] - FIRST_TAG_ID], 1).tolist()
+    rows, cols, states = [], [], []
+    row, state = -1, None
+    for (b, j), (start, has_t, has_n, t, n) in zip(at, flags):
+        if b != row:
+            row, state = b, None
+        if start:
+            state = START
+            continue
+        if not (has_t and has_n):  # a unit needs both tags (an untagged word: has neither, skipped below)
+            state = None
+            continue
+        if state is None:
+            continue
+        rows.append(b)
+        cols.append(j)
+        states.append(state)
+        state = advance_unit(state, (TERMINALS[t], NONTERMINALS[n]), timing)
+    return rows, cols, states
+
+
+@torch.no_grad()
+def model_choices(model, sample, timing: str, starts):
+    """The heads' constrained argmax per word of ``sample`` after the gold prefix (one forward with the
+    gold tags, dropout off). Returns ``(rows, cols, choice, gold)``: the inputs ``(rows, cols)`` whose
+    unit the heads at ``cols - 1`` choose, and the chosen and gold units as PAIRS columns (long, on the
+    inputs' device). A part with no target (``nt-delay`` word 1's ``EOS``) is fixed to the gold one; ties
+    go to the first unit in PAIRS order, as the structure engine's greedy choice."""
+    net_input = sample["net_input"]
+    terms, nts = net_input["src_terminals"], net_input["src_nonterminals"]
+    rows, cols, states = gold_prefix_words(net_input["src_tokens"], terms, nts, starts, timing)
+    dev = terms.device
+    empty = torch.zeros(0, dtype=torch.long, device=dev)
+    if not rows:
+        return empty, empty, empty, empty
+    rows, cols = torch.tensor(rows, device=dev), torch.tensor(cols, device=dev)
+    allowed = torch.tensor([allowed_units(s, timing) for s in states], device=dev)
+    anchor = cols - 1
+    t_target = sample["terminal_target"][rows, anchor] - FIRST_TAG_ID
+    n_target = sample["nonterminal_target"][rows, anchor] - FIRST_TAG_ID
+    choose_t, choose_n = (t_target >= 0) & (t_target < len(TERMINALS)), (n_target >= 0) & (n_target < len(NONTERMINALS))
+    keep = (cols >= 1) & (choose_t | choose_n) & allowed.any(1)
+    rows, cols, anchor, allowed, choose_t, choose_n = (x[keep] for x in (rows, cols, anchor, allowed, choose_t, choose_n))
+    if len(rows) == 0:
+        return empty, empty, empty, empty
+    gold_t, gold_n = terms[rows, cols] - FIRST_TAG_ID, nts[rows, cols] - FIRST_TAG_ID
+    was_training = model.training
+    model.eval()
+    try:
+        _, extra = model(**net_input)
+    finally:
+        model.train(was_training)
+    if extra.get("terminal_logits") is None or extra.get("nonterminal_logits") is None:
+        raise OptionError("--tag-sampling needs a model with tag heads (--sipe-tag-heads)")
+    pt, pn = _PAIR_T.to(dev), _PAIR_N.to(dev)
+    lt = F.log_softmax(extra["terminal_logits"][rows, anchor].double(), -1)[:, pt]
+    ln = F.log_softmax(extra["nonterminal_logits"][rows, anchor].double(), -1)[:, pn]
+    score = torch.where(choose_t[:, None], lt, 0.0) + torch.where(choose_n[:, None], ln, 0.0)
+    allowed = allowed & (choose_t[:, None] | (pt == gold_t[:, None])) & (choose_n[:, None] | (pn == gold_n[:, None]))
+    choice = score.masked_fill(~allowed, -torch.inf).argmax(1)  # the first maximum: PAIRS order on ties
+    gold = gold_t * len(NONTERMINALS) + gold_n  # PAIRS is terminal-major
+    return rows, cols, choice, gold
+
+
+def sample_word_tags(model, sample, p: float, timing: str, starts):
+    """``(net_input, stats)``: the sample's input with a share ``p`` of the words' fed tags replaced by
+    the heads' constrained argmax after the gold prefix (:func:`model_choices`; each word drawn with
+    torch's generator, as :func:`drop_word_tags`), and the counts ``words``, ``replaced``, ``changed``
+    (replaced and different from gold), ``differs`` (the choice differs from gold)."""
+    net_input = sample["net_input"]
+    rows, cols, choice, gold = model_choices(model, sample, timing, starts)
+    terms, nts = net_input["src_terminals"], net_input["src_nonterminals"]
+    draw = torch.rand(terms.shape, device=terms.device)[rows, cols] < p
+    differs = choice != gold
+    stats = {"words": len(rows), "replaced": int(draw.sum()), "changed": int((draw & differs).sum()),
+             "differs": int(differs.sum())}
+    rows, cols, choice = rows[draw], cols[draw], choice[draw]
+    terms, nts = terms.clone(), nts.clone()
+    terms[rows, cols] = FIRST_TAG_ID + _PAIR_T.to(terms.device)[choice]
+    nts[rows, cols] = FIRST_TAG_ID + _PAIR_N.to(nts.device)[choice]
+    return {**net_input, "src_terminals": terms, "src_nonterminals": nts}, stats
+
+
 @dataclass
 class HexatagLMCriterionConfig(FairseqDataclass):
     terminal_weight: float = field(default=1.0, metadata={"help": "lambda_T, weight of the terminal-tag loss"})
@@ -53,22 +170,79 @@ class HexatagLMCriterionConfig(FairseqDataclass):
         "help": "in training, the share of words whose input tags become <notag> (both streams; the heads' targets "
                 "stay gold), drawn per word and update: the model learns to read untagged words as a plain LM "
                 "(score with --tags untagged)"})
+    tag_sampling: float = field(default=0.0, metadata={
+        "help": "scheduled sampling: in training, the share p of words fed the model's own tags (the heads' argmax "
+                "after the gold prefix, constrained to units the prefix allows, from one no-grad forward with the "
+                "gold tags) instead of the parse's; the heads' targets stay gold; --tag-dropout applies after it. "
+                "Needs --tag-head-placement last_subword"})
+    tag_sampling_warmup: int = field(default=0, metadata={
+        "help": "updates over which the --tag-sampling share rises linearly from 0 to its value (0: from the start)"})
 
 
 @register_criterion("hexatag_lm", dataclass=HexatagLMCriterionConfig)
 class HexatagLMCriterion(FairseqCriterion):
-    def __init__(self, task, terminal_weight=1.0, nonterminal_weight=1.0, tag_loss_normalization="token", tag_dropout=0.0):
+    def __init__(self, task, terminal_weight=1.0, nonterminal_weight=1.0, tag_loss_normalization="token", tag_dropout=0.0,
+                 tag_sampling=0.0, tag_sampling_warmup=0):
         super().__init__(task)
         if not 0.0 <= float(tag_dropout) <= 1.0:
             raise ValueError(f"--tag-dropout must be in [0, 1], got {tag_dropout}")
         self.tag_dropout = float(tag_dropout)
+        self.tag_sampling, self.tag_sampling_warmup = self.check_tag_sampling(task, tag_sampling, tag_sampling_warmup)
+        args = getattr(task, "args", None)
+        self.timing = str(getattr(args, "tag_timing", "paper"))
+        if self.timing not in TIMINGS:  # a task without the option reads the paper's timing
+            self.timing = "paper"
+        self.num_updates = None  # set_num_updates; until then the trainer's count (current_update)
         self.weights = {"terminal": terminal_weight, "nonterminal": nonterminal_weight}
         if str(tag_loss_normalization) not in TAG_LOSS_NORMALIZATIONS:
             raise ValueError(f"--tag-loss-normalization must be one of {TAG_LOSS_NORMALIZATIONS}, got {tag_loss_normalization!r}")
         self.tag_loss_normalization = str(tag_loss_normalization)
 
+    @staticmethod
+    def check_tag_sampling(task, share, warmup):
+        """(share, warmup) of ``--tag-sampling``/``--tag-sampling-warmup``, or one OptionError line."""
+        try:
+            share, warmup_f = float(share), float(warmup)
+        except (TypeError, ValueError):
+            raise OptionError(f"--tag-sampling {share!r} / --tag-sampling-warmup {warmup!r}: expected numbers") from None
+        if not 0.0 <= share <= 1.0:
+            raise OptionError(f"--tag-sampling must be a share in [0, 1], got {share}")
+        if warmup_f < 0 or warmup_f != int(warmup_f):
+            raise OptionError(f"--tag-sampling-warmup must be a whole number of updates >= 0, got {warmup}")
+        placement = str(getattr(getattr(task, "args", None), "tag_head_placement", None))
+        if share > 0 and placement != "last_subword":
+            raise OptionError(f"--tag-sampling feeds the heads' choice at position q to the input q+1: it needs --task "
+                              f"hexatag_lm with --tag-head-placement last_subword (given: {placement})")
+        return share, int(warmup_f)
+
+    def set_num_updates(self, num_updates):
+        self.num_updates = int(num_updates)
+
+    def current_update(self) -> int:
+        """The update being trained: what :meth:`set_num_updates` set, else the trainer's count (fairseq
+        0.12's trainer does not call ``set_num_updates`` on criterions; it logs ``num_updates`` to the
+        always-active ``default`` metrics aggregator at every update and when it loads a checkpoint)."""
+        if self.num_updates is not None:
+            return self.num_updates
+        meter = metrics.get_meter("default", "num_updates")
+        return int(meter.val) if meter is not None and getattr(meter, "val", None) is not None else 0
+
+    def sampling_share(self, num_updates=None) -> float:
+        """p at ``num_updates`` (default: :meth:`current_update`): P * min(1, n / warmup)."""
+        n = self.current_update() if num_updates is None else num_updates
+        if self.tag_sampling_warmup <= 0:
+            return self.tag_sampling
+        return self.tag_sampling * min(1.0, n / self.tag_sampling_warmup)
+
     def forward(self, model, sample, reduce=True):
         net_input = sample["net_input"]
+        sampled = None
+        if self.tag_sampling > 0 and model.training and "src_terminals" in net_input:
+            p = self.sampling_share()
+            if p > 0:
+                starts = (self.task.target_dictionary.eos(), self.task.target_dictionary.bos())
+                net_input, sampled = sample_word_tags(model, sample, p, self.timing, starts)
+                sampled["p"] = p
         if self.tag_dropout > 0 and model.training and "src_terminals" in net_input:
             net_input = drop_word_tags(net_input, self.tag_dropout)
         net_output = model(**net_input)
@@ -81,6 +255,9 @@ class HexatagLMCriterion(FairseqCriterion):
         loss, tag_total = self.add_tag_losses(loss, net_output[1], sample, log, ntokens)
         log["loss"] = loss.data
         log["joint_loss"] = lm.data + tag_total
+        if sampled is not None:
+            log.update({"ss_words": sampled["words"], "ss_replaced": sampled["replaced"], "ss_changed": sampled["changed"],
+                        "ss_differs": sampled["differs"], "ss_p_words": sampled["p"] * sampled["words"]})
         return loss, ntokens, log
 
     def add_tag_losses(self, loss, extra, sample, log, sample_size):
@@ -121,6 +298,12 @@ class HexatagLMCriterion(FairseqCriterion):
         metrics.log_scalar("joint_loss", total("joint_loss") / ntokens / ln2, ntokens, round=3)
         metrics.log_derived("joint_ppl", lambda m: utils.get_perplexity(m["joint_loss"].avg))
         HexatagLMCriterion.log_tag_metrics(total)
+        words = total("ss_words")
+        if words:
+            metrics.log_scalar("tag_sampling_p", total("ss_p_words") / words, words, round=3)
+            for key, name in (("ss_replaced", "tag_sampled"), ("ss_changed", "tag_sampled_changed"),
+                              ("ss_differs", "tag_choice_err")):
+                metrics.log_scalar(name, 100.0 * total(key) / words, words, round=2)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
