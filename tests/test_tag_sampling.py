@@ -363,11 +363,10 @@ def test_fairseq_train_schedules_p_from_the_trainer(train_checkpoint):
     log = train_checkpoint.log(ck)
     got = {}
     for line in log.splitlines():
-        if "train_inner" in line or "| epoch" in line:
-            n = re.search(r"num_updates (\d+)", line)
-            p = re.search(r"tag_sampling_p ([0-9.]+)", line)
-            if n and "train_inner" in line:
-                got[int(n.group(1))] = float(p.group(1)) if p else 0.0
+        n = re.search(r"num_updates[= ](\d+)", line)
+        if n and "train_inner" in line:  # one line per update (--log-interval 1); none at p = 0
+            p = re.search(r"tag_sampling_p[= ]([0-9.]+)", line)
+            got[int(n.group(1))] = float(p.group(1)) if p else 0.0
     # update k (1-based) is trained at num_updates k - 1: p = 0.8 * min(1, (k - 1) / 4)
-    assert got and all(abs(p - 0.8 * min(1.0, (k - 1) / 4)) < 1e-3 for k, p in got.items()), got
+    assert len(got) == 6 and all(abs(p - 0.8 * min(1.0, (k - 1) / 4)) < 1e-3 for k, p in got.items()), got
     assert any(p > 0 for p in got.values())
