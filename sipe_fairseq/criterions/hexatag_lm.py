@@ -85,7 +85,7 @@ def gold_prefix_words(tokens, terms, nts, starts, timing: str):
         if start:
             state = START
             continue
-        if not (has_t and has_n):  # a unit needs both tags (an untagged word: has neither, skipped below)
+        if not (has_t and has_n):  # one tag without the other: not a unit, the state is unknown
             state = None
             continue
         if state is None:
