@@ -14,6 +14,7 @@ What is asserted:
 """
 import itertools
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -268,3 +269,79 @@ def test_split_given_matches_eval_lm_blocks(tmp_path, timing):
         assert given[f"tokens.{kind}"] == blocks[f"lm.{kind}"]["count"]
     assert abs(math.log(given["ppl"]) - blocks["lm"]["nll"]) < 1e-5
     assert abs(math.log(joint["ppl"]) - blocks["joint"]["nll"]) < 1e-5
+
+
+@pytest.mark.parametrize("timing", SHIFTED)
+def test_sentence_scorers_feed_the_timed_tags(dictionary, timing):
+    """BLiMP's and SyntaxGym's given path (``eval.scoring``: one batched forward of word-aligned tags)
+    feeds the model's timing: the engine's given numbers (float32 log-softmax there: 1e-5)."""
+    from sipe_fairseq.eval.scoring import decoder_sentence_scores, token_logprobs
+
+    model = timed_model(dictionary, timing, seed=4)
+    encoded = [s for pair in sentence_pairs(dictionary, 2, seed=9) for s in pair]
+    engine = PrefixTagScorer(model, "given", PLACEMENT).score_batch(encoded)
+    lps = token_logprobs(model, encoded, dictionary.eos(), dictionary.pad())
+    joints = decoder_sentence_scores(model, encoded, dictionary, joint=True, placement=PLACEMENT)
+    for x, lp, j in zip(engine, lps, joints):
+        assert max(abs(u - float(v)) for u, v in zip(x.token_logprobs, lp)) < 1e-5
+        assert abs(x.joint - j) < 1e-4
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny word-aware decoder per shifted timing, trained for a few updates through fairseq-train."""
+    import os
+    import sys
+
+    import launcher
+    from sipe_fairseq.cli.preprocess import main as preprocess_main
+    from sipe_fairseq.data import toy_grammar
+
+    root = tmp_path_factory.mktemp("timing")
+    toy_grammar.make_corpus(root / "toy", n_train=200, n_valid=10, n_test=12, seed=4)
+    data = root / "data"
+    assert preprocess_main(["--train", str(root / "toy/train.conllu"), "--valid", str(root / "toy/valid.conllu"),
+                            "--test", str(root / "toy/test.conllu"), "--destdir", str(data), "--spm-vocab-size", "200"]) == 0
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    out = {"data": data}
+    for timing in SHIFTED:
+        save = root / f"ck-{timing}"
+        cmd = [Path(sys.executable).parent / "fairseq-train", data, "--user-dir", str(Path(sipe_fairseq.__file__).parent),
+               "--task", "hexatag_lm", "--criterion", "hexatag_lm", "--arch", "sipe_txl_tiny", "--sipe-injection", "position",
+               "--sipe-proj-init-std", "0.5", "--tag-head-placement", PLACEMENT, "--sipe-tag-head-input", "word",
+               "--tag-timing", timing, "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "1024", "--max-update", "4",
+               "--seed", "1", "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0",
+               "--tokens-per-sample", "128", "--sample-break-mode", "complete"]
+        proc = launcher.run(cmd, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out[timing] = save / "checkpoint_last.pt"
+    return out
+
+
+@pytest.mark.parametrize("timing", SHIFTED)
+def test_fairseq_eval_lm_matches_the_engine(trained, timing):
+    """A checkpoint trained with --tag-timing keeps it: fairseq-eval-lm (given, and --inference-tags self)
+    prints the perplexities sipe-eval-lm's given and self compute."""
+    from fairseq import options
+    from fairseq_cli.eval_lm import main
+
+    from sipe_fairseq.checkpoints import load_lm
+    from sipe_fairseq.eval.prefix_scores import score_split_sources
+
+    model, task = load_lm(str(trained[timing]), str(trained["data"]))
+    assert model.decoder.tag_timing == timing
+    ours = score_split_sources(model, task, "test", ["given", "self"])
+
+    def eval_lm(*extra, timing_args=("--tag-timing", timing)):
+        parser = options.get_eval_lm_parser()
+        args = options.parse_args_and_arch(parser, [str(trained["data"]), "--path", str(trained[timing]), "--user-dir",
+                                                    str(Path(sipe_fairseq.__file__).parent), "--task", "hexatag_lm",
+                                                    "--gen-subset", "test", "--tokens-per-sample", "128", "--max-tokens",
+                                                    "2048", "--cpu", "--num-workers", "0", "--sample-break-mode", "eos",
+                                                    "--tag-head-placement", PLACEMENT, *timing_args, *extra])
+        return main(args)
+
+    assert eval_lm()["perplexity"] == pytest.approx(ours["given"]["ppl"], rel=1e-4)
+    assert eval_lm("--inference-tags", "self")["perplexity"] == pytest.approx(ours["self"]["ppl"], rel=1e-4)
+    with pytest.raises(OptionError, match=f"trained with --tag-timing {timing}; the task has --tag-timing paper"):
+        eval_lm(timing_args=())  # the data would carry the paper's tags: refused at load

@@ -17,6 +17,7 @@ from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel, regi
 from omegaconf import II
 
 from ..hexatag.errors import OptionError
+from ..hexatag.timing import TIMINGS, check_timing
 from ..modules import (SiPETransformerLayer, TagContext, WordAwareInput, attach_injections, kv_cache, parse_injection,
                        tag_pair_classes)
 from ..modules.assembly import INJECTION_CHOICES, TAG_TABLE_CHOICES, build_tag_tables, tag_context
@@ -117,9 +118,33 @@ class SiPEDecoder(FairseqIncrementalDecoder):
         self.terminal_head, self.nonterminal_head = build_tag_heads(d, tag_heads_enabled(cfg.sipe_tag_heads, bool(self.parts)))
         word_aware = str(getattr(cfg, "sipe_tag_head_input", "state")) == "word" and self.terminal_head is not None
         self.tag_head_input = WordAwareInput(d) if word_aware else None
+        self.register_buffer("tag_timing_id", torch.tensor(TIMINGS.index("paper")))  # see tag_timing
 
     takes_tags = True  # forward reads the hexatag streams src_terminals/src_nonterminals (structure/family.py)
-    tag_timing = "paper"  # which tags each word carries (hexatag/timing.py); build_model sets the task's --tag-timing
+
+    @property
+    def tag_timing(self) -> str:
+        """Which tags each word carries (the task's ``--tag-timing``, :mod:`sipe_fairseq.hexatag.timing`), kept in
+        the checkpoint (buffer ``tag_timing_id``) so that a run evaluated with another timing fails at load."""
+        return TIMINGS[int(self.tag_timing_id)]
+
+    @tag_timing.setter
+    def tag_timing(self, timing: str) -> None:
+        self.tag_timing_id.fill_(TIMINGS.index(check_timing(timing)))
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """A checkpoint trained with another timing than the task's is refused (the data would carry other tags
+        than the model learned to read). A checkpoint without the buffer (written before it existed) takes the
+        task's timing: nothing to check it against."""
+        key = f"{name}.tag_timing_id" if name else "tag_timing_id"
+        if key not in state_dict:
+            logger.info(f"checkpoint without {key}: --tag-timing {self.tag_timing} (the task's) is not checked")
+            state_dict[key] = self.tag_timing_id.clone()
+        trained = TIMINGS[int(state_dict[key])]
+        if trained != self.tag_timing:
+            raise OptionError(f"this checkpoint was trained with --tag-timing {trained}; the task has --tag-timing "
+                              f"{self.tag_timing}: pass --tag-timing {trained}")
+        super().upgrade_state_dict_named(state_dict, name)
 
     @property
     def structure(self) -> str:

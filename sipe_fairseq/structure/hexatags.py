@@ -312,10 +312,12 @@ class HexatagPolicy(StructurePolicy):
         else:
             tags = entered_tags([PAIRS[p] if p >= 0 else (None, None) for p in chosen], self.timing)
             complete = self.constrained and can_end(int(self.depth[row]), self.timing, n_words)
-        info = {"tags": tags, "complete": bool(complete), "restarts": int(self.restarts[row])}
+        info = {"tags": tags, "complete": bool(complete), "restarts": int(self.restarts[row]), "extra": {}}
         abstained = chosen.count(ABSTAINED) - int(self.timing == "delay" and n_words > 0)
         if abstained:
-            info["extra"] = {"abstained": abstained}
+            info["extra"]["abstained"] = abstained
+        if self.timing != "paper":  # what each word carried (None: nothing), for --inference-tags self
+            info["extra"]["fed"] = [PAIRS[p] if p >= 0 else None for p in chosen]
         return info
 
     # ---------------------------------------------------------------- given: one forward

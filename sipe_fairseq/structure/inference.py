@@ -40,9 +40,10 @@ def self_structured_sample(model, sample: dict, dictionary, options: StructureOp
     for i, n, tokens in _rows(sample, dictionary):
         if n < 2:
             continue  # an empty sentence: </s> only, no structure
-        if kind == "hexatags":
+        if kind == "hexatags":  # the word starts: the inputs that carry tags (delay: word 1 carries none)
             terms = torch.full_like(tokens, NOTAG_ID)
             terms[:n - 1] = net["src_terminals"][i, 1:n].cpu()
+            terms[0] = FIRST_TAG_ID
             sentences.append(prepare(i, tokens, terms, None, dictionary, eos))
         else:
             word_no = net["src_words"][i, 1:n].cpu()  # block word of each input x_1 .. x_(n-1)
@@ -57,8 +58,9 @@ def self_structured_sample(model, sample: dict, dictionary, options: StructureOp
     if kind == "hexatags":
         new_terms, new_nts = net["src_terminals"].clone(), net["src_nonterminals"].clone()
         for (i, n), s, sc in zip(rows, sentences, scores):
-            a, b = tag_ids(torch.tensor([PAIR_INDEX[p] for p in sc.tags]))
-            pos = torch.tensor(s.starts) + 1
+            fed = sc.extra.get("fed", sc.tags)  # --tag-timing: what each word carried (None: nothing)
+            pos = torch.tensor([q for q, p in zip(s.starts, fed) if p is not None and "-" not in p], dtype=torch.long) + 1
+            a, b = tag_ids(torch.tensor([PAIR_INDEX[p] for p in fed if p is not None and "-" not in p], dtype=torch.long))
             new_terms[i, :n], new_nts[i, :n] = NOTAG_ID, NOTAG_ID
             new_terms[i, pos], new_nts[i, pos] = a.to(new_terms), b.to(new_nts)
         return dict(sample, net_input=dict(net, src_terminals=new_terms, src_nonterminals=new_nts))
