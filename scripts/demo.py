@@ -4,8 +4,10 @@
 1. generate a corpus from a small grammar with gold dependency trees and long-distance agreement
    (``sipe_fairseq.data.toy_grammar``), plus agreement minimal pairs;
 2. ``sipe-preprocess`` it into a fairseq data directory with aligned hexatag streams;
-3. ``fairseq-train`` two Transformer-XL decoders of the same size: ``--sipe-injection none`` and
-   ``position`` (PP-SiPE, Eq. 5-6);
+3. ``fairseq-train`` Transformer-XL decoders of the same size: ``--sipe-injection none``,
+   ``position`` (PP-SiPE, Eq. 5-6) and ``word-nt`` (``position`` whose heads choose each word's tags once
+   its first subword is seen, the non-terminal one word late: ``--sipe-tag-head-input word --tag-timing
+   nt-delay``, the option that makes the most of tags chosen from the prefix);
 4. score both with ``fairseq-eval-lm`` (p(x | tags)), ``sipe-eval-lm`` (the joint bound
    -log p(x, tags) and the breakdown by position type) and the minimal pairs; print side by side.
 """
@@ -20,6 +22,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+# run name -> (fairseq-train model options, task options that fairseq-eval-lm must repeat)
+RUNS = {
+    "none": (["--sipe-injection", "none"], []),
+    "position": (["--sipe-injection", "position"], []),
+    "word-nt": (["--sipe-injection", "position", "--sipe-tag-head-input", "word"],
+                ["--tag-head-placement", "last_subword", "--tag-timing", "nt-delay"]),
+}
 
 
 def sh(cmd, log=None):
@@ -40,7 +49,8 @@ def main(argv=None):
     p.add_argument("--arch-args",
                    default="--decoder-embed-dim 128 --decoder-ffn-embed-dim 512 --decoder-layers 3 --decoder-attention-heads 4",
                    help="model size on top of sipe_txl_tiny")
-    p.add_argument("--injections", default="none,position")
+    p.add_argument("--runs", "--injections", dest="runs", default="none,position,word-nt",
+                   help=f"comma-separated, of {', '.join(RUNS)}")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
     work = Path(args.workdir)
@@ -67,23 +77,28 @@ def main(argv=None):
     common = ["--user-dir", ROOT / "sipe_fairseq", "--task", "hexatag_lm", "--tokens-per-sample", "128",
               "--sample-break-mode", "complete"]
     results, times = {}, {}
-    for inj in args.injections.split(","):
+    for inj in args.runs.split(","):
+        if inj not in RUNS:
+            sys.exit(f"--runs: unknown run {inj!r} (expected some of {', '.join(RUNS)})")
+        model_args, task_args = RUNS[inj]
         save = work / f"checkpoints-{inj}"
-        print(f"[3/4] fairseq-train sipe_txl --sipe-injection {inj} ({args.max_update} updates)", flush=True)
-        _, times[inj] = sh([BIN / "fairseq-train", data, *common, "--arch", "sipe_txl_tiny", *args.arch_args.split(),
-                            "--sipe-injection", inj, "--criterion", "hexatag_lm", "--optimizer", "adam", "--lr", "0.002",
+        print(f"[3/4] fairseq-train sipe_txl {' '.join(model_args + task_args)} ({args.max_update} updates)", flush=True)
+        _, times[inj] = sh([BIN / "fairseq-train", data, *common, *task_args, "--arch", "sipe_txl_tiny",
+                            *args.arch_args.split(), *model_args, "--criterion", "hexatag_lm", "--optimizer", "adam",
+                            "--lr", "0.002",
                             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50", "--clip-norm", "1.0",
                             "--max-tokens", "4096", "--max-update", args.max_update, "--seed", args.seed,
                             "--save-dir", save, "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple",
                             "--log-interval", "50", "--validate-interval-updates", str(args.max_update)],
                            work / f"train-{inj}.log")
         ckpt = save / "checkpoint_last.pt"
-        out, _ = sh([BIN / "fairseq-eval-lm", data, *common, "--path", ckpt, "--gen-subset", "test", "--max-tokens", "4096"])
+        out, _ = sh([BIN / "fairseq-eval-lm", data, *common, *task_args, "--path", ckpt, "--gen-subset", "test",
+                     "--max-tokens", "4096"])
         m = re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", out)
         results[inj] = {"fairseq_eval_lm_ppl": float(m.group(2)), "ckpt": str(ckpt)}
         # The honest number: every sentence alone, tags chosen by the model from the prefix (exact p(x)).
         own = ["--sample-break-mode", "eos"] + (["--inference-tags", "self"] if inj != "none" else [])
-        out, _ = sh([BIN / "fairseq-eval-lm", data, *common, *own, "--path", ckpt, "--gen-subset", "test",
+        out, _ = sh([BIN / "fairseq-eval-lm", data, *common, *task_args, *own, "--path", ckpt, "--gen-subset", "test",
                      "--max-tokens", "4096"])
         m = re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", out)
         results[inj]["self_tags_ppl"] = float(m.group(2))
