@@ -345,3 +345,18 @@ def test_fairseq_eval_lm_matches_the_engine(trained, timing):
     assert eval_lm("--inference-tags", "self")["perplexity"] == pytest.approx(ours["self"]["ppl"], rel=1e-4)
     with pytest.raises(OptionError, match=f"trained with --tag-timing {timing}; the task has --tag-timing paper"):
         eval_lm(timing_args=())  # the data would carry the paper's tags: refused at load
+
+
+@pytest.mark.parametrize("timing", SHIFTED)
+def test_constrained_generation_closes_every_tree(dictionary, timing):
+    """The generator's limits in units: every sentence ends as one tree by max_len, though the last EOS
+    (delay: the last pair) never enters (delay: completed by the one pair that closes it)."""
+    from test_generate import generate
+
+    model = timed_model(dictionary, timing, seed=3)
+    hyps, _ = generate(model, dictionary, bsz=4, beam=2, sampling=True, sample_tags=False, seed=5, max_len=30,
+                       placement=PLACEMENT, constrained=True)
+    tags = [h["tags"] for beam in hyps for h in beam]
+    if timing == "delay":
+        tags = [t[:-1] + [("r" if len(t) > 1 else "l", "EOS")] for t in tags]
+    assert len(tags) == 8 and all(is_valid(t) for t in tags) and max(map(len, tags)) >= 10

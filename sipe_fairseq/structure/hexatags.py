@@ -178,10 +178,12 @@ class HexatagPolicy(StructurePolicy):
         state = torch.where(restarted, torch.full_like(depth, START), depth)
         nxt = self.table[state + 1]
         allowed = nxt != _BROKEN
-        if limits is not None and self.timing == "paper":  # the other timings never close a tree
+        if limits is not None:
             left = limits.get("words_left")
-            if left is not None:
+            if left is not None and self.timing == "paper":
                 allowed &= (nxt == CLOSED) | (nxt <= left[:, None])
+            elif left is not None:  # the end is implicit: depth d closes after d - 1 more words
+                allowed &= nxt - 1 <= left[:, None]
             keep_open = limits.get("keep_open")
             if keep_open is not None:
                 opened = allowed & (nxt != CLOSED)
