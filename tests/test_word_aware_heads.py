@@ -165,3 +165,31 @@ def test_needs_the_last_subword_anchor(dictionary):
         SiPETransformerXLModel.build_model(cfg, task)
     task.args.tag_head_placement = "last_subword"
     assert SiPETransformerXLModel.build_model(cfg, task).decoder.tag_head_input is not None
+
+
+@pytest.mark.parametrize("word_aware", [True, False])
+def test_detached_heads_train_only_themselves(dictionary, word_aware):
+    """--sipe-tag-head-detach: the same forward values; the tag losses' gradient reaches the heads (and the
+    word-aware layer) and nothing of the LM, which it reaches without the option."""
+    from dataclasses import replace
+
+    base = make_word_model(dictionary, seed=2)
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(dictionary.nspecial, len(dictionary), (2, 9), generator=g)
+    tags = torch.randint(FIRST_TAG_ID, FIRST_TAG_ID + 2, (2, 9), generator=g)
+    grads = {}
+    for detach in (False, True):
+        cfg = replace(base.decoder.cfg, sipe_tag_head_detach=detach, sipe_tag_head_input="word" if word_aware else "state")
+        model = SiPETransformerXLModel(SiPEDecoder(cfg, dictionary)).double()
+        model.load_state_dict(base.state_dict(), strict=word_aware)
+        _, extra = model(tokens, src_terminals=tags, src_nonterminals=tags)
+        loss = extra["terminal_logits"].logsumexp(-1).sum() + extra["nonterminal_logits"].logsumexp(-1).sum()
+        model.zero_grad()
+        loss.backward()
+        grads[detach] = {k: (p.grad.abs().sum().item() if p.grad is not None else 0.0) for k, p in model.named_parameters()}
+        grads[detach, "logits"] = extra["terminal_logits"].detach()
+    torch.testing.assert_close(grads[True, "logits"], grads[False, "logits"], rtol=0, atol=0)
+    heads = ("decoder.terminal_head.", "decoder.nonterminal_head.", "decoder.tag_head_input.")
+    lm = [k for k in grads[True] if not k.startswith(heads)]
+    assert all(grads[True][k] == 0.0 for k in lm) and sum(grads[False][k] for k in lm) > 0
+    assert all(grads[True][k] > 0 for k in grads[True] if k.startswith(heads[:2]))

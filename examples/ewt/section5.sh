@@ -34,6 +34,7 @@ args_for() {  # run name -> fairseq-train arguments
     wordnt) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay" ;;
     worddelay) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing delay" ;;
     wordntss) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-sampling 0.3 --tag-sampling-warmup 200" ;;
+    wordntssdetach) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-sampling 0.3 --tag-sampling-warmup 200 --sipe-tag-head-detach" ;;
     wordntdrop) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-dropout 0.3" ;;
     *) echo "unknown run $1" >&2; exit 2 ;;
   esac

@@ -64,6 +64,10 @@ class SiPEDecoderConfig(FairseqDataclass):
                                            "at the anchor (the paper); word = the prefix state just before word w and the "
                                            "embedding of w's first subword, through one GELU layer (the pair is chosen "
                                            "once that subword is seen; needs --tag-head-placement last_subword)"})
+    sipe_tag_head_detach: bool = field(
+        default=False, metadata={"help": "the tag heads read the decoder's states (and, word-aware, the token embedding) "
+                                         "detached: the tag losses train the heads only and do not shape the LM, which "
+                                         "still reads the tags as input"})
     pooler_dropout: float = field(default=0.1, metadata={"help": "dropout in sentence classification heads (fine-tuning)"})
     pooler_activation_fn: ChoiceEnum(["tanh", "relu", "gelu", "linear"]) = field(
         default="tanh", metadata={"help": "activation of the classification head's dense layer (RoBERTa: tanh)"})
@@ -187,12 +191,14 @@ class SiPEDecoder(FairseqIncrementalDecoder):
         extra = {"attn": [attn], "inner_states": inner}
         if need_attn:  # every layer's (B, H, T, T) probabilities, lowest first (appendix C averages them)
             extra["attn_layers"] = layer_attn
+        # --sipe-tag-head-detach: the heads read the LM's states and embeddings without sending gradients back
+        grad = (lambda t: t.detach()) if getattr(self.cfg, "sipe_tag_head_detach", False) else (lambda t: t)
         if self.tag_head_input is None:
-            add_tag_logits(self, x, extra)
+            add_tag_logits(self, grad(x), extra)
         else:  # word-aware heads at position p read the input token p+1 (the last one: unknown here, pad)
             nxt = torch.cat([tokens[:, start + 1:], tokens.new_full((tokens.size(0), 1), self.padding_idx)], 1)
             extra["tag_state"] = x  # the engine chooses from it once the next token is known (word_tag_logits)
-            add_tag_logits(self, self.tag_head_input(x, self.embed_tokens(nxt) * self.embed_scale), extra)
+            add_tag_logits(self, self.tag_head_input(grad(x), grad(self.embed_tokens(nxt) * self.embed_scale)), extra)
         return x, extra
 
     def word_tag_logits(self, state: torch.Tensor, next_tokens: torch.Tensor):
