@@ -52,14 +52,17 @@ class TagContext:
         return self.memo[key]
 
     def per_class(self, query: torch.Tensor, projection: nn.Module, scale: float, part: Optional[str] = None) -> torch.Tensor:
-        """``per_class_scores(query, projection(table of part), scale)``; with ``memo``, one matmul against
-        the memoized, pre-scaled (H, d, 11) layout (few query rows, no autograd-layout concerns)."""
+        """``per_class_scores(query, projection(table of part), scale)``; with ``memo``, one (H, B T, d) @
+        (H, d, 11) product against the memoized, pre-scaled layout (few query rows, no autograd-layout
+        concerns): a (B, H, T, d) @ (H, d, 11) matmul would copy the table to every row and run B H tiny products."""
         if self.memo is None:
             return per_class_scores(query, projection(self.for_pathway(part)), scale)
         key = f"per_class{id(projection)}:{scale}"
         if key not in self.memo:
             self.memo[key] = (self.project(projection, part) * scale).permute(1, 2, 0).to(query.dtype)
-        return torch.matmul(query, self.memo[key])
+        b, h, t, d = query.shape
+        by_head = torch.matmul(query.transpose(0, 1).reshape(h, b * t, d), self.memo[key])
+        return by_head.view(h, b, t, -1).transpose(0, 1)  # (B, H, T, 11)
 
 
 class TagProjection(nn.Module):
