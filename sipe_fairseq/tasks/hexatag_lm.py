@@ -83,6 +83,13 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         self._inference_model = weakref.ref(model)  # --inference-tags self: the model that chooses the tags
         return model
 
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        """fairseq's step; a criterion with a schedule (``--tag-sampling-warmup``) is told the update first
+        (fairseq 0.12's trainer tells only the model)."""
+        if hasattr(criterion, "set_num_updates"):
+            criterion.set_num_updates(update_num)
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
     def build_dataset_for_inference(self, src_tokens, src_lengths, **kwargs):
         """Prompts for ``fairseq-interactive`` (as ``language_modeling``; no tags or arcs: the model
         chooses the prompt's structure too, see :mod:`sipe_fairseq.structure.generation`)."""
