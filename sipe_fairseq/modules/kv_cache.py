@@ -3,7 +3,8 @@
 
 ``k``, ``v`` (R, H, n, d): every row's keys and values by absolute position, as views of preallocated
 buffers (``{k,v}_buf``, with a ``{k,v}_spare`` of the same size that a reorder gathers into):
-appending writes the new positions only.
+appending writes the new positions only. A reorder that gathers every position writes the rows tight, with
+room for one more (:func:`_tight`), so that the next step's keys and values are one contiguous tensor.
 
 Shared prefixes (after a reorder that repeats rows, i.e. a beam's hypotheses branching): the children
 of one row share its keys and values instead of a copy each, and their attention over the shared part
