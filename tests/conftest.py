@@ -191,3 +191,23 @@ class CheckpointCache:
 def train_checkpoint(tmp_path_factory, toy_data):
     """The session's CheckpointCache (default data directory: toy_data)."""
     return CheckpointCache(tmp_path_factory.mktemp("checkpoints"), toy_data)
+
+
+def toy_lm_task(tmp_path, seed: int = 3, n_valid: int = 12, **options):
+    """A ``hexatag_lm`` task (built in-process) on its own tiny toy-grammar ``sipe-preprocess`` directory
+    (40 training sentences, ``n_valid`` valid, 60 pieces); ``options`` override the task's config."""
+    from omegaconf import OmegaConf
+
+    from sipe_fairseq.cli.preprocess import main as preprocess_main
+    from sipe_fairseq.data import toy_grammar
+    from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
+
+    toy_grammar.make_corpus(tmp_path / "toy", n_train=40, n_valid=n_valid, n_test=2, seed=seed)
+    out = tmp_path / "data"
+    assert preprocess_main(["--train", str(tmp_path / "toy/train.conllu"), "--valid", str(tmp_path / "toy/valid.conllu"),
+                            "--destdir", str(out), "--spm-vocab-size", "60"]) == 0
+    cfg = OmegaConf.merge(OmegaConf.structured(HexatagLMConfig),
+                          {"data": str(out), "dataset_impl": None, "seed": 1, "batch_size": None, "batch_size_valid": None,
+                           "data_buffer_size": 10, "tpu": False, "use_plasma_view": False, "plasma_path": "/tmp/plasma",
+                           **options})
+    return HexatagLanguageModelingTask.setup_task(cfg)

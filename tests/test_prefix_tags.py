@@ -410,25 +410,12 @@ def test_split_given_matches_eval_lm_blocks(tmp_path):
     perplexity and the joint bound that fairseq's eval-lm data path (``scoring.score_split``,
     --sample-break-mode eos: one sentence per block) gives, with the same token and word counts;
     ``self`` and ``beam:2`` run over the split and count every sentence."""
-    from omegaconf import OmegaConf
-
-    from sipe_fairseq.cli.preprocess import main as preprocess_main
-    from sipe_fairseq.data import toy_grammar
+    from conftest import toy_lm_task
     from sipe_fairseq.eval.scoring import score_split
     from sipe_fairseq.eval.prefix_scores import score_split_sources
-    from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
 
     # its own tiny corpus (not conftest's toy_data): every valid sentence is scored alone, prefix by prefix
-    toy_grammar.make_corpus(tmp_path / "toy", n_train=40, n_valid=12, n_test=2, seed=3)
-    out = tmp_path / "data"
-    assert preprocess_main(["--train", str(tmp_path / "toy/train.conllu"), "--valid", str(tmp_path / "toy/valid.conllu"),
-                            "--destdir", str(out), "--spm-vocab-size", "60"]) == 0
-    cfg = OmegaConf.merge(OmegaConf.structured(HexatagLMConfig),
-                          {"data": str(out), "sample_break_mode": "eos", "tokens_per_sample": 512,
-                           "tag_head_placement": "last_subword",
-                           "dataset_impl": None, "seed": 1, "batch_size": None, "batch_size_valid": None,
-                           "data_buffer_size": 10, "tpu": False, "use_plasma_view": False, "plasma_path": "/tmp/plasma"})
-    task = HexatagLanguageModelingTask.setup_task(cfg)
+    task = toy_lm_task(tmp_path, sample_break_mode="eos", tokens_per_sample=512, tag_head_placement="last_subword")
     model = make_model(task.source_dictionary, positions=512)
     blocks = score_split(model, task, "valid")
     ours = score_split_sources(model, task, "valid", ["given", "self", "beam:2"])

@@ -290,22 +290,10 @@ def test_share_and_dropout_after_sampling(dictionary):
 def test_task_batch_nt_delay(tmp_path):
     """A batch of a sipe-preprocess directory through the task (nt-delay, complete blocks of several
     sentences): p = 1 feeds the independent argmax, targets unchanged."""
-    from omegaconf import OmegaConf
+    from conftest import toy_lm_task
 
-    from sipe_fairseq.cli.preprocess import main as preprocess_main
-    from sipe_fairseq.data import toy_grammar
-    from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
-
-    toy_grammar.make_corpus(tmp_path / "toy", n_train=40, n_valid=4, n_test=2, seed=5)
-    out = tmp_path / "data"
-    assert preprocess_main(["--train", str(tmp_path / "toy/train.conllu"), "--valid", str(tmp_path / "toy/valid.conllu"),
-                            "--destdir", str(out), "--spm-vocab-size", "60"]) == 0
-    cfg = OmegaConf.merge(OmegaConf.structured(HexatagLMConfig),
-                          {"data": str(out), "sample_break_mode": "complete", "tokens_per_sample": 64,
-                           "tag_head_placement": "last_subword", "tag_timing": "nt-delay",
-                           "dataset_impl": None, "seed": 1, "batch_size": None, "batch_size_valid": None,
-                           "data_buffer_size": 10, "tpu": False, "use_plasma_view": False, "plasma_path": "/tmp/plasma"})
-    task = HexatagLanguageModelingTask.setup_task(cfg)
+    task = toy_lm_task(tmp_path, seed=5, n_valid=4, sample_break_mode="complete", tokens_per_sample=64,
+                       tag_head_placement="last_subword", tag_timing="nt-delay")
     task.load_dataset("train")
     ds = task.dataset("train")
     sample = ds.collater([ds[i] for i in range(min(6, len(ds)))])

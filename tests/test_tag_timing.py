@@ -8,7 +8,7 @@ What is asserted:
 - on a float64 word-aware decoder, for ``nt-delay`` and ``delay``: ``given`` equals an independent full
   forward (the timed tags fed, each word's fed tags scored at the position before it, the fixed parts
   free), through the cache too; ``beam`` over all units = the exact marginal by enumeration; ``self``
-  = one full forward with its own tags; batches = one at a time; greedy generation = ``self``;
+  = one full forward with its own tags; batches = one at a time; greedy generation = ``self`` (tests/test_word_aware_heads.py);
 - on a ``sipe-preprocess`` directory, the eval-lm data path (timed streams and targets) gives the
   engine's ``given`` and joint numbers.
 """
@@ -48,16 +48,9 @@ def test_unit_automaton_accepts_exactly_the_timed_valid_sequences(timing):
     for n in range(1, 6):
         want = {tuple(timed_pairs(v, timing)) for v in valid_sequences(n)}
         got = set()
-        first = 1 if timing == "delay" else 0  # delay: word 1 carries nothing
-        for units in itertools.product(PAIRS, repeat=n - first):
-            state = START
-            for u in units:
-                state = advance_unit(state, u, timing)
-                if state is None:
-                    break
-            else:
-                if (state == CLOSED) if timing == "paper" else can_end(state, timing, n):
-                    got.add(((None, None),) * first + units)
+        for units, state in prefix_valid_units(n, timing):
+            if (state == CLOSED) if timing == "paper" else can_end(state, timing, n):
+                got.add(tuple(units))
         assert got == want, (timing, n)
         for v in valid_sequences(n):
             back = untimed_pairs(timed_pairs(v, timing), timing)
@@ -133,8 +126,8 @@ def full_reference(model, dictionary, pieces, tags, timing, units=None):
 
 
 def prefix_valid_units(n, timing):
-    """Every unit sequence of n words the prefix automaton takes (the engine's beam does not ask the
-    tree to close at ``</s>``, in any timing)."""
+    """Every unit sequence of n words the prefix automaton takes, with the state it leaves (the engine's
+    beam does not ask the tree to close at ``</s>``, in any timing). Under ``delay`` word 1 carries nothing."""
     first = [(None, None)] if timing == "delay" else []
     out = []
     for units in itertools.product(PAIRS, repeat=n - len(first)):
@@ -144,13 +137,13 @@ def prefix_valid_units(n, timing):
             if state is None:
                 break
         else:
-            out.append(first + list(units))
+            out.append((first + list(units), state))
     return out
 
 
 def enumerated(model, dictionary, pieces, n, timing):
     """The joint of every prefix-valid unit sequence of n words and the log of their sum."""
-    seqs = prefix_valid_units(n, timing)
+    seqs = [units for units, _ in prefix_valid_units(n, timing)]
     joints = torch.tensor([full_reference(model, dictionary, pieces, None, timing, units=u)[1] for u in seqs],
                           dtype=torch.float64)
     return seqs, joints, float(torch.logsumexp(joints, 0))
@@ -202,26 +195,6 @@ def test_batches_equal_one_at_a_time(dictionary, timing, source):
         assert x.tags == alone.tags and abs(x.logprob - alone.logprob) < TOL and abs(x.joint - alone.joint) < TOL
 
 
-@pytest.mark.parametrize("timing", SHIFTED)
-def test_greedy_generation_is_self(dictionary, timing):
-    from test_generate import generate
-    from sipe_fairseq.structure.sentences import Sentence
-
-    model = timed_model(dictionary, timing, seed=3)
-    hyps, _ = generate(model, dictionary, bsz=3, beam=2, sampling=True, sample_tags=False, seed=5, max_len=30,
-                       placement=PLACEMENT, constrained=False)
-    checked = 0
-    for beam in hyps:
-        for h in beam:
-            own = score_sentences(model, [Sentence(h["tokens"], h["word_starts"])], "self",
-                                  StructureOptions(placement=PLACEMENT, constrained=False), dictionary.eos(),
-                                  dictionary.pad())[0]
-            assert own.tags == h["tags"]
-            assert max(abs(u - float(v)) for u, v in zip(own.token_logprobs, h["positional_scores"])) < 1e-6
-            checked += 1
-    assert checked == 6
-
-
 def test_shifted_timing_needs_the_last_subword_anchor(dictionary):
     from types import SimpleNamespace
 
@@ -241,24 +214,12 @@ def test_shifted_timing_needs_the_last_subword_anchor(dictionary):
 def test_split_given_matches_eval_lm_blocks(tmp_path, timing):
     """The data path (timed streams, targets without the fixed parts) and the engine's given agree on a
     sipe-preprocess directory: perplexity, joint bound and counts."""
-    from omegaconf import OmegaConf
-
-    from sipe_fairseq.cli.preprocess import main as preprocess_main
-    from sipe_fairseq.data import toy_grammar
+    from conftest import toy_lm_task
     from sipe_fairseq.eval.prefix_scores import score_split_sources
     from sipe_fairseq.eval.scoring import score_split
-    from sipe_fairseq.tasks.hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
 
-    toy_grammar.make_corpus(tmp_path / "toy", n_train=40, n_valid=12, n_test=2, seed=3)
-    out = tmp_path / "data"
-    assert preprocess_main(["--train", str(tmp_path / "toy/train.conllu"), "--valid", str(tmp_path / "toy/valid.conllu"),
-                            "--destdir", str(out), "--spm-vocab-size", "60"]) == 0
-    cfg = OmegaConf.merge(OmegaConf.structured(HexatagLMConfig),
-                          {"data": str(out), "sample_break_mode": "eos", "tokens_per_sample": 512,
-                           "tag_head_placement": PLACEMENT, "tag_timing": timing,
-                           "dataset_impl": None, "seed": 1, "batch_size": None, "batch_size_valid": None,
-                           "data_buffer_size": 10, "tpu": False, "use_plasma_view": False, "plasma_path": "/tmp/plasma"})
-    task = HexatagLanguageModelingTask.setup_task(cfg)
+    task = toy_lm_task(tmp_path, sample_break_mode="eos", tokens_per_sample=512, tag_head_placement=PLACEMENT,
+                       tag_timing=timing)
     model = timed_model(task.source_dictionary, timing, positions=512)
     blocks = score_split(model, task, "valid")
     ours = score_split_sources(model, task, "valid", ["given"])

@@ -133,11 +133,13 @@ def test_prefix_invariance_and_batches(model, dictionary, source):
         assert x.tags == alone.tags and abs(x.logprob - alone.logprob) < 1e-9
 
 
-def test_greedy_generation_is_self(dictionary):
+@pytest.mark.parametrize("timing", ["paper", "nt-delay", "delay"])  # --tag-timing (tests/test_tag_timing.py)
+def test_greedy_generation_is_self(dictionary, timing):
     from test_generate import generate
     from sipe_fairseq.structure.sentences import Sentence
 
     model = make_word_model(dictionary, seed=1)
+    model.decoder.tag_timing = timing
     # unconstrained: a constrained generator must also close the tree by max_len, which self does not know
     hyps, _ = generate(model, dictionary, bsz=4, beam=2, sampling=True, sample_tags=False, seed=5, max_len=40,
                        placement=PLACEMENT, constrained=False)
