@@ -69,16 +69,6 @@ def untimed_pairs(units: Sequence[Tuple[Optional[str], Optional[str]]], timing: 
     return units[1:] + [NONE_PAIR]
 
 
-def is_fixed(word: int, timing: str) -> Tuple[bool, bool]:
-    """(terminal fixed, non-terminal fixed) for the unit of ``word`` (0-based): fixed parts are not
-    chosen and cost nothing (``nt-delay``: word 0's ``EOS``; ``delay``: all of word 0)."""
-    if word == 0 and timing == "nt-delay":
-        return False, True
-    if word == 0 and timing == "delay":
-        return True, True
-    return False, False
-
-
 def advance_unit(state: int, unit: Tuple[str, str], timing: str):
     """The prefix state after one more unit, or ``None`` if no valid sequence continues that way
     (see the module docstring for what the state is under each timing). ``paper`` is

@@ -68,9 +68,10 @@ def timed_units(pairs, timing: str) -> list:
 
 
 def entered_tags(units, timing: str) -> list:
-    """What the words carried (pairs, ``(None, None)`` for nothing) -> each word's pair in the paper's
+    """What the words carried (pair indices, negative for nothing) -> each word's pair in the paper's
     layout, ``"-"`` for a tag that never entered (``delay``: the last word's pair)."""
-    return [tuple("-" if x is None else x for x in pair) for pair in untimed_pairs(units, timing)]
+    carried = [PAIRS[p] if p >= 0 else (None, None) for p in units]
+    return [tuple("-" if x is None else x for x in pair) for pair in untimed_pairs(carried, timing)]
 
 
 def tag_ids(pairs: torch.Tensor):
@@ -312,7 +313,7 @@ class HexatagPolicy(StructurePolicy):
             tags = [PAIRS[p] if p >= 0 else ("-", "-") for p in chosen]
             complete = is_valid([PAIRS[p] for p in chosen if p >= 0])
         else:
-            tags = entered_tags([PAIRS[p] if p >= 0 else (None, None) for p in chosen], self.timing)
+            tags = entered_tags(chosen, self.timing)
             complete = self.constrained and can_end(int(self.depth[row]), self.timing, n_words)
         info = {"tags": tags, "complete": bool(complete), "restarts": int(self.restarts[row]), "extra": {}}
         abstained = chosen.count(ABSTAINED) - int(self.timing == "delay" and n_words > 0)
@@ -367,6 +368,6 @@ class HexatagPolicy(StructurePolicy):
             tags = [PAIRS[p] for p in s.pairs]
             complete = is_valid(tags)
             if self.timing != "paper":
-                tags = entered_tags([PAIRS[p] if p >= 0 else (None, None) for p in unit.tolist()], self.timing)
+                tags = entered_tags(unit.tolist(), self.timing)
             out.append((lm, cost, {"tags": tags, "complete": complete, "restarts": 0}))
         return out

@@ -59,8 +59,9 @@ def self_structured_sample(model, sample: dict, dictionary, options: StructureOp
         new_terms, new_nts = net["src_terminals"].clone(), net["src_nonterminals"].clone()
         for (i, n), s, sc in zip(rows, sentences, scores):
             fed = sc.extra.get("fed", sc.tags)  # --tag-timing: what each word carried (None: nothing)
-            pos = torch.tensor([q for q, p in zip(s.starts, fed) if p is not None and "-" not in p], dtype=torch.long) + 1
-            a, b = tag_ids(torch.tensor([PAIR_INDEX[p] for p in fed if p is not None and "-" not in p], dtype=torch.long))
+            kept = [(q, PAIR_INDEX[p]) for q, p in zip(s.starts, fed) if p is not None and "-" not in p]
+            pos = torch.tensor([q for q, _ in kept], dtype=torch.long) + 1
+            a, b = tag_ids(torch.tensor([p for _, p in kept], dtype=torch.long))
             new_terms[i, :n], new_nts[i, :n] = NOTAG_ID, NOTAG_ID
             new_terms[i, pos], new_nts[i, pos] = a.to(new_terms), b.to(new_nts)
         return dict(sample, net_input=dict(net, src_terminals=new_terms, src_nonterminals=new_nts))
