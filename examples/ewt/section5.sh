@@ -39,6 +39,7 @@ args_for() {  # run name -> fairseq-train arguments
     wordntssdetach) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-sampling 0.3 --tag-sampling-warmup 200 --sipe-tag-head-detach" ;;
     wordntdrop) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-dropout 0.3" ;;
     wordntss100) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-sampling 1.0 --tag-sampling-warmup 200" ;;
+    wordntss100detach) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-sampling 1.0 --tag-sampling-warmup 200 --sipe-tag-head-detach" ;;
     wordaux) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-dropout 1.0" ;;
     *) echo "unknown run $1" >&2; exit 2 ;;
   esac
