@@ -15,6 +15,7 @@ Float64 tiny decoders (tests/test_prefix_tags.py, tests/test_word_aware_heads.py
 - the schedule: p at given update numbers; fairseq-train logs p rising over the warmup (the update
   number read from the trainer); bad values and ``first_subword`` are refused with one line.
 """
+import math
 import random
 import re
 from types import SimpleNamespace
@@ -150,17 +151,18 @@ def task_for(dictionary, timing="paper", placement="last_subword"):
 
 
 @torch.no_grad()
-def expected_feed(model, sample, timing, eos):
-    """The tags p = 1 must feed, written from the definition: per sentence (after an input </s>), per
-    word (an input carrying a unit), the unit among those the automaton allows after the gold units
-    before it that maximizes the heads' log-probs at the position before it (a part without a target
-    stays gold and scores nothing), ties to the first in PAIRS order."""
+def allowed_scores(model, sample, timing, eos):
+    """Per word, written from the definition: ``(b, j, [(unit, score)])`` for each input (b, j) that
+    carries a unit in a sentence (after an input </s>), over the units the automaton allows after the
+    gold units before it, scored by the heads' log-probs at the position before it (a part without a
+    target must stay gold and scores nothing), in PAIRS order."""
     net = sample["net_input"]
     was = model.training
     model.eval()
     _, extra = model(**net)
     model.train(was)
-    terms, nts = net["src_terminals"].clone(), net["src_nonterminals"].clone()
+    terms, nts = net["src_terminals"], net["src_nonterminals"]
+    words = []
     for b in range(terms.size(0)):
         prefix = None
         for j in range(terms.size(1)):
@@ -181,16 +183,25 @@ def expected_feed(model, sample, timing, eos):
             has_n = int(sample["nonterminal_target"][b, j - 1]) >= FIRST_TAG_ID
             lt = F.log_softmax(extra["terminal_logits"][b, j - 1].double(), -1)
             ln = F.log_softmax(extra["nonterminal_logits"][b, j - 1].double(), -1)
-            best, best_score = None, None
-            for t, n in allowed:
-                if (not has_t and t != gold[0]) or (not has_n and n != gold[1]):
-                    continue
-                score = (float(lt[TERMINALS.index(t)]) if has_t else 0.0) + (float(ln[NONTERMINALS.index(n)]) if has_n else 0.0)
-                if best_score is None or score > best_score:
-                    best, best_score = (t, n), score
-            terms[b, j] = FIRST_TAG_ID + TERMINALS.index(best[0])
-            nts[b, j] = FIRST_TAG_ID + NONTERMINALS.index(best[1])
+            scored = []
+            for t, n in (u for u in PAIRS if u in allowed):
+                if (has_t or t == gold[0]) and (has_n or n == gold[1]):
+                    score_t = float(lt[TERMINALS.index(t)]) if has_t else 0.0
+                    score_n = float(ln[NONTERMINALS.index(n)]) if has_n else 0.0
+                    scored.append(((t, n), score_t + score_n))
+            words.append((b, j, scored))
             prefix.append(gold)
+    return words
+
+
+def expected_feed(model, sample, timing, eos):
+    """The tags p = 1 must feed: per word, the best of :func:`allowed_scores`, ties to the first in PAIRS order."""
+    terms = sample["net_input"]["src_terminals"].clone()
+    nts = sample["net_input"]["src_nonterminals"].clone()
+    for b, j, scored in allowed_scores(model, sample, timing, eos):
+        best = max(scored, key=lambda us: us[1])[0]  # max keeps the first maximum
+        terms[b, j] = FIRST_TAG_ID + TERMINALS.index(best[0])
+        nts[b, j] = FIRST_TAG_ID + NONTERMINALS.index(best[1])
     return terms, nts
 
 
@@ -264,6 +275,42 @@ def test_p1_feeds_the_constrained_argmax_after_the_gold_prefix(dictionary, timin
     assert loss == pytest.approx(want, rel=TOL)
 
 
+@pytest.mark.parametrize("timing", ["paper", "nt-delay"])
+def test_sample_choice_draws_from_the_allowed_distribution(dictionary, timing):
+    """--tag-sampling-choice sample at p = 1: every word is fed an allowed unit, and over repeated
+    updates each unit's frequency is its renormalized head probability (from :func:`allowed_scores`),
+    within 5 binomial standard deviations plus 3 counts per (word, unit) (the 3 covers units of tiny
+    probability, where the normal approximation fails; a fixed seed makes the draws repeatable)."""
+    model = Recorder(make_word_model(dictionary, seed=3))
+    sample = batch_of(dictionary, [random_trees(3, seed=50 + s) for s in range(6)], timing)
+    words = allowed_scores(model, sample, timing, dictionary.eos())
+    criterion = HexatagLMCriterion(task_for(dictionary, timing), tag_sampling=1.0, tag_sampling_choice="sample")
+    draws = 300
+    counts = [dict.fromkeys(u for u, _ in scored) for _, _, scored in words]
+    for c in counts:
+        for u in c:
+            c[u] = 0
+    torch.manual_seed(0)
+    for _ in range(draws):
+        run(criterion, model, sample)
+        fed_t, fed_n = model.fed[-1]
+        for (b, j, _), c in zip(words, counts):
+            unit = (TERMINALS[int(fed_t[b, j]) - FIRST_TAG_ID], NONTERMINALS[int(fed_n[b, j]) - FIRST_TAG_ID])
+            assert unit in c, (b, j, unit)  # never a unit the prefix forbids
+            c[unit] += 1
+    spread = 0
+    for (_, _, scored), c in zip(words, counts):
+        probs = torch.softmax(torch.tensor([sc for _, sc in scored], dtype=torch.float64), 0).tolist()
+        for (u, _), q in zip(scored, probs):
+            assert abs(c[u] - draws * q) <= 5 * math.sqrt(draws * q * (1 - q)) + 3, (u, c[u] / draws, q)
+            spread += 0.01 < q < 0.99
+    assert spread >= 10  # the heads are unsure on enough words for the test to mean something
+    greedy = HexatagLMCriterion(task_for(dictionary, timing), tag_sampling=1.0)
+    run(greedy, model, sample)  # the default is still the argmax
+    terms, nts = expected_feed(model, sample, timing, dictionary.eos())
+    assert torch.equal(model.fed[-1][0], terms) and torch.equal(model.fed[-1][1], nts)
+
+
 def test_share_and_dropout_after_sampling(dictionary):
     model = Recorder(make_word_model(dictionary, seed=2))
     sample = batch_of(dictionary, [random_trees(4, seed=30 + s) for s in range(12)], "paper")
@@ -329,6 +376,7 @@ def test_schedule(dictionary):
     ({"tag_sampling": "x"}, "expected numbers"),
     ({"tag_sampling": 0.3, "tag_sampling_warmup": -1}, "--tag-sampling-warmup must be"),
     ({"tag_sampling": 0.3, "tag_sampling_warmup": 2.5}, "--tag-sampling-warmup must be"),
+    ({"tag_sampling": 0.3, "tag_sampling_choice": "top"}, "--tag-sampling-choice must be one of argmax, sample"),
 ])
 def test_bad_values_are_refused(dictionary, kwargs, match):
     with pytest.raises(OptionError, match=match) as err:

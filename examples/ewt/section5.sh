@@ -43,6 +43,7 @@ args_for() {  # run name -> fairseq-train arguments
     wordntss100) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200" ;;
     wordntss100detach) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200 --sipe-tag-head-detach" ;;
     wordaux) echo "$wordnt --tag-dropout 1.0" ;;
+    wordntsampledetach) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200 --tag-sampling-choice sample --sipe-tag-head-detach" ;;
     *) echo "unknown run $1" >&2; exit 2 ;;
   esac
 }

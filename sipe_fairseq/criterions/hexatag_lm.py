@@ -29,6 +29,7 @@ from ..hexatag.timing import TIMINGS, advance_unit
 from ..modules.tag_heads import tag_log_probs
 
 TAG_LOSS_NORMALIZATIONS = ("token", "tagged")
+TAG_SAMPLING_CHOICES = ("argmax", "sample")
 
 
 def tag_nll(logits, target_ids, n_classes):
@@ -98,12 +99,14 @@ def gold_prefix_words(tokens, terms, nts, starts, timing: str):
 
 
 @torch.no_grad()
-def model_choices(model, sample, timing: str, starts):
-    """The heads' constrained argmax per word of ``sample`` after the gold prefix (one forward with the
-    gold tags, dropout off). Returns ``(rows, cols, choice, gold)``: the inputs ``(rows, cols)`` whose
-    unit the heads at ``cols - 1`` choose, and the chosen and gold units as PAIRS columns (long, on the
-    inputs' device). A part with no target (``nt-delay`` word 1's ``EOS``) is fixed to the gold one; ties
-    go to the first unit in PAIRS order, as the structure engine's greedy choice."""
+def model_choices(model, sample, timing: str, starts, how: str = "argmax"):
+    """The heads' constrained choice per word of ``sample`` after the gold prefix (one forward with the
+    gold tags, dropout off): ``how="argmax"`` takes the best allowed unit, ``"sample"`` draws one from
+    the heads' distribution renormalized over the allowed units (torch's generator). Returns
+    ``(rows, cols, choice, gold)``: the inputs ``(rows, cols)`` whose unit the heads at ``cols - 1``
+    choose, and the chosen and gold units as PAIRS columns (long, on the inputs' device). A part with
+    no target (``nt-delay`` word 1's ``EOS``) is fixed to the gold one; argmax ties go to the first
+    unit in PAIRS order, as the structure engine's greedy choice."""
     net_input = sample["net_input"]
     terms, nts = net_input["src_terminals"], net_input["src_nonterminals"]
     rows, cols, states = gold_prefix_words(net_input["src_tokens"], terms, nts, starts, timing)
@@ -135,18 +138,22 @@ def model_choices(model, sample, timing: str, starts):
     ln = F.log_softmax(extra["nonterminal_logits"][rows, anchor].double(), -1)[:, pn]
     score = torch.where(choose_t[:, None], lt, 0.0) + torch.where(choose_n[:, None], ln, 0.0)
     allowed = allowed & (choose_t[:, None] | (pt == gold_t[:, None])) & (choose_n[:, None] | (pn == gold_n[:, None]))
-    choice = score.masked_fill(~allowed, -torch.inf).argmax(1)  # the first maximum: PAIRS order on ties
+    score = score.masked_fill(~allowed, -torch.inf)
+    if how == "sample":
+        choice = torch.multinomial(torch.softmax(score, 1), 1).squeeze(1)
+    else:
+        choice = score.argmax(1)  # the first maximum: PAIRS order on ties
     gold = gold_t * len(NONTERMINALS) + gold_n  # PAIRS is terminal-major
     return rows, cols, choice, gold
 
 
-def sample_word_tags(model, sample, p: float, timing: str, starts):
+def sample_word_tags(model, sample, p: float, timing: str, starts, how: str = "argmax"):
     """``(net_input, stats)``: the sample's input with a share ``p`` of the words' fed tags replaced by
-    the heads' constrained argmax after the gold prefix (:func:`model_choices`; each word drawn with
+    the heads' constrained choice after the gold prefix (:func:`model_choices` with ``how``; each word drawn with
     torch's generator, as :func:`drop_word_tags`), and the counts ``words``, ``replaced``, ``changed``
     (replaced and different from gold), ``differs`` (the choice differs from gold)."""
     net_input = sample["net_input"]
-    rows, cols, choice, gold = model_choices(model, sample, timing, starts)
+    rows, cols, choice, gold = model_choices(model, sample, timing, starts, how)
     terms, nts = net_input["src_terminals"], net_input["src_nonterminals"]
     draw = torch.rand(terms.shape, device=terms.device)[rows, cols] < p
     differs = choice != gold
@@ -177,17 +184,25 @@ class HexatagLMCriterionConfig(FairseqDataclass):
                 "Needs --tag-head-placement last_subword"})
     tag_sampling_warmup: int = field(default=0, metadata={
         "help": "updates over which the --tag-sampling share rises linearly from 0 to its value (0: from the start)"})
+    tag_sampling_choice: ChoiceEnum(TAG_SAMPLING_CHOICES) = field(default="argmax", metadata={
+        "help": "what --tag-sampling feeds: 'argmax' = the heads' best allowed unit; 'sample' = a unit drawn from "
+                "the heads' distribution renormalized over the allowed units, so the LM is trained on the tag "
+                "sequences a beam sums over (p(x | T) for T ~ the heads), not only on the greedy one"})
 
 
 @register_criterion("hexatag_lm", dataclass=HexatagLMCriterionConfig)
 class HexatagLMCriterion(FairseqCriterion):
     def __init__(self, task, terminal_weight=1.0, nonterminal_weight=1.0, tag_loss_normalization="token", tag_dropout=0.0,
-                 tag_sampling=0.0, tag_sampling_warmup=0):
+                 tag_sampling=0.0, tag_sampling_warmup=0, tag_sampling_choice="argmax"):
         super().__init__(task)
         if not 0.0 <= float(tag_dropout) <= 1.0:
             raise ValueError(f"--tag-dropout must be in [0, 1], got {tag_dropout}")
         self.tag_dropout = float(tag_dropout)
         self.tag_sampling, self.tag_sampling_warmup = self.check_tag_sampling(task, tag_sampling, tag_sampling_warmup)
+        if str(tag_sampling_choice) not in TAG_SAMPLING_CHOICES:
+            raise OptionError(f"--tag-sampling-choice must be one of {', '.join(TAG_SAMPLING_CHOICES)}, "
+                              f"got {tag_sampling_choice!r}")
+        self.tag_sampling_choice = str(tag_sampling_choice)
         args = getattr(task, "args", None)
         self.timing = str(getattr(args, "tag_timing", "paper"))
         if self.timing not in TIMINGS:  # a task without the option reads the paper's timing
@@ -241,7 +256,7 @@ class HexatagLMCriterion(FairseqCriterion):
             p = self.sampling_share()
             if p > 0:
                 starts = (self.task.target_dictionary.eos(), self.task.target_dictionary.bos())
-                net_input, sampled = sample_word_tags(model, sample, p, self.timing, starts)
+                net_input, sampled = sample_word_tags(model, sample, p, self.timing, starts, self.tag_sampling_choice)
                 sampled["p"] = p
         if self.tag_dropout > 0 and model.training and "src_terminals" in net_input:
             net_input = drop_word_tags(net_input, self.tag_dropout)
