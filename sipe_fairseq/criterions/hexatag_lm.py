@@ -188,12 +188,19 @@ class HexatagLMCriterionConfig(FairseqDataclass):
         "help": "what --tag-sampling feeds: 'argmax' = the heads' best allowed unit; 'sample' = a unit drawn from "
                 "the heads' distribution renormalized over the allowed units, so the LM is trained on the tag "
                 "sequences a beam sums over (p(x | T) for T ~ the heads), not only on the greedy one"})
+    distill_teacher: str = field(default="", metadata={
+        "help": "a hexatag_lm checkpoint whose next-token distributions, read with the batch's gold tags (a parse of "
+                "the whole sentence), become soft targets in training (knowledge distillation: --distill-weight of the "
+                "LM term). Its dictionary and --tag-timing must be the student's. Validation scores the plain loss"})
+    distill_weight: float = field(default=0.5, metadata={
+        "help": "alpha of --distill-teacher: the LM term is (1 - alpha) NLL + alpha CE(teacher, student) per token"})
 
 
 @register_criterion("hexatag_lm", dataclass=HexatagLMCriterionConfig)
 class HexatagLMCriterion(FairseqCriterion):
     def __init__(self, task, terminal_weight=1.0, nonterminal_weight=1.0, tag_loss_normalization="token", tag_dropout=0.0,
-                 tag_sampling=0.0, tag_sampling_warmup=0, tag_sampling_choice="argmax"):
+                 tag_sampling=0.0, tag_sampling_warmup=0, tag_sampling_choice="argmax", distill_teacher="",
+                 distill_weight=0.5):
         super().__init__(task)
         if not 0.0 <= float(tag_dropout) <= 1.0:
             raise ValueError(f"--tag-dropout must be in [0, 1], got {tag_dropout}")
@@ -212,6 +219,52 @@ class HexatagLMCriterion(FairseqCriterion):
         if str(tag_loss_normalization) not in TAG_LOSS_NORMALIZATIONS:
             raise ValueError(f"--tag-loss-normalization must be one of {TAG_LOSS_NORMALIZATIONS}, got {tag_loss_normalization!r}")
         self.tag_loss_normalization = str(tag_loss_normalization)
+        self.distill_weight = float(distill_weight)
+        self._teacher = ()  # (model,): a tuple, so fairseq neither trains, saves nor wraps it as a submodule
+        if distill_teacher:
+            if not self.supports_distillation:
+                raise OptionError(f"--distill-teacher: criterion {type(self).__name__} does not distill (use hexatag_lm)")
+            if not 0.0 <= self.distill_weight <= 1.0:
+                raise OptionError(f"--distill-weight must be in [0, 1], got {distill_weight}")
+            self.set_teacher(self.load_teacher(task, str(distill_teacher)))
+
+    supports_distillation = True
+
+    def load_teacher(self, task, path: str):
+        """The teacher model of ``path`` scored on the student task's data; one OptionError line when its
+        dictionary or its tag timing differs from the student's."""
+        from ..checkpoints.load import load_lm  # lazy (heavy); same layer
+
+        args = getattr(task, "args", None)
+        try:
+            teacher, teacher_task = load_lm(path, str(getattr(args, "data", "")))
+        except ValueError as e:
+            raise OptionError(f"--distill-teacher {path}: {e}") from None
+        ours, theirs = task.target_dictionary, teacher_task.target_dictionary
+        if len(ours) != len(theirs) or any(ours[i] != theirs[i] for i in range(len(ours))):
+            raise OptionError(f"--distill-teacher {path}: its dictionary ({len(theirs)} symbols) is not the student's "
+                              f"({len(ours)})")
+        timing = str(getattr(getattr(teacher_task, "args", None), "tag_timing", "paper"))
+        if timing != self.timing:
+            raise OptionError(f"--distill-teacher {path}: trained with --tag-timing {timing}, the student reads "
+                              f"{self.timing}: the teacher would be fed tags in the wrong layout")
+        return teacher
+
+    def set_teacher(self, teacher) -> None:
+        """Use ``teacher`` (a decoder that takes the sample's ``net_input``) for distillation, frozen, in eval mode."""
+        teacher.eval()
+        for param in teacher.parameters():
+            param.requires_grad_(False)
+        self._teacher = (teacher,)
+
+    @torch.no_grad()
+    def teacher_log_probs(self, sample, like):
+        """The teacher's next-token log-probs for the sample's gold-tagged input (float32, on ``like``'s device)."""
+        teacher = self._teacher[0]
+        if next(teacher.parameters()).device != like.device:
+            teacher.to(like.device)
+        out = teacher(**sample["net_input"])
+        return teacher.get_normalized_probs(out, log_probs=True).float()
 
     @staticmethod
     def check_tag_sampling(task, share, warmup):
@@ -267,6 +320,8 @@ class HexatagLMCriterion(FairseqCriterion):
         loss = lm
         ntokens = sample["ntokens"]
         log = {"lm_loss": lm.data, "ntokens": ntokens, "nsentences": sample["target"].size(0), "sample_size": ntokens}
+        if self._teacher and model.training:
+            loss = self.distilled(lm, lprobs, target, sample, log)
         loss, tag_total = self.add_tag_losses(loss, net_output[1], sample, log, ntokens)
         log["loss"] = loss.data
         log["joint_loss"] = lm.data + tag_total
@@ -274,6 +329,17 @@ class HexatagLMCriterion(FairseqCriterion):
             log.update({"ss_words": sampled["words"], "ss_replaced": sampled["replaced"], "ss_changed": sampled["changed"],
                         "ss_differs": sampled["differs"], "ss_p_words": sampled["p"] * sampled["words"]})
         return loss, ntokens, log
+
+    def distilled(self, lm, lprobs, target, sample, log):
+        """(1 - alpha) NLL + alpha CE(teacher, student), summed over the target tokens; logs the KL of the
+        teacher from the student (``distill_kl``: the CE less the teacher's entropy)."""
+        teacher = self.teacher_log_probs(sample, lprobs)
+        keep = target != self.padding_idx
+        student, teacher = lprobs[keep].float(), teacher[keep]
+        p = teacher.exp()
+        ce = -(p * student).sum()
+        log["distill_kl"] = (ce + (p * teacher).sum()).data
+        return (1.0 - self.distill_weight) * lm + self.distill_weight * ce
 
     def add_tag_losses(self, loss, extra, sample, log, sample_size):
         """loss + lambda_T L_T + lambda_NT L_NT from the tag heads' logits in ``extra`` against the
@@ -313,6 +379,8 @@ class HexatagLMCriterion(FairseqCriterion):
         metrics.log_scalar("joint_loss", total("joint_loss") / ntokens / ln2, ntokens, round=3)
         metrics.log_derived("joint_ppl", lambda m: utils.get_perplexity(m["joint_loss"].avg))
         HexatagLMCriterion.log_tag_metrics(total)
+        if any("distill_kl" in log for log in logging_outputs):
+            metrics.log_scalar("distill_kl", total("distill_kl") / ntokens / ln2, ntokens, round=3)
         words = total("ss_words")
         if words:
             metrics.log_scalar("tag_sampling_p", total("ss_p_words") / words, words, round=3)

@@ -24,6 +24,8 @@ class HexatagMLMCriterionConfig(HexatagLMCriterionConfig):
 class HexatagMLMCriterion(HexatagLMCriterion):
     """The tag weights and tag-loss bookkeeping of ``hexatag_lm``, on a masked-LM term."""
 
+    supports_distillation = False  # --distill-teacher is refused in one line
+
     def forward(self, model, sample, reduce=True):
         masked = sample["target"].ne(self.padding_idx)
         sample_size = int(masked.sum())
