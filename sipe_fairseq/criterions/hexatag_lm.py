@@ -241,7 +241,7 @@ class HexatagLMCriterion(FairseqCriterion):
         except ValueError as e:
             raise OptionError(f"--distill-teacher {path}: {e}") from None
         ours, theirs = task.target_dictionary, teacher_task.target_dictionary
-        if len(ours) != len(theirs) or any(ours[i] != theirs[i] for i in range(len(ours))):
+        if ours != theirs:  # fairseq's Dictionary compares its symbol -> index maps
             raise OptionError(f"--distill-teacher {path}: its dictionary ({len(theirs)} symbols) is not the student's "
                               f"({len(ours)})")
         timing = str(getattr(getattr(teacher_task, "args", None), "tag_timing", "paper"))
