@@ -70,8 +70,9 @@ def main(argv=None):
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
     p.add_argument("--tags", default=None, metavar="SOURCES",
                    help="also score every sentence alone under these tag sources, comma-separated: given, self, beam:K, "
-                        "untagged (SiPE: every word <notag>) (sipe_fairseq/structure), e.g. given,self,beam:4")
-    p.add_argument("--tags-unconstrained", action="store_true", help="self/beam: any tag pair, not only valid prefixes")
+                        "mix:K (the beam read as a mixture: an exact, normalized perplexity), untagged (SiPE: every word "
+                        "<notag>) (sipe_fairseq/structure), e.g. given,self,beam:4,mix:4")
+    p.add_argument("--tags-unconstrained", action="store_true", help="self/beam/mix: any tag pair, not only valid prefixes")
     p.add_argument("--tags-max-sentences", type=int_at_least(1), default=None, metavar="N",
                    help="score the first N sentences only with --tags (N >= 1)")
     p.add_argument("--tags-top-pairs", type=int_at_least(0), default=0, metavar="M",

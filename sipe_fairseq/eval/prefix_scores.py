@@ -11,7 +11,8 @@ graph against the gold graph. What each number is:
 * GiLT ``given-joint``: the gold arcs priced as independent Bernoullis (the training loss). It is
   not a bound for the count-then-top-c model that ``self`` and ``beam`` score (there a gold graph
   that is no count's top-c has probability 0), so its label says "training joint";
-* ``self``: exact; ``beam:K``: SiPE a bound, GiLT the beam approximation of the marginal over counts.
+* ``self``: exact; ``beam:K``: SiPE a bound, GiLT the beam approximation of the marginal over counts;
+  ``mix:K``: exact, the beam read as a mixture (normalized at every target).
 """
 import math
 import os
@@ -202,6 +203,8 @@ def _source_label(source: str, row: dict) -> Tuple[str, bool]:
         return GILT_LABELS[source]
     if source in SOURCE_LABELS:
         return SOURCE_LABELS[source]
+    if source.startswith("mix:"):
+        return f"{source}: exact q(x), the beam's mixture", False
     return (f"{source}: beam marginal over counts" if gilt else f"{source}: bound on p(x)"), True
 
 

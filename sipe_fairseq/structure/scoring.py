@@ -28,7 +28,7 @@ GIVEN_POSITIONS = 1024  # positions per full forward of given (small forwards ar
 def score_sentences(model, sentences: Sequence[Sentence], source: str, options: Optional[StructureOptions] = None,
                     eos: int = 2, pad: int = 1, batch_sentences: int = 256, keep_trace: bool = False,
                     force_incremental: bool = False, progress=None) -> List[SentenceScore]:
-    """Every sentence scored alone under ``source`` (``given``, ``self``, ``beam:K``), in input order.
+    """Every sentence scored alone under ``source`` (``given``, ``self``, ``beam:K``, ``mix:K``), in input order.
     ``force_incremental``: ``given`` through the search's forced path (one position at a time through
     the cache) even where one full forward would do (tests)."""
     src = parse_source(source)
@@ -42,7 +42,7 @@ def score_sentences(model, sentences: Sequence[Sentence], source: str, options: 
     policy = None if kind == "none" else policy_for(model, options, needs_heads=src.kind not in ("given", "untagged"))
     order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
     out: List[Optional[SentenceScore]] = [None] * len(sentences)
-    if src.kind == "beam":
+    if src.kind in ("beam", "mix"):
         batch_sentences = max(1, min(batch_sentences, BEAM_ROWS // (8 * src.k)))
     full = policy is None or src.kind == "untagged" or (src.kind == "given" and hasattr(policy, "forced_full")
                                                          and not force_incremental)

@@ -13,7 +13,13 @@ input that is word ``w``'s first subword, each row of that sentence gets word ``
   starts, after the look-ahead of every position that reads the word's tags, and drops a
   hypothesis whose tree is closed when another word follows; GiLT keeps the top K children by
   score plus ``log pi(c)`` when they are made). The final hypotheses are ranked once more after
-  ``</s>``.
+  ``</s>``;
+  ``mix:K``: the same beam, read as a language model: target ``t``'s probability is the mixture of
+  the live hypotheses' predictions, each weighted by its share of their summed ``p(x_<t, S)``
+  (the word-synchronous beam's prefix probability ratio). The beam is a function of the prefix and
+  every mixture sums to one over the vocabulary, so the product is a normalized ``q_K(x)``: its
+  perplexity is exact and comparable with a model without structure; with K covering every
+  structure it is the marginal ``sum_S p(x, S)``.
 
 A row's score is ``log p(x_<=t | S) + sum of its structure costs``. For ``beam:K``, the per-token
 numbers are the increments of the running bound ``log Z_t`` (``Z_t`` = the summed ``p(x_<=t, S)``
@@ -29,7 +35,7 @@ from .record import SentenceScore, position_types
 from .sentences import Sentence
 from .sources import Source
 
-MODES = {"given": FORCED, "self": GREEDY, "beam": BRANCH}
+MODES = {"given": FORCED, "self": GREEDY, "beam": BRANCH, "mix": BRANCH}
 
 
 def _prefix_logp(per_token: Sequence[float], types: Sequence[str]) -> List[float]:
@@ -70,6 +76,7 @@ def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, e
     cost = torch.zeros(S, W, dtype=torch.float64)
     z_last = torch.zeros(S, dtype=torch.float64)
     running = torch.zeros(S, T, dtype=torch.float64)
+    mixed = torch.zeros(S, T, dtype=torch.float64)  # mix:K, log q_K(x_t | x_<t)
     positions = torch.zeros(S, dtype=torch.long)  # decoder positions run per sentence (its rows, summed over steps)
     traces: List[list] = [[] for _ in range(S)]
     results: List[Optional[SentenceScore]] = [None] * S
@@ -125,6 +132,8 @@ def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, e
             policy.apply(new, payload, chosen, t)
         step = policy.step(t, inp[row_sent, : t + 1].to(device), word_at[row_sent, t] > 0, tgt[row_sent, t])
         positions += torch.bincount(row_sent, minlength=S)
+        if branch:  # the mixture over the live rows, weighted by their scores (every current row is live)
+            mixed[live, t] = (scatter_logsumexp(score + step, row_sent, S) - scatter_logsumexp(score, row_sent, S))[live]
         lm[:, t] = step
         score += step
         if branch:
@@ -143,7 +152,7 @@ def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, e
                 groups.setdefault(int(row_sent[r]), []).append(r)
             for s_, rows_s in groups.items():
                 results[s_] = _result(policy, batch[s_], source, rows_s, lm, cost, score, running[s_], z_last[s_],
-                                      traces[s_] if keep_trace else None)
+                                      traces[s_] if keep_trace else None, mixed[s_])
                 results[s_].extra["positions"] = int(positions[s_])
             keep = (~ending[row_sent]).nonzero().squeeze(1)
             if len(keep) < len(row_sent):
@@ -151,7 +160,7 @@ def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, e
     return results
 
 
-def _result(policy, sentence: Sentence, source: Source, rows: List[int], lm, cost, score, running, z, trace):
+def _result(policy, sentence: Sentence, source: Source, rows: List[int], lm, cost, score, running, z, trace, mixed):
     best = rows[0]
     n, words = sentence.n, len(sentence.starts)
     lm_best = lm[best, :n].tolist()
@@ -159,8 +168,12 @@ def _result(policy, sentence: Sentence, source: Source, rows: List[int], lm, cos
     types = position_types(n, sentence.starts)
     info = policy.result(best, words)
     extra = dict(info.get("extra", {}))
-    if source.kind == "beam":
-        logprob, per_token = float(z), running[:n].tolist()
+    if source.kind in ("beam", "mix"):
+        if source.kind == "beam":
+            logprob, per_token = float(z), running[:n].tolist()
+        else:
+            per_token = mixed[:n].tolist()
+            logprob = float(mixed[:n].sum())
         extra["hypotheses"] = len(rows)
         extra["beam"] = [(policy.labels(r), float(score[r])) for r in rows]
         extra["best_lm"] = lm_best

@@ -7,34 +7,38 @@
   so ``q(x) = prod_t p(x_t | x_<t, S(x_<t))`` is normalized and its perplexity exact;
 * ``beam:K``: a word-synchronous beam of width K over structures: a lower bound on the model's
   marginal ``log sum_S p(x, S)`` (SiPE) or GiLT's beam approximation of it;
+* ``mix:K``: the same beam read as a language model: each target's probability is the mixture of the
+  live hypotheses' predictions weighted by their posterior given the prefix, so ``q_K(x)`` is
+  normalized and its perplexity exact (the marginal itself when K covers every structure);
 * ``untagged`` (SiPE): every word ``<notag>``, the model as a plain LM: exact ``p(x)`` (meaningful for a
   model trained with ``--tag-dropout``).
 """
 from dataclasses import dataclass
 from typing import List, Tuple
 
-KINDS = ("given", "self", "beam", "untagged")
+WIDTHS = ("beam", "mix")
+KINDS = ("given", "self", "beam", "mix", "untagged")  # beam and mix take a width: beam:K, mix:K
 
 
 @dataclass(frozen=True)
 class Source:
-    kind: str  # given | self | beam | untagged
+    kind: str  # given | self | beam | mix | untagged
     k: int = 1  # beam width (1 for given and self)
 
     def __str__(self) -> str:
-        return f"beam:{self.k}" if self.kind == "beam" else self.kind
+        return f"{self.kind}:{self.k}" if self.kind in WIDTHS else self.kind
 
 
 def parse_source(spec: str) -> Source:
-    """``"given"``, ``"self"``, ``"beam:K"`` (K >= 1) -> :class:`Source`; ``ValueError`` naming the
-    accepted forms otherwise."""
+    """``"given"``, ``"self"``, ``"untagged"``, ``"beam:K"``, ``"mix:K"`` (K >= 1) -> :class:`Source`;
+    ``ValueError`` naming the accepted forms otherwise."""
     spec = spec.strip()
     if spec in ("given", "self", "untagged"):
         return Source(spec)
     kind, sep, k = spec.partition(":")
-    if kind == "beam" and sep and k.isdigit() and int(k) >= 1:
-        return Source("beam", int(k))
-    raise ValueError(f"tag source {spec!r}: expected given, self, untagged or beam:K with K >= 1")
+    if kind in WIDTHS and sep and k.isdigit() and int(k) >= 1:
+        return Source(kind, int(k))
+    raise ValueError(f"tag source {spec!r}: expected given, self, untagged, beam:K or mix:K with K >= 1")
 
 
 def parse_sources(spec: str) -> List[str]:
@@ -48,7 +52,7 @@ def parse_sources(spec: str) -> List[str]:
         if name not in out:
             out.append(name)
     if not out:
-        raise ValueError(f"tag sources {spec!r}: expected a comma-separated list of given, self, untagged, beam:K")
+        raise ValueError(f"tag sources {spec!r}: expected a comma-separated list of given, self, untagged, beam:K, mix:K")
     return out
 
 

@@ -1,0 +1,159 @@
+"""``mix:K``: the word-synchronous beam read as a language model (``structure/search.py``).
+
+What is asserted, on float64 tiny decoders (SiPE with both anchors, word-aware SiPE with both tag
+timings, GiLT):
+
+* every next-token distribution sums to one over the whole vocabulary (each symbol's probability read
+  off its own sentence ``prefix v </s>``), so ``q_K(x)`` is normalized and its perplexity exact;
+* the numbers over a shared prefix do not depend on what follows (the beam only reads the prefix);
+* with every tag sequence kept and no constraint (the heads' distribution is then a full one), the
+  mixture telescopes to the marginal ``log sum_T p(x, T)`` by enumeration (independent full forwards).
+
+Tolerance: float64 models whose attention softmax runs in float32 (``modules/attention.py``): the
+same computation repeated agrees to 1e-10; a sum of 20 probabilities to 1e-9; the enumeration's full
+forwards against the cache to 1e-6 (tests/test_prefix_tags.py).
+"""
+import itertools
+import math
+
+import pytest
+import torch
+
+import fairseq  # noqa: F401
+import sipe_fairseq  # noqa: F401
+from fairseq.data import Dictionary
+from sipe_fairseq.data.tag_dictionary import NOTAG_ID
+from sipe_fairseq.hexatag.constrained import PAIRS
+from sipe_fairseq.models.gilt_lm import GiltConfig, GiltDecoder
+from sipe_fairseq.structure.family import StructureOptions
+from sipe_fairseq.structure.scoring import score_sentences
+from sipe_fairseq.structure.sentences import Sentence, prepare
+from sipe_fairseq.structure.sources import Source, parse_source
+from test_prefix_tags import encode_sentence, make_model, parser_tags, reference, word_pieces  # noqa: E402
+from test_word_aware_heads import make_word_model  # noqa: E402
+from conftest import small_dictionary  # noqa: E402
+
+WORDS = [(1, 1), (7, 0), (4, 2), (9, 1)]
+
+
+@pytest.fixture(autouse=True)
+def share_every_prefix(monkeypatch):
+    """Short sentences that branch: share the KV cache from the first position (as test_prefix_tags)."""
+    from sipe_fairseq.modules import kv_cache
+    monkeypatch.setattr(kv_cache, "SHARE_FROM", 0)
+
+
+@pytest.fixture(scope="module")
+def dictionary():
+    return small_dictionary(12, mark="\u2581", n_continuations=6)
+
+
+class _GiltModel(torch.nn.Module):
+    def __init__(self, decoder):
+        super().__init__()
+        self.decoder = decoder
+
+
+def gilt_model():
+    d = Dictionary()
+    for i in range(20):
+        d.add_symbol(f"w{i}")
+    cfg = GiltConfig(decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_layers=2, decoder_attention_heads=2,
+                     dropout=0.0, tokens_per_sample=64, max_target_positions=64, gilt_proj_init_std=0.3)
+    torch.manual_seed(1)
+    return _GiltModel(GiltDecoder(cfg, d).double().eval())
+
+
+def sipe_variants(dictionary):
+    """(name, model, options): the classic heads at both anchors, the word-aware heads at both timings."""
+    out = [("first_subword", make_model(dictionary), StructureOptions(placement="first_subword")),
+           ("last_subword", make_model(dictionary, seed=1), StructureOptions(placement="last_subword"))]
+    for timing in ("paper", "nt-delay"):
+        m = make_word_model(dictionary, seed=2)
+        m.decoder.tag_timing = timing
+        out.append((f"word-{timing}", m, StructureOptions(placement="last_subword")))
+    return out
+
+
+def sipe_sentence(dictionary, pieces, extra=None):
+    """Tokens of ``pieces`` (+ ``extra`` as a continuation) + </s>, word starts marked by the terminals."""
+    toks, terms, nts = encode_sentence(dictionary, pieces, parser_tags(len(pieces)))
+    if extra is not None:
+        toks = torch.cat([toks[:-1], toks.new([extra]), toks[-1:]])
+        terms = torch.cat([terms[:-1], terms.new([NOTAG_ID]), terms[-1:]])
+        nts = torch.cat([nts[:-1], nts.new([NOTAG_ID]), nts[-1:]])
+    return toks, terms, nts
+
+
+def test_parse_mix_source():
+    assert parse_source("mix:16") == Source("mix", 16) and str(parse_source(" mix:4 ")) == "mix:4"
+    for bad in ("mix", "mix:0", "mix:x", "mixture:4"):
+        with pytest.raises(ValueError):
+            parse_source(bad)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_sipe_mixture_is_normalized_and_reads_only_the_prefix(dictionary, k):
+    """For prefixes that end inside a word and at a word's end, sum_v q_K(v | prefix) = 1 over every
+    symbol v (each scored as ``prefix v </s>``), and the prefix's own numbers are the same whatever v is."""
+    pieces = word_pieces(dictionary, WORDS)
+    for name, model, options in sipe_variants(dictionary):
+        for cut in (1, 2, 3):  # words kept whole before v
+            prefix = pieces[:cut]
+            for mid_word in (False, True):
+                head = [list(p) for p in prefix]
+                if mid_word:
+                    head[-1] = head[-1][:1]  # v continues the last word after its first subword
+                sents, m = [], sum(len(p) for p in head)
+                for v in range(len(dictionary)):
+                    toks, terms, nts = sipe_sentence(dictionary, head, v)
+                    sents.append(prepare(v, toks, terms, nts, dictionary, dictionary.eos()))
+                scores = score_sentences(model, sents, f"mix:{k}", options, dictionary.eos(), dictionary.pad(), 64)
+                probs = torch.tensor([s.token_logprobs[m] for s in scores], dtype=torch.float64).exp()
+                assert abs(float(probs.sum()) - 1) < 1e-9, (name, cut, mid_word, float(probs.sum()))
+                ref = scores[0].token_logprobs[:m]
+                for s in scores[1:]:
+                    assert max(abs(u - v) for u, v in zip(s.token_logprobs[:m], ref)) < 1e-10, (name, cut)
+                assert all(math.isclose(s.logprob, sum(s.token_logprobs), abs_tol=1e-9) for s in scores)
+
+
+def test_gilt_mixture_is_normalized_and_reads_only_the_prefix():
+    model = gilt_model()
+    d = model.decoder.dictionary
+    words = [[7, 8], [9], [10, 11]]
+    for k in (1, 4):
+        for cut in (1, 2):
+            head = words[:cut]
+            m = sum(len(w) for w in head)
+            sents = []
+            for v in range(len(d)):
+                tokens = [t for w in head for t in w] + [v, d.eos()]
+                starts = [sum(len(w) for w in head[:j]) for j in range(cut)]
+                sents.append(Sentence(torch.tensor(tokens), starts, None, None))
+            scores = score_sentences(model, sents, f"mix:{k}", StructureOptions(), d.eos(), d.pad(), 64)
+            probs = torch.tensor([s.token_logprobs[m] for s in scores], dtype=torch.float64).exp()
+            assert abs(float(probs.sum()) - 1) < 1e-9, (k, cut, float(probs.sum()))
+            for s in scores[1:]:
+                assert max(abs(u - v) for u, v in zip(s.token_logprobs[:m], scores[0].token_logprobs[:m])) < 1e-10
+
+
+@pytest.mark.parametrize("placement", ["first_subword", "last_subword"])
+def test_unpruned_unconstrained_mixture_is_the_marginal(dictionary, placement):
+    """With every one of the 1,000 tag sequences of a 3-word sentence kept and no constraint, q(x) =
+    sum_T p(x, T) by enumeration; a narrower mixture is a different (still normalized) model, and
+    mix:K's running per-token numbers sum to its total."""
+    model = make_model(dictionary)
+    pieces = word_pieces(dictionary, WORDS[:3])
+    seqs = [list(s) for s in itertools.product(PAIRS, repeat=3)]
+    encoded = [encode_sentence(dictionary, pieces, seq) for seq in seqs]
+    _, joint = reference(model, encoded, placement)
+    exact = float(torch.logsumexp(joint, 0))
+    toks, terms, nts = encode_sentence(dictionary, pieces, parser_tags(3))
+    sent = [prepare(0, toks, terms, nts, dictionary, dictionary.eos())]
+    options = StructureOptions(placement=placement, constrained=False)
+    full = score_sentences(model, sent, f"mix:{len(seqs)}", options, dictionary.eos(), dictionary.pad())[0]
+    assert abs(full.logprob - exact) < 1e-6
+    bound = score_sentences(model, sent, f"beam:{len(seqs)}", options, dictionary.eos(), dictionary.pad())[0]
+    assert abs(bound.logprob - exact) < 1e-6
+    narrow = score_sentences(model, sent, "mix:2", options, dictionary.eos(), dictionary.pad())[0]
+    assert abs(narrow.logprob - sum(narrow.token_logprobs)) < 1e-9 and abs(narrow.logprob - exact) > 1e-6
