@@ -362,7 +362,8 @@ def markdown(report: dict) -> str:
     if extra:
         notes.append("Column groups [self] / [beam:K]: tags from the prefix only (sipe_fairseq/structure), every sentence "
                      "scored alone: [self] = exact perplexity and sentence log-probabilities with the model's own tag "
-                     "choices, [beam:K] = the beam's bound on log p(x) (tags paid for); BLiMP/SyntaxGym score the "
+                     "choices, [beam:K] = the beam's bound on log p(x) (tags paid for), [mix:K] = the same beam read as a "
+                     "mixture (exact); BLiMP/SyntaxGym score the "
                      "sentences under the same source. GiLT rows (gilt_txl): graphs instead of tags (given: gold graphs, "
                      "the data's arcs for PPL and the tree source's trees for BLiMP/SyntaxGym; [self]: the greedy graph; "
                      "[beam:K]: the beam over graphs; sipe_fairseq/structure).")

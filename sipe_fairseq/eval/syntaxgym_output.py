@@ -14,7 +14,8 @@ def report_markdown(report: dict) -> str:
     lines = [f"SyntaxGym: % of items passing every prediction; surprisal in bits; parser: {report.get('parser', '?')};"
              f" '=' within {eq['atol']:g} + {eq['rtol']:g}*|b|.", "",
              "Tags: a column named by its model alone uses the parser's tags (given: a parse of each whole sentence); "
-             "`[self]`: tags the model chose from the prefix; `[beam:K]`: the beam's running-bound increments.", ""]
+             "`[self]`: tags the model chose from the prefix; `[beam:K]`: the beam's running-bound increments; "
+             "`[mix:K]`: the beam read as a mixture (exact surprisals).", ""]
     lines += table(["suite", "items", "scored", *names],
                    [*([sname, s["items"], "/".join(map(str, sorted({s["scores"][n]["scored"] for n in names}))),
                        *(_pct(s["scores"][n]["accuracy"]) for n in names)] for sname, s in report["suites"].items()),
