@@ -148,6 +148,12 @@ def test_fairseq_train_distills_and_refuses_a_mismatched_teacher(train_checkpoin
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     lines = [ln for ln in proc.stderr.splitlines() if "--distill-teacher" in ln]
     assert len(lines) == 1 and "--tag-timing paper" in lines[0] and "nt-delay" in lines[0], proc.stderr[-2000:]
+    # a teacher without an injection reads no tags: any student timing may distill from it (born-again control)
+    plain = train_checkpoint(txl("none"))
+    proc = _train(toy_data, [*TRAIN_COMMON, *txl("position", *word, "--tag-timing", "nt-delay", "--distill-teacher",
+                                                  str(plain), "--log-interval", "1")], tmp_path / "plain")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"distill_kl[= ]([0-9.]+)", proc.stdout + proc.stderr)
     proc = _train(toy_data, [*TRAIN_COMMON, *txl("position", "--distill-teacher", str(tmp_path / "none.pt"))],
                   tmp_path / "missing")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]

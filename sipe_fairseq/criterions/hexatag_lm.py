@@ -232,7 +232,7 @@ class HexatagLMCriterion(FairseqCriterion):
 
     def load_teacher(self, task, path: str):
         """The teacher model of ``path`` scored on the student task's data; one OptionError line when its
-        dictionary or its tag timing differs from the student's."""
+        dictionary, or (for a teacher that reads tags) its tag timing, differs from the student's."""
         from ..checkpoints.load import load_lm  # lazy (heavy); same layer
 
         args = getattr(task, "args", None)
@@ -245,7 +245,8 @@ class HexatagLMCriterion(FairseqCriterion):
             raise OptionError(f"--distill-teacher {path}: its dictionary ({len(theirs)} symbols) is not the student's "
                               f"({len(ours)})")
         timing = str(getattr(getattr(teacher_task, "args", None), "tag_timing", "paper"))
-        if timing != self.timing:
+        reads_tags = str(getattr(getattr(teacher, "decoder", teacher), "structure", "hexatags")) != "none"
+        if reads_tags and timing != self.timing:  # a teacher without an injection ignores the tag streams
             raise OptionError(f"--distill-teacher {path}: trained with --tag-timing {timing}, the student reads "
                               f"{self.timing}: the teacher would be fed tags in the wrong layout")
         return teacher
