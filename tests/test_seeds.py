@@ -96,5 +96,8 @@ def test_blimp_and_syntaxgym_reports_join_the_model_rows(tmp_path, capsys):
     assert got["self"]["mean"] == 30.0 and got["self"]["n"] == 2
     header = capsys.readouterr().out.splitlines()[0]
     assert header.split(" | ")[1:] == ["blocks p(x|tags)", "self", "BLiMP given", "BLiMP self", "SyntaxGym given |"]
+    # suites alone: the first column says accuracy, not perplexity
+    assert main(["seeds", files[1], files[2]]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("| accuracy % | BLiMP given")
     # the same accuracy twice for one model and seed is refused
     assert main(["seeds", files[1], files[1]]) == 2

@@ -158,7 +158,8 @@ def markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:
     for group in table.values():
         scores += [s for s in group if s not in scores]
     scores.sort(key=_score_order)
-    lines = markdown_table([f"perplexity per {per}", *scores],
+    suites_only = bool(scores) and all(s.startswith(("BLiMP ", "SyntaxGym ")) for s in scores)
+    lines = markdown_table(["accuracy %" if suites_only else f"perplexity per {per}", *scores],
                            [[name, *(_cell(group[s]) if s in group else "-" for s in scores)] for name, group in table.items()])
     lines.append("")
     lines.append("mean ± sample sd over seeds [min, max] (n seeds). "
