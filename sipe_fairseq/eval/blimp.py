@@ -81,7 +81,8 @@ REQUIRED_FIELDS = ("sentence_good", "sentence_bad")
 USAGE_ERROR = 2  # exit status for bad input or usage (a usage error of the command line exits 2 too)
 TAGS_NOTE = ("tags: a column named by its model alone scores with the tree source's tags (given: a parse of the whole "
              "sentence); `[self]`: tags the model chose from the prefix (exact log q(x)); `[beam:K]`: the beam's bound on "
-             "log p(x) (tags paid for); `[mix:K]`: the same beam read as a mixture (exact log q(x)); GiLT checkpoints: the same with graphs (given: the tree as arcs; self: the greedy "
+             "log p(x) (tags paid for); `[mix:K]`: the same beam read as a mixture (exact log q(x)); GiLT checkpoints: "
+             "the same with graphs (given: the tree as arcs; self: the greedy "
              "graph; beam:K: the beam over graphs)")
 
 
