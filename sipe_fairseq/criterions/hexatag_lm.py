@@ -22,11 +22,11 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID, TAG_HEADS
-from ..hexatag import NONTERMINALS, TERMINALS
-from ..hexatag.constrained import PAIRS, START
 from ..hexatag.errors import OptionError
-from ..hexatag.timing import TIMINGS, advance_unit
+from ..hexatag.timing import TIMINGS
 from ..modules.tag_heads import tag_log_probs
+from .own_tags import sample_word_tags
+from .tag_marginal import marginal_nll
 
 TAG_LOSS_NORMALIZATIONS = ("token", "tagged")
 TAG_SAMPLING_CHOICES = ("argmax", "sample")
@@ -45,125 +45,6 @@ def drop_word_tags(net_input: dict, p: float) -> dict:
     tagged = (terms >= FIRST_TAG_ID) | (nts >= FIRST_TAG_ID)
     drop = tagged & (torch.rand(terms.shape, device=terms.device) < p)
     return {**net_input, "src_terminals": terms.masked_fill(drop, NOTAG_ID), "src_nonterminals": nts.masked_fill(drop, NOTAG_ID)}
-
-
-# ----------------------------------------------------------------------------- scheduled sampling
-_PAIR_T = torch.tensor([TERMINALS.index(t) for t, _ in PAIRS])  # PAIRS column -> terminal class
-_PAIR_N = torch.tensor([NONTERMINALS.index(n) for _, n in PAIRS])  # PAIRS column -> non-terminal class
-_ALLOWED = {}  # (state, timing) -> the 10 PAIRS columns advance_unit takes from that state
-
-
-def allowed_units(state: int, timing: str) -> tuple:
-    """Which of the 10 units (PAIRS order) the prefix automaton of ``timing`` takes after ``state``."""
-    key = (state, timing)
-    if key not in _ALLOWED:
-        _ALLOWED[key] = tuple(advance_unit(state, u, timing) is not None for u in PAIRS)
-    return _ALLOWED[key]
-
-
-def gold_prefix_words(tokens, terms, nts, starts, timing: str):
-    """The words of a block and the prefix state before each along the gold units: lists
-    (rows, positions, states) of the inputs that carry a unit (any tag), where the state is known. A
-    sentence starts after an input in ``starts`` (``</s>``, ``<s>``); before the first one of a row the
-    state is unknown (a block that starts mid-sentence), as after a unit the automaton refuses. An
-    input with both tags <notag> carries nothing and does not move the state (``delay``: word 1)."""
-    tagged_t, tagged_n = terms >= FIRST_TAG_ID, nts >= FIRST_TAG_ID
-    is_start = torch.zeros_like(tagged_t)
-    for s in starts:
-        is_start |= tokens == s
-    at = (is_start | tagged_t | tagged_n).nonzero().tolist()  # row-major: each row's positions in order
-    if not at:
-        return [], [], []
-    idx = torch.tensor(at, device=terms.device)
-    ib, jb = idx[:, 0], idx[:, 1]
-    flags = torch.stack([is_start[ib, jb].long(), tagged_t[ib, jb].long(), tagged_n[ib, jb].long(),
-                         terms[ib, jb] - FIRST_TAG_ID, nts[ib, jb] - FIRST_TAG_ID], 1).tolist()
-    rows, cols, states = [], [], []
-    row, state = -1, None
-    for (b, j), (start, has_t, has_n, t, n) in zip(at, flags):
-        if b != row:
-            row, state = b, None
-        if start:
-            state = START
-            continue
-        if not (has_t and has_n):  # one tag without the other: not a unit, the state is unknown
-            state = None
-            continue
-        if state is None:
-            continue
-        rows.append(b)
-        cols.append(j)
-        states.append(state)
-        state = advance_unit(state, (TERMINALS[t], NONTERMINALS[n]), timing)
-    return rows, cols, states
-
-
-@torch.no_grad()
-def model_choices(model, sample, timing: str, starts, how: str = "argmax"):
-    """The heads' constrained choice per word of ``sample`` after the gold prefix (one forward with the
-    gold tags, dropout off): ``how="argmax"`` takes the best allowed unit, ``"sample"`` draws one from
-    the heads' distribution renormalized over the allowed units (torch's generator). Returns
-    ``(rows, cols, choice, gold)``: the inputs ``(rows, cols)`` whose unit the heads at ``cols - 1``
-    choose, and the chosen and gold units as PAIRS columns (long, on the inputs' device). A part with
-    no target (``nt-delay`` word 1's ``EOS``) is fixed to the gold one; argmax ties go to the first
-    unit in PAIRS order, as the structure engine's greedy choice."""
-    net_input = sample["net_input"]
-    terms, nts = net_input["src_terminals"], net_input["src_nonterminals"]
-    rows, cols, states = gold_prefix_words(net_input["src_tokens"], terms, nts, starts, timing)
-    dev = terms.device
-    empty = torch.zeros(0, dtype=torch.long, device=dev)
-    if not rows:
-        return empty, empty, empty, empty
-    rows, cols = torch.tensor(rows, device=dev), torch.tensor(cols, device=dev)
-    allowed = torch.tensor([allowed_units(s, timing) for s in states], device=dev)
-    anchor = cols - 1
-    t_target = sample["terminal_target"][rows, anchor] - FIRST_TAG_ID
-    n_target = sample["nonterminal_target"][rows, anchor] - FIRST_TAG_ID
-    choose_t, choose_n = (t_target >= 0) & (t_target < len(TERMINALS)), (n_target >= 0) & (n_target < len(NONTERMINALS))
-    keep = (cols >= 1) & (choose_t | choose_n) & allowed.any(1)
-    rows, cols, anchor, allowed, choose_t, choose_n = (x[keep] for x in (rows, cols, anchor, allowed, choose_t, choose_n))
-    if len(rows) == 0:
-        return empty, empty, empty, empty
-    gold_t, gold_n = terms[rows, cols] - FIRST_TAG_ID, nts[rows, cols] - FIRST_TAG_ID
-    was_training = model.training
-    model.eval()
-    try:
-        _, extra = model(**net_input)
-    finally:
-        model.train(was_training)
-    if extra.get("terminal_logits") is None or extra.get("nonterminal_logits") is None:
-        raise OptionError("--tag-sampling needs a model with tag heads (--sipe-tag-heads)")
-    pt, pn = _PAIR_T.to(dev), _PAIR_N.to(dev)
-    lt = F.log_softmax(extra["terminal_logits"][rows, anchor].double(), -1)[:, pt]
-    ln = F.log_softmax(extra["nonterminal_logits"][rows, anchor].double(), -1)[:, pn]
-    score = torch.where(choose_t[:, None], lt, 0.0) + torch.where(choose_n[:, None], ln, 0.0)
-    allowed = allowed & (choose_t[:, None] | (pt == gold_t[:, None])) & (choose_n[:, None] | (pn == gold_n[:, None]))
-    score = score.masked_fill(~allowed, -torch.inf)
-    if how == "sample":
-        choice = torch.multinomial(torch.softmax(score, 1), 1).squeeze(1)
-    else:
-        choice = score.argmax(1)  # the first maximum: PAIRS order on ties
-    gold = gold_t * len(NONTERMINALS) + gold_n  # PAIRS is terminal-major
-    return rows, cols, choice, gold
-
-
-def sample_word_tags(model, sample, p: float, timing: str, starts, how: str = "argmax"):
-    """``(net_input, stats)``: the sample's input with a share ``p`` of the words' fed tags replaced by
-    the heads' constrained choice after the gold prefix (:func:`model_choices` with ``how``; each word drawn with
-    torch's generator, as :func:`drop_word_tags`), and the counts ``words``, ``replaced``, ``changed``
-    (replaced and different from gold), ``differs`` (the choice differs from gold)."""
-    net_input = sample["net_input"]
-    rows, cols, choice, gold = model_choices(model, sample, timing, starts, how)
-    terms, nts = net_input["src_terminals"], net_input["src_nonterminals"]
-    draw = torch.rand(terms.shape, device=terms.device)[rows, cols] < p
-    differs = choice != gold
-    stats = {"words": len(rows), "replaced": int(draw.sum()), "changed": int((draw & differs).sum()),
-             "differs": int(differs.sum())}
-    rows, cols, choice = rows[draw], cols[draw], choice[draw]
-    terms, nts = terms.clone(), nts.clone()
-    terms[rows, cols] = FIRST_TAG_ID + _PAIR_T.to(terms.device)[choice]
-    nts[rows, cols] = FIRST_TAG_ID + _PAIR_N.to(nts.device)[choice]
-    return {**net_input, "src_terminals": terms, "src_nonterminals": nts}, stats
 
 
 @dataclass
@@ -188,6 +69,14 @@ class HexatagLMCriterionConfig(FairseqDataclass):
         "help": "what --tag-sampling feeds: 'argmax' = the heads' best allowed unit; 'sample' = a unit drawn from "
                 "the heads' distribution renormalized over the allowed units, so the LM is trained on the tag "
                 "sequences a beam sums over (p(x | T) for T ~ the heads), not only on the greedy one"})
+    tag_marginal: int = field(default=0, metadata={
+        "help": "K >= 1: train the LM term on -log sum_T p(x, T) per sentence over K distinct tag sequences: the "
+                "parse's, the heads' constrained argmax after the gold prefix and K - 2 draws from the heads (a bound "
+                "on -log p(x) whose gradient weighs each sequence by its posterior share: the training matched to "
+                "--tags mix:K). K = 1 is the joint -log p(x, parse's tags). A step costs about K plain ones. Needs "
+                "--tag-head-placement last_subword; not with --tag-sampling, --tag-dropout or --distill-teacher. The "
+                "tag losses on the parse's tags stay (set --terminal-weight 0 --nonterminal-weight 0 for latent tags). "
+                "0: off"})
     distill_teacher: str = field(default="", metadata={
         "help": "a hexatag_lm checkpoint whose next-token distributions, read with the batch's gold tags (a parse of "
                 "the whole sentence), become soft targets in training (knowledge distillation: --distill-weight of the "
@@ -200,7 +89,7 @@ class HexatagLMCriterionConfig(FairseqDataclass):
 class HexatagLMCriterion(FairseqCriterion):
     def __init__(self, task, terminal_weight=1.0, nonterminal_weight=1.0, tag_loss_normalization="token", tag_dropout=0.0,
                  tag_sampling=0.0, tag_sampling_warmup=0, tag_sampling_choice="argmax", distill_teacher="",
-                 distill_weight=0.5):
+                 distill_weight=0.5, tag_marginal=0):
         super().__init__(task)
         if not 0.0 <= float(tag_dropout) <= 1.0:
             raise ValueError(f"--tag-dropout must be in [0, 1], got {tag_dropout}")
@@ -210,6 +99,7 @@ class HexatagLMCriterion(FairseqCriterion):
             raise OptionError(f"--tag-sampling-choice must be one of {', '.join(TAG_SAMPLING_CHOICES)}, "
                               f"got {tag_sampling_choice!r}")
         self.tag_sampling_choice = str(tag_sampling_choice)
+        self.tag_marginal = self.check_tag_marginal(task, tag_marginal, self.tag_sampling, self.tag_dropout, distill_teacher)
         args = getattr(task, "args", None)
         self.timing = str(getattr(args, "tag_timing", "paper"))
         if self.timing not in TIMINGS:  # a task without the option reads the paper's timing
@@ -284,6 +174,28 @@ class HexatagLMCriterion(FairseqCriterion):
                               f"hexatag_lm with --tag-head-placement last_subword (given: {placement})")
         return share, int(warmup_f)
 
+    @staticmethod
+    def check_tag_marginal(task, k, sampling, dropout, teacher) -> int:
+        """K of ``--tag-marginal``, or one OptionError line."""
+        try:
+            k_f = float(k)
+        except (TypeError, ValueError):
+            raise OptionError(f"--tag-marginal {k!r}: expected a whole number of tag sequences") from None
+        if k_f < 0 or k_f != int(k_f):
+            raise OptionError(f"--tag-marginal must be a whole number K >= 0 of tag sequences, got {k}")
+        k = int(k_f)
+        if k == 0:
+            return 0
+        others = [name for name, on in (("--tag-sampling", sampling > 0), ("--tag-dropout", dropout > 0),
+                                        ("--distill-teacher", bool(teacher))) if on]
+        if others:
+            raise OptionError(f"--tag-marginal chooses the fed tags itself: not with {', '.join(others)}")
+        placement = str(getattr(getattr(task, "args", None), "tag_head_placement", None))
+        if placement != "last_subword":
+            raise OptionError(f"--tag-marginal scores each word's tags at the input before it: it needs --task "
+                              f"hexatag_lm with --tag-head-placement last_subword (given: {placement})")
+        return k
+
     def set_num_updates(self, num_updates):
         self.num_updates = int(num_updates)
 
@@ -314,13 +226,22 @@ class HexatagLMCriterion(FairseqCriterion):
                 sampled["p"] = p
         if self.tag_dropout > 0 and model.training and "src_terminals" in net_input:
             net_input = drop_word_tags(net_input, self.tag_dropout)
-        net_output = model(**net_input)
-        lprobs = model.get_normalized_probs(net_output, log_probs=True)
-        target = model.get_targets(sample, net_output)
-        lm = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1), ignore_index=self.padding_idx, reduction="sum")
-        loss = lm
         ntokens = sample["ntokens"]
-        log = {"lm_loss": lm.data, "ntokens": ntokens, "nsentences": sample["target"].size(0), "sample_size": ntokens}
+        log = {"ntokens": ntokens, "nsentences": sample["target"].size(0), "sample_size": ntokens}
+        if self.tag_marginal and model.training and "src_terminals" in net_input:
+            starts = (self.task.target_dictionary.eos(), self.task.target_dictionary.bos())
+            loss, lm, net_output, stats = marginal_nll(model, sample, self.timing, starts, self.tag_marginal,
+                                                       self.padding_idx)
+            log.update({"marginal_loss": loss.data, "tm_sentences": stats["sentences"], "tm_distinct": stats["distinct"],
+                        "tm_gold_share": stats["gold_share"]})
+        else:
+            net_output = model(**net_input)
+            lprobs = model.get_normalized_probs(net_output, log_probs=True)
+            target = model.get_targets(sample, net_output)
+            lm = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1), ignore_index=self.padding_idx,
+                            reduction="sum")
+            loss = lm
+        log["lm_loss"] = lm.data
         if self._teacher and model.training:
             loss = self.distilled(lm, lprobs, target, sample, log)
         loss, tag_total = self.add_tag_losses(loss, net_output[1], sample, log, ntokens)
@@ -380,6 +301,11 @@ class HexatagLMCriterion(FairseqCriterion):
         metrics.log_scalar("joint_loss", total("joint_loss") / ntokens / ln2, ntokens, round=3)
         metrics.log_derived("joint_ppl", lambda m: utils.get_perplexity(m["joint_loss"].avg))
         HexatagLMCriterion.log_tag_metrics(total)
+        sentences = total("tm_sentences")
+        if sentences:  # --tag-marginal: the optimized bound per token, sequences summed and the parse's share
+            metrics.log_scalar("marginal_loss", total("marginal_loss") / ntokens / ln2, ntokens, round=3)
+            metrics.log_scalar("tag_marginal_distinct", total("tm_distinct") / sentences, sentences, round=2)
+            metrics.log_scalar("tag_marginal_gold_share", 100.0 * total("tm_gold_share") / sentences, sentences, round=2)
         if any("distill_kl" in log for log in logging_outputs):
             metrics.log_scalar("distill_kl", total("distill_kl") / ntokens / ln2, ntokens, round=3)
         words = total("ss_words")
