@@ -145,23 +145,23 @@ def test_gradient_reaches_the_heads_through_the_marginal(dictionary):
     model.eval()
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"tag_marginal": -1}, "--tag-marginal must be a whole number"),
-    ({"tag_marginal": 2.5}, "--tag-marginal must be a whole number"),
-    ({"tag_marginal": "x"}, "expected a whole number"),
-    ({"tag_marginal": 4, "tag_sampling": 0.5}, "not with --tag-sampling"),
-    ({"tag_marginal": 4, "tag_dropout": 0.3}, "not with --tag-dropout"),
-])
-def test_bad_values_are_refused(dictionary, kwargs, match):
-    with pytest.raises(OptionError, match=match) as err:
-        HexatagLMCriterion(task_for(dictionary), **kwargs)
-    assert "\n" not in str(err.value)
+BAD = [
+    ({"tag_marginal": -1}, "paper", "--tag-marginal must be a whole number"),
+    ({"tag_marginal": 2.5}, "paper", "--tag-marginal must be a whole number"),
+    ({"tag_marginal": "x"}, "paper", "expected a whole number"),
+    ({"tag_marginal": 4, "tag_sampling": 0.5}, "paper", "not with --tag-sampling"),
+    ({"tag_marginal": 4, "tag_dropout": 0.3}, "paper", "not with --tag-dropout"),
+    ({"tag_marginal": 4}, "first_subword", "last_subword"),  # the heads must sit at the input before the word
+]
 
 
-def test_first_subword_is_refused(dictionary):
-    with pytest.raises(OptionError, match="last_subword") as err:
-        HexatagLMCriterion(task_for(dictionary, placement="first_subword"), tag_marginal=4)
-    assert "\n" not in str(err.value)
+def test_bad_values_are_refused(dictionary):
+    for kwargs, placement, match in BAD:
+        task = task_for(dictionary, placement="last_subword" if placement == "paper" else placement)
+        with pytest.raises(OptionError, match=match) as err:
+            HexatagLMCriterion(task, **kwargs)
+        assert "\n" not in str(err.value), kwargs
+    HexatagLMCriterion(task_for(dictionary, placement="first_subword"), tag_marginal=0)  # off: any placement
 
 
 def test_fairseq_train_logs_the_bound(train_checkpoint):
