@@ -62,6 +62,7 @@ args_for() {  # run name -> fairseq-train arguments
     # fine-tunes: FT_UPDATES more updates from the run's own seed's checkpoint ({SEED}), fixed lr
     wordntft) echo "$wordnt $ft/checkpoints-wordnt-s{SEED}/checkpoint_best.pt" ;;
     wordntmarg) echo "$wordnt --tag-marginal $MARGINAL_K $ft/checkpoints-wordnt-s{SEED}/checkpoint_best.pt" ;;
+    wordntmarglat) echo "$wordnt --tag-marginal $MARGINAL_K --terminal-weight 0 --nonterminal-weight 0 $ft/checkpoints-wordnt-s{SEED}/checkpoint_best.pt" ;;
     noneft) echo "--sipe-injection none $ft/checkpoints-none-s{SEED}/checkpoint_best.pt" ;;
     wordntsampledetach) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200 --tag-sampling-choice sample --sipe-tag-head-detach" ;;
     *) echo "unknown run $1" >&2; exit 2 ;;
