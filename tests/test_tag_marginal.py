@@ -151,6 +151,7 @@ BAD = [
     ({"tag_marginal": "x"}, "paper", "expected a whole number"),
     ({"tag_marginal": 4, "tag_sampling": 0.5}, "paper", "not with --tag-sampling"),
     ({"tag_marginal": 4, "tag_dropout": 0.3}, "paper", "not with --tag-dropout"),
+    ({"tag_marginal": 4, "distill_teacher": "no-such.pt"}, "paper", "not with --distill-teacher"),  # before loading
     ({"tag_marginal": 4}, "first_subword", "last_subword"),  # the heads must sit at the input before the word
 ]
 
