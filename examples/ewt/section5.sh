@@ -64,6 +64,7 @@ args_for() {  # run name -> fairseq-train arguments
     wordntmarg) echo "$wordnt --tag-marginal $MARGINAL_K $ft/checkpoints-wordnt-s{SEED}/checkpoint_best.pt" ;;
     wordntmarglat) echo "$wordnt --tag-marginal $MARGINAL_K --terminal-weight 0 --nonterminal-weight 0 $ft/checkpoints-wordnt-s{SEED}/checkpoint_best.pt" ;;
     noneft) echo "--sipe-injection none $ft/checkpoints-none-s{SEED}/checkpoint_best.pt" ;;
+    inputss100detach) echo "${wordnt/--sipe-injection position/--sipe-injection input} --tag-sampling 1.0 --tag-sampling-warmup 200 --sipe-tag-head-detach" ;;
     wordntsampledetach) echo "$wordnt --tag-sampling 1.0 --tag-sampling-warmup 200 --tag-sampling-choice sample --sipe-tag-head-detach" ;;
     *) echo "unknown run $1" >&2; exit 2 ;;
   esac
