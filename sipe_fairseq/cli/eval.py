@@ -20,6 +20,7 @@ from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.eval_commands import attention, blimp, glue, report, seeds, sweep_plot, syntaxgym, tagger
 from sipe_fairseq.cli.options import add_progress_argument, configure_progress, output_path_problem
+from sipe_fairseq.structure.memory import MemoryBudgetError
 
 SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot,
                "attention": attention, "seeds": seeds, "glue": glue, "tagger": tagger}
@@ -53,6 +54,9 @@ def main(argv=None) -> int:
     except CheckpointError as e:
         logging.getLogger("sipe-eval").error("%s", e)
         return CHECKPOINT_EXIT_STATUS
+    except MemoryBudgetError as e:  # a tag source that cannot fit the memory, even one sentence at a time
+        logging.getLogger("sipe-eval").error("%s", e)
+        return 2
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli import logs
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
-from sipe_fairseq.cli.options import (add_progress_argument, configure_progress, int_at_least, output_path_problem,
-                                      probability)
+from sipe_fairseq.cli.options import (add_progress_argument, configure_progress, int_at_least, memory_size,
+                                      output_path_problem, probability)
 from sipe_fairseq.eval.prefix_scores import markdown_tag_sources, score_split_sources
 from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
 from sipe_fairseq.structure.arcs import COUNT_RULES
@@ -84,6 +84,10 @@ def main(argv=None):
     p.add_argument("--tags-batch-sentences", type=int_at_least(1), default=256, metavar="N",
                    help="sentences scored together under a tag source: larger is faster and holds a KV cache of "
                         "N x (hypotheses) x (length) positions per layer; beam:K at most 1024/K (default 256)")
+    p.add_argument("--max-memory", type=memory_size, default=0, metavar="SIZE",
+                   help="memory a tag source's batch may hold, e.g. 512M or 2G (estimated before scoring: "
+                        "sipe_fairseq/structure/memory.py; batches shrink to fit, a source that cannot fit even one "
+                        "sentence is refused with exit status 2; default: half the available memory)")
     p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
                    help="GiLT checkpoints, beam:K: counts each hypothesis branches on (gilt-facts.md section 4; default 5)")
     p.add_argument("--gilt-count-rule", choices=COUNT_RULES, default=COUNT_RULES[0],
@@ -93,7 +97,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     configure_progress(args)
     sources = None
-    if args.tags:
+    if args.tags is not None:
         try:
             sources = parse_sources(args.tags)
         except ValueError as e:
@@ -107,7 +111,7 @@ def main(argv=None):
     sipe_fairseq.register()
     try:
         options = StructureOptions(constrained=not args.tags_unconstrained, top_pairs=args.tags_top_pairs,
-                                   abstain=args.tags_abstain,
+                                   abstain=args.tags_abstain, max_memory=args.max_memory,
                                    count_beam=args.gilt_count_beam, count_rule=args.gilt_count_rule)
         results = {name: evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size,
                                   sources, options, args.tags_max_sentences, args.tags_batch_sentences)

@@ -77,6 +77,16 @@ def probability(text: str) -> float:
     return value
 
 
+def memory_size(text: str) -> int:
+    """argparse type: a size such as ``512M`` or ``2G`` (binary units) in bytes (``--max-memory``)."""
+    from sipe_fairseq.structure.memory import parse_size  # lazy: the options module stays light
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def unwritable(path: str) -> Optional[str]:
     """Why ``path`` cannot be written as a file (None: it can): a directory, a parent directory that
     does not exist or is not writable, an existing file that is not writable."""

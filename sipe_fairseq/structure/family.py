@@ -31,6 +31,7 @@ class StructureOptions:
     count_rule: str = COUNT_RULES[0]  # GiLT beam: top-then-allowed (the authors') or allowed-then-top
     use_cache: bool = True  # SiPE: False runs the full prefix at every position (tests)
     abstain: float = 0.0  # SiPE self: leave a word <notag> when its best allowed pair has p below this (0: never)
+    max_memory: int = 0  # bytes a search's batch may hold (structure/memory.py; 0: half the available memory)
 
 
 def structure_of(model) -> str:

@@ -15,6 +15,7 @@ import torch
 
 from .family import StructureOptions, policy_for, structure_of
 from .arcs import gold_graph
+from .memory import budget_from, model_size, plan_batches
 from .record import SentenceScore, position_types
 from .search import _prefix_logp, plain_scores, search
 from .sentences import Sentence, prepare
@@ -39,14 +40,17 @@ def score_sentences(model, sentences: Sequence[Sentence], source: str, options: 
     kind = structure_of(model)
     if src.kind == "untagged" and kind == "arcs":
         raise ValueError("tag source 'untagged' (every word <notag>) is for SiPE models, not GiLT's graphs")
-    policy = None if kind == "none" else policy_for(model, options, needs_heads=src.kind not in ("given", "untagged"))
     order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
-    out: List[Optional[SentenceScore]] = [None] * len(sentences)
     if src.kind in ("beam", "mix"):
         batch_sentences = max(1, min(batch_sentences, BEAM_ROWS // (8 * src.k)))
+    # the batches that fit the memory budget, all planned before anything is allocated (structure/memory.py)
+    planned = list(plan_batches(order, sentences, source, model_size(model), kind, budget_from(options.max_memory),
+                                batch_sentences, options.top_pairs, options.count_beam))
+    policy = None if kind == "none" else policy_for(model, options, needs_heads=src.kind not in ("given", "untagged"))
+    out: List[Optional[SentenceScore]] = [None] * len(sentences)
     full = policy is None or src.kind == "untagged" or (src.kind == "given" and hasattr(policy, "forced_full")
                                                          and not force_incremental)
-    for idx in _batches(order, sentences, batch_sentences, full):
+    for idx in (_full_batches(order, sentences) if full else planned):
         batch = [sentences[i] for i in idx]
         with torch.no_grad():
             if policy is None:
@@ -62,12 +66,9 @@ def score_sentences(model, sentences: Sequence[Sentence], source: str, options: 
     return out
 
 
-def _batches(order, sentences, size: int, by_positions: bool):
-    """Index lists of consecutive sentences of ``order``: ``size`` each, or (full forwards) as many as fit
-    in :data:`GIVEN_POSITIONS` padded positions."""
-    if not by_positions:
-        yield from (order[b:b + size] for b in range(0, len(order), size))
-        return
+def _full_batches(order, sentences):
+    """Index lists of consecutive sentences of ``order`` for full forwards: as many as fit in
+    :data:`GIVEN_POSITIONS` padded positions."""
     i = 0
     while i < len(order):
         j = i + 1
