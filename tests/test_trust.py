@@ -6,7 +6,6 @@ import sys
 import textwrap
 
 import pytest
-import torch
 
 import launcher
 from conftest import BIN, ENV, ROOT, txl
