@@ -6,6 +6,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 import launcher
 from conftest import BIN, ENV, ROOT, txl
@@ -126,3 +127,92 @@ def test_memory_estimate_within_2x_of_the_measured_peak(toy_data, lm_checkpoint,
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["peak"] > 32 * 2 ** 20, got  # large enough to measure
     assert 0.5 <= got["estimate"] / got["peak"] <= 2.0, got
+
+
+# ------------------------------------------------------------------ 2. a checkpoint knows its data
+@pytest.fixture(scope="module")
+def other_data(tmp_path_factory, toy_corpus):
+    """Two data directories the checkpoint was not trained on: ``same_size``, another corpus's sentencepiece
+    model with the same vocabulary size (dict.txt of as many symbols, other ones); ``smaller``, the same corpus
+    with a vocabulary of 150 pieces."""
+    from sipe_fairseq.cli.preprocess import main as preprocess_main
+    from sipe_fairseq.data import toy_grammar
+
+    root = tmp_path_factory.mktemp("other-data")
+    toy_grammar.make_corpus(root / "toy", n_train=300, n_valid=40, n_test=40, seed=4)
+    out = {}
+    for name, corpus, vocab in (("same_size", root / "toy", "200"), ("smaller", toy_corpus, "150")):
+        out[name] = root / name
+        assert preprocess_main(["--train", str(corpus / "train.conllu"), "--valid", str(corpus / "valid.conllu"),
+                                "--test", str(corpus / "test.conllu"), "--destdir", str(out[name]),
+                                "--spm-vocab-size", vocab]) == 0
+    return out
+
+
+def _sha(path):
+    from sipe_fairseq.data.writers import sha256_file
+
+    return sha256_file(str(path))
+
+
+def test_checkpoint_records_its_data(toy_data, lm_checkpoint):
+    state = torch.load(str(lm_checkpoint), map_location="cpu", weights_only=False)
+    saved = state["task_state"]["sipe_data"]
+    manifest = json.loads((toy_data / "manifest.json").read_text())
+    assert saved["dictionary_sha256"] == manifest["files"]["dict.txt"]["sha256"] == _sha(toy_data / "dict.txt")
+    assert saved["spm_sha256"] == manifest["settings"]["spm"]["sha256"] == _sha(toy_data / "spm.model")
+    assert saved["tag_layout"]["nonterminal"] == [ln.split()[0] for ln in
+                                                  (toy_data / "dict.nonterminal.txt").read_text().splitlines()]
+    assert saved["data"] == str(toy_data.resolve())
+
+
+def _mismatch_line(line, toy_data, other):
+    assert f"dict.txt differs: sha256 {_sha(toy_data / 'dict.txt')} (checkpoint) vs {_sha(other / 'dict.txt')} (data)" \
+        in line, line
+    assert f"trained on {toy_data.resolve()}, the data directory is {other.resolve()}" in line, line
+
+
+@pytest.mark.parametrize("command", ["sipe-eval-lm", "sipe-generate", "fairseq-eval-lm"])
+def test_other_dictionary_of_the_same_size_is_refused(toy_data, lm_checkpoint, other_data, command):
+    """Issue 37.2: a dictionary of the same size with other symbols printed perplexity 500 instead of 145, exit 0."""
+    other = other_data["same_size"]
+    if command == "sipe-eval-lm":
+        cmd = [BIN / command, other, "--path", lm_checkpoint]
+    elif command == "sipe-generate":
+        cmd = [BIN / command, "--data", other, "--path", lm_checkpoint]
+    else:
+        cmd = [BIN / command, other, "--path", lm_checkpoint, "--user-dir", ROOT / "sipe_fairseq", "--task", "hexatag_lm"]
+    proc = _cli(cmd, stdin="the dog\n")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    _mismatch_line(_last_error(proc), toy_data, other)
+    assert "perplexity" not in proc.stdout.lower()
+
+
+def test_allow_dictionary_mismatch_loads_with_a_warning(lm_checkpoint, other_data):
+    proc = _cli([BIN / "sipe-eval-lm", other_data["same_size"], "--path", lm_checkpoint, "--allow-dictionary-mismatch"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "dict.txt differs" in proc.stderr and "(--allow-dictionary-mismatch)" in proc.stderr
+
+
+def test_dictionary_of_another_size_is_one_line(lm_checkpoint, other_data, tmp_path):
+    """Issue 37.5: a size mismatch was a RuntimeError traceback (exit 1) with a GLUE-only hint; a checkpoint that
+    records no data (as before this change) reaches it, with --allow-dictionary-mismatch too."""
+    for cmd in ([BIN / "sipe-eval-lm", other_data["smaller"], "--path", lm_checkpoint, "--allow-dictionary-mismatch"],
+                [BIN / "sipe-generate", "--data", other_data["smaller"], "--path", lm_checkpoint,
+                 "--allow-dictionary-mismatch"]):
+        proc = _cli(cmd, stdin="the dog\n")
+        assert proc.returncode == 3, proc.stderr[-2000:]
+        line = _last_error(proc)
+        assert "decoder.embed_tokens.weight has shape [200, 64] in the checkpoint but [152, 64] for this data " \
+               "directory" in line and "score it with the data directory it was trained on" in line, line
+        assert "glue" not in line.lower()
+
+
+def test_old_checkpoint_without_fingerprint_loads_with_one_warning(toy_data, lm_checkpoint, tmp_path):
+    state = torch.load(str(lm_checkpoint), map_location="cpu", weights_only=False)
+    del state["task_state"]["sipe_data"]
+    old = tmp_path / "old.pt"
+    torch.save(state, str(old))
+    proc = _cli([BIN / "sipe-eval-lm", toy_data, "--path", f"a={old}", "--path", f"b={old}", "--tags", "self"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("records no data fingerprint") == 1, proc.stderr

@@ -56,7 +56,41 @@ def read_checkpoint(path: str, arg_overrides: Optional[dict] = None) -> dict:
             f"checkpoint {path}: cannot be read as a fairseq checkpoint ({type(e).__name__}: {first})") from None
     if not isinstance(state, dict) or "model" not in state or (state.get("cfg") is None and state.get("args") is None):
         raise CheckpointError(f"checkpoint {path}: not a fairseq checkpoint (no model weights and config)")
+    check_finite(path, state["model"])
     return state
+
+
+def check_finite(path: str, weights) -> None:
+    """:class:`CheckpointError` naming the first floating-point tensor of ``weights`` (a state dict) that
+    holds a NaN or an infinity: such a model scores every perplexity as NaN."""
+    import torch  # lazy (heavy)
+
+    for name, tensor in (weights or {}).items():
+        if torch.is_tensor(tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(f"checkpoint {path}: tensor {name} holds {bad} non-finite values (NaN or inf) of "
+                                  f"{tensor.numel()}: a damaged file or a diverged training")
+
+
+_SIZE_MISMATCH = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch.Size\(\[([\d, ]+)\]\) "
+                            r"from checkpoint, the shape in current model is torch.Size\(\[([\d, ]+)\]\)")
+
+
+def _load_models(path: str, load):
+    """``load()`` (fairseq's ensemble loading of ``path``), its errors as one :class:`CheckpointError` line: a
+    data fingerprint that differs (:mod:`sipe_fairseq.data.fingerprint`) or a model whose shapes are not the
+    data's (a dictionary of another size)."""
+    try:
+        return load()
+    except CheckpointError as e:
+        raise CheckpointError(f"checkpoint {path}: {e}") from None
+    except RuntimeError as e:
+        m = _SIZE_MISMATCH.search(str(e))
+        if m is None:
+            raise
+        raise CheckpointError(f"checkpoint {path}: {m.group(1)} has shape [{m.group(2)}] in the checkpoint but "
+                              f"[{m.group(3)}] for this data directory (its dict.txt has another size): score it with "
+                              "the data directory it was trained on") from None
 
 
 def scoring_task(saved_name: Optional[str]) -> str:
@@ -67,12 +101,13 @@ def scoring_task(saved_name: Optional[str]) -> str:
     return "gilt_lm" if saved_name == "gilt_lm" else "hexatag_lm"
 
 
-def load_lm(path: str, data: str, context_window: int = 0):
+def load_lm(path: str, data: str, context_window: int = 0, allow_dictionary_mismatch: bool = False):
     """(model, task) for a checkpoint, scored on ``data``: a ``hexatag_lm`` task for decoders
     (``hexatag_lm`` and stock ``language_modeling`` checkpoints; ``gilt_lm`` for GiLT ones), a ``hexatag_mlm`` task for
     masked-LM encoders (``hexatag_mlm`` and stock ``masked_lm`` ones, e.g. fairseq ``roberta``),
     built from the checkpoint's own task settings; the encoder task's dictionary is ``dict.txt``
-    with ``<mask>`` appended, as in training."""
+    with ``<mask>`` appended, as in training. The model is in eval mode. A checkpoint whose recorded data
+    differs from ``data``'s raises :class:`CheckpointError` unless ``allow_dictionary_mismatch``."""
     # lazy (heavy): importing sipe_fairseq.checkpoints stays light
     from fairseq import checkpoint_utils
     from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
@@ -91,13 +126,16 @@ def load_lm(path: str, data: str, context_window: int = 0):
     cfg = OmegaConf.merge(OmegaConf.structured(config), {k: v for k, v in saved.items() if k in fields})
     cfg.data = data
     cfg.tokens_per_sample -= context_window  # as fairseq-eval-lm does
+    if "allow_dictionary_mismatch" in fields:
+        cfg.allow_dictionary_mismatch = allow_dictionary_mismatch
     task = task_cls.setup_task(cfg)
-    models, _ = checkpoint_utils.load_model_ensemble([path], arg_overrides=overrides, task=task, state=state)
-    return models[0], task
+    models, _ = _load_models(path, lambda: checkpoint_utils.load_model_ensemble([path], arg_overrides=overrides,
+                                                                                 task=task, state=state))
+    return models[0].eval(), task
 
 
 def load_with_task(path: str, data: Optional[str] = None, state: Optional[dict] = None):
-    """``(model, task)`` of a checkpoint with its own task (taggers, GLUE classifiers); ``data``
+    """``(model in eval mode, task)`` of a checkpoint with its own task (taggers, GLUE classifiers); ``data``
     overrides the task's data directory. A tagger whose encoder came from ``--init-encoder``
     rebuilds from its own config; the init checkpoint is not needed. ``state``: the checkpoint
     already read by :func:`read_checkpoint` with the same ``data``."""
@@ -105,8 +143,9 @@ def load_with_task(path: str, data: Optional[str] = None, state: Optional[dict] 
 
     overrides = {"data": data} if data else {}
     state = read_checkpoint(path, overrides) if state is None else state
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides, state=state)
-    return models[0], task
+    models, _cfg, task = _load_models(path, lambda: checkpoint_utils.load_model_ensemble_and_task(
+        [path], arg_overrides=overrides, state=state))
+    return models[0].eval(), task
 
 
 TAGGER_TASKS = ("hexatag_tagging",)

@@ -41,17 +41,17 @@ logger = logging.getLogger(__name__)
 
 
 def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None, tags=None,
-             options=None, max_sentences=None, batch_sentences=256):
+             options=None, max_sentences=None, batch_sentences=256, allow_dictionary_mismatch=False):
     """:func:`~sipe_fairseq.eval.scoring.score_split` of one checkpoint (loaded once by
     :func:`~sipe_fairseq.checkpoints.load.load_lm`); with ``tags`` (tag sources), also
     ``tag_sources``: every sentence scored alone under each
     (:func:`~sipe_fairseq.eval.prefix_scores.score_split_sources`: hexatags for SiPE checkpoints,
     graphs for GiLT ones; ``options``: :class:`~sipe_fairseq.structure.family.StructureOptions`)."""
-    model, task = load_lm(path, data, context_window)
+    model, task = load_lm(path, data, context_window, allow_dictionary_mismatch)
     rows = score_split(model, task, split, context_window, max_tokens, batch_size)
     if tags:
         if context_window:  # the tag sources score sentences alone: a task without the context-window shortening
-            model, task = load_lm(path, data)
+            model, task = load_lm(path, data, allow_dictionary_mismatch=allow_dictionary_mismatch)
         rows["tag_sources"] = score_split_sources(model, task, split, tags, StructureOptions(**vars(options)) if options
                                                   else None, max_sentences, batch_sentences)
     return rows
@@ -67,6 +67,9 @@ def main(argv=None):
     p.add_argument("--max-tokens", type=int_at_least(1), default=4096, help="tokens per batch (default: %(default)s)")
     p.add_argument("--batch-size", type=int_at_least(1), default=None, help="sentences per batch")
     p.add_argument("--json", help="also write the scores as JSON here (checked writable before anything runs)")
+    p.add_argument("--allow-dictionary-mismatch", action="store_true",
+                   help="score a checkpoint whose recorded data (dict.txt, spm.model, tag dictionaries) differs from "
+                        "DATA's, with a warning (default: refused, exit status 3)")
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
     p.add_argument("--tags", default=None, metavar="SOURCES",
                    help="also score every sentence alone under these tag sources, comma-separated: given, self, beam:K, "
@@ -114,7 +117,8 @@ def main(argv=None):
                                    abstain=args.tags_abstain, max_memory=args.max_memory,
                                    count_beam=args.gilt_count_beam, count_rule=args.gilt_count_rule)
         results = {name: evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size,
-                                  sources, options, args.tags_max_sentences, args.tags_batch_sentences)
+                                  sources, options, args.tags_max_sentences, args.tags_batch_sentences,
+                                  args.allow_dictionary_mismatch)
                    for name, path in checkpoint_specs(args.path).items()}
         empty = [f"{name} [{source}]" for name, r in results.items() for source, row in (r.get("tag_sources") or {}).items()
                  if not row.get("tokens")]

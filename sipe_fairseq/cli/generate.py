@@ -72,6 +72,9 @@ def get_parser() -> argparse.ArgumentParser:
                    help="at most this many tokens generated after the prompt (</s> not counted; the prompt is never cut, "
                         "and the model's positions bound prompt + continuation)")
     p.add_argument("--seed", type=int, default=1, help="random seed")
+    p.add_argument("--allow-dictionary-mismatch", action="store_true",
+                   help="load a checkpoint whose recorded data (dict.txt, spm.model, tag dictionaries) differs from "
+                        "--data's, with a warning (default: refused, exit status 3)")
     p.add_argument("--continue-word", action="store_true",
                    help="the first generated token may continue the prompt's last word (default: it starts a new word, "
                         "so the prompt's words stay whole)")
@@ -172,7 +175,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             logger.error(f"--prompt-tags {args.prompt_tags}: {e}")
             return CHECKPOINT_EXIT_STATUS
     try:
-        model, task = load_lm(args.path, args.data)
+        model, task = load_lm(args.path, args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
     except (CheckpointError, FileNotFoundError) as e:
         logger.error(str(e))
         return CHECKPOINT_EXIT_STATUS

@@ -31,11 +31,13 @@ import numpy as np
 from fairseq.data import BaseWrapperDataset, data_utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
+from ..data.fingerprint import KEY as FINGERPRINT_KEY
+from ..data.fingerprint import data_fingerprint, fingerprint_mismatch
 from ..data.tag_dictionary import load_tag_dictionary
 from ..data.tag_streams import load_tag_streams
 from ..data.validate import VALIDATION_MODES, expectations, split_files, validate_split
 from ..hexatag.errors import (  # noqa: F401  EvaluationError, OptionError: imported from here by the tasks and tests
-    USER_ERRORS, DataError, EvaluationError, OptionError,
+    CHECKPOINT_EXIT_STATUS, USER_ERRORS, CheckpointError, DataError, EvaluationError, OptionError,
 )
 
 logger = logging.getLogger(__name__)
@@ -45,6 +47,9 @@ def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):
     if issubclass(exc_type, USER_ERRORS):
         sys.stderr.flush()
         print(f"sipe_fairseq: error: {exc}", file=sys.stderr, flush=True)
+        if issubclass(exc_type, CheckpointError):  # as the sipe-* commands: a checkpoint that cannot be used
+            sys.stdout.flush()
+            os._exit(CHECKPOINT_EXIT_STATUS)
         return
     _previous(exc_type, exc, tb)
 
@@ -60,6 +65,10 @@ class SiPEDataConfig(FairseqDataclass):
                                           "structure, ids, tag positions and arcs (a sample on very large splits), the "
                                           "manifest's size and crc32 of each file (any changed byte is refused); full = "
                                           "all sentences and also the manifest's sha256; none = structure only"})
+    allow_dictionary_mismatch: bool = field(
+        default=False, metadata={"help": "load a checkpoint whose recorded data (dict.txt and spm.model sha256, tag "
+                                         "dictionaries) differs from this data directory's, with a warning (default: "
+                                         "refused, exit status 3)"})
 
 
 _WARNED_MANIFESTS = set()  # one warning per old manifest and process, whatever the number of splits
@@ -97,6 +106,39 @@ class SiPEDataMixin:
         return out
 
     validates_arcs = False  # gilt_lm: {split}.arcs is validated with the other streams
+
+    def data_fingerprint(self) -> Optional[dict]:
+        """:func:`~sipe_fairseq.data.fingerprint.data_fingerprint` of the task's (first) data directory, once."""
+        if "_sipe_fingerprint" not in self.__dict__:
+            data = _option(self, "data")
+            self._sipe_fingerprint = data_fingerprint(str(data).split(os.pathsep)[0]) if data else None
+        return self._sipe_fingerprint
+
+    def state_dict(self):
+        """fairseq's task state, plus the data's fingerprint: saved in every checkpoint (``task_state``)."""
+        out = dict(super().state_dict())
+        fingerprint = self.data_fingerprint()
+        if fingerprint is not None:
+            out[FINGERPRINT_KEY] = fingerprint
+        return out
+
+    def load_state_dict(self, state_dict):
+        """A checkpoint's task state (fairseq loads it before the model): its data fingerprint is compared with
+        this data directory's (:class:`CheckpointError` when they differ, unless ``--allow-dictionary-mismatch``);
+        a checkpoint without one is loaded with one warning."""
+        state_dict = dict(state_dict or {})
+        saved, current = state_dict.pop(FINGERPRINT_KEY, None), self.data_fingerprint()
+        if current is not None:
+            if saved is None:
+                _warn_old_manifest(f"checkpoint:{current['data']}", "the checkpoint records no data fingerprint "
+                                   f"(trained before checkpoints recorded their dict.txt): not compared with {current['data']}")
+            else:
+                problem = fingerprint_mismatch(saved, current)
+                if problem and _option(self, "allow_dictionary_mismatch", False):
+                    logger.warning(f"{problem} (--allow-dictionary-mismatch)")
+                elif problem:
+                    raise CheckpointError(f"{problem}; --allow-dictionary-mismatch loads it anyway")
+        super().load_state_dict(state_dict)
 
     def validate_split(self, folder: str, split: str, dictionary, tag_dictionaries: Mapping[str, object]) -> Optional[dict]:
         """:func:`~sipe_fairseq.data.validate.validate_split` once per (folder, split, mode)."""
