@@ -203,8 +203,8 @@ def test_dictionary_of_another_size_is_one_line(lm_checkpoint, other_data, tmp_p
         proc = _cli(cmd, stdin="the dog\n")
         assert proc.returncode == 3, proc.stderr[-2000:]
         line = _last_error(proc)
-        assert "decoder.embed_tokens.weight has shape [200, 64] in the checkpoint but [152, 64] for this data " \
-               "directory" in line and "score it with the data directory it was trained on" in line, line
+        assert "decoder.embed_tokens.weight has shape [200, 64] in the checkpoint but [152, 64] in the model built " \
+               "for this data directory" in line and "use the data directory the checkpoint was trained on" in line, line
         assert "glue" not in line.lower()
 
 
@@ -216,3 +216,85 @@ def test_old_checkpoint_without_fingerprint_loads_with_one_warning(toy_data, lm_
     proc = _cli([BIN / "sipe-eval-lm", toy_data, "--path", f"a={old}", "--path", f"b={old}", "--tags", "self"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stderr.count("records no data fingerprint") == 1, proc.stderr
+
+
+# ------------------------------------------------------------------ 3. finite or refused
+def _damaged(lm_checkpoint, tmp_path, name, edit):
+    state = torch.load(str(lm_checkpoint), map_location="cpu", weights_only=False)
+    edit(state["model"])
+    path = tmp_path / name
+    torch.save(state, str(path))
+    return path
+
+
+def _nan_inside(weights):
+    weights["decoder.layers.1.attn.qkv.weight"].view(-1)[100:1124] = float("nan")  # 4 KiB of float32
+
+
+@pytest.mark.parametrize("command", ["sipe-eval-lm", "sipe-generate", "fairseq-eval-lm"])
+def test_non_finite_weights_are_refused_at_load(toy_data, lm_checkpoint, tmp_path, command):
+    """Issue 37.3: NaN in one weight tensor scored every perplexity as nan with exit 0 (sipe-generate: an
+    AssertionError traceback); now exit 3 naming the first such tensor."""
+    path = _damaged(lm_checkpoint, tmp_path, "nan.pt", _nan_inside)
+    cmd = {"sipe-eval-lm": [BIN / command, toy_data, "--path", path],
+           "sipe-generate": [BIN / command, "--data", toy_data, "--path", path],
+           "fairseq-eval-lm": [BIN / command, toy_data, "--path", path, "--user-dir", ROOT / "sipe_fairseq",
+                               "--task", "hexatag_lm"]}[command]
+    proc = _cli(cmd, stdin="the dog\n")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "tensor decoder.layers.1.attn.qkv.weight holds 1024 non-finite values (NaN or inf)" in _last_error(proc)
+    assert "nan" not in proc.stdout.lower()
+
+
+def test_non_finite_score_is_an_error_not_a_number(toy_data, lm_checkpoint, tmp_path):
+    """Finite weights whose logits overflow: the scores are NaN; exit 1, no table, no --json written."""
+    def huge(weights):
+        weights["decoder.embed_tokens.weight"] *= 1e30
+
+    path = _damaged(lm_checkpoint, tmp_path, "huge.pt", huge)
+    out = tmp_path / "scores.json"
+    proc = _cli([BIN / "sipe-eval-lm", toy_data, "--path", f"huge={path}", "--json", out])
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert _last_error(proc).endswith("split 'valid': a score is not finite (huge / lm / nll = nan): nothing reported")
+    assert proc.stdout == "" and not out.exists()
+
+
+def _strict_json(path):
+    def refuse(name):
+        raise AssertionError(f"{path}: {name} is not JSON")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_json_has_null_for_what_does_not_apply(toy_data, train_checkpoint, tmp_path):
+    """A model without tags: its tag bits per word do not apply (NaN before, invalid JSON); now null."""
+    out = tmp_path / "none.json"
+    proc = _cli([BIN / "sipe-eval-lm", toy_data, "--path", f"none={train_checkpoint(txl('none'))}", "--tags", "given",
+                 "--json", out])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = _strict_json(out)["none"]["tag_sources"]
+    assert rows["given"]["bits.tags_per_word"] is None and rows["given"]["ppl"] > 1
+
+
+def test_reports_are_written_atomically(tmp_path):
+    """A report that fails while it is written leaves the old file whole and no temporary file behind."""
+    from sipe_fairseq.cli.output import write_json
+
+    path = tmp_path / "report.json"
+    write_json(str(path), {"ppl": 12.5, "bits": float("nan")}, indent=2)
+    assert _strict_json(path) == {"ppl": 12.5, "bits": None}
+    with pytest.raises(TypeError):
+        write_json(str(path), {"ppl": object()})
+    assert _strict_json(path) == {"ppl": 12.5, "bits": None} and sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def test_no_report_is_written_with_a_plain_open():
+    """Every report of eval/ and cli/ goes through cli/output.py (temporary file, then os.replace)."""
+    import re
+
+    plain = re.compile(r"open\([^)]*[\"']w[\"']|\.write_text\(|json\.dump\(")
+    found = [f"{p.relative_to(ROOT)}:{i}" for folder in ("eval", "cli/eval_commands") for p in (ROOT / "sipe_fairseq" /
+             folder).glob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1) if plain.search(line)]
+    found += [f"cli/eval_lm.py:{i}" for i, line in enumerate((ROOT / "sipe_fairseq/cli/eval_lm.py").read_text()
+                                                           .splitlines(), 1) if plain.search(line)]
+    assert found == []

@@ -72,10 +72,6 @@ def check_finite(path: str, weights) -> None:
                                   f"{tensor.numel()}: a damaged file or a diverged training")
 
 
-_SIZE_MISMATCH = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch.Size\(\[([\d, ]+)\]\) "
-                            r"from checkpoint, the shape in current model is torch.Size\(\[([\d, ]+)\]\)")
-
-
 def _load_models(path: str, load):
     """``load()`` (fairseq's ensemble loading of ``path``), its errors as one :class:`CheckpointError` line: a
     data fingerprint that differs (:mod:`sipe_fairseq.data.fingerprint`) or a model whose shapes are not the
@@ -84,13 +80,13 @@ def _load_models(path: str, load):
         return load()
     except CheckpointError as e:
         raise CheckpointError(f"checkpoint {path}: {e}") from None
-    except RuntimeError as e:
-        m = _SIZE_MISMATCH.search(str(e))
-        if m is None:
+    except RuntimeError as e:  # a model whose load_state_dict does not say it in one line (fairseq's own)
+        from ..models.classification import size_mismatch_line  # lazy (heavy); same layer
+
+        line = size_mismatch_line(str(e))
+        if line is None:
             raise
-        raise CheckpointError(f"checkpoint {path}: {m.group(1)} has shape [{m.group(2)}] in the checkpoint but "
-                              f"[{m.group(3)}] for this data directory (its dict.txt has another size): score it with "
-                              "the data directory it was trained on") from None
+        raise CheckpointError(f"checkpoint {path}: {line}") from None
 
 
 def scoring_task(saved_name: Optional[str]) -> str:

@@ -19,7 +19,6 @@ written: checked before anything is loaded), 3 a checkpoint is missing, refused 
 loading (untrusted content) or not a fairseq checkpoint.
 """
 import argparse
-import json
 import logging
 import sys
 
@@ -30,6 +29,8 @@ from sipe_fairseq.cli import logs
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
 from sipe_fairseq.cli.options import (add_progress_argument, configure_progress, int_at_least, memory_size,
                                       output_path_problem, probability)
+from sipe_fairseq.cli.output import write_json
+from sipe_fairseq.eval.finite import first_non_finite
 from sipe_fairseq.eval.prefix_scores import markdown_tag_sources, score_split_sources
 from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
 from sipe_fairseq.structure.arcs import COUNT_RULES
@@ -125,6 +126,9 @@ def main(argv=None):
         if empty:
             raise EvaluationError(f"split {args.gen_subset!r}: no token scored under --tags for {', '.join(empty)}, "
                                   "so no perplexity")
+        bad = first_non_finite(results)
+        if bad:  # never a NaN in the table or the JSON
+            raise EvaluationError(f"split {args.gen_subset!r}: a score is not finite ({bad}): nothing reported")
         print(perplexity_markdown({name: {k: v for k, v in r.items() if k != "tag_sources"} for name, r in results.items()}))
         if sources:  # tags from the prefix only, per checkpoint side by side
             print(markdown_tag_sources({name: r["tag_sources"] for name, r in results.items()}))
@@ -138,8 +142,7 @@ def main(argv=None):
         logger.error("%s", e)
         return 2
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2, sort_keys=True)
+        write_json(args.json, results, indent=2, sort_keys=True)
     return 0
 
 

@@ -14,10 +14,14 @@ the fine-tuned checkpoint stays a complete masked LM. A body that does not match
 still fails, with hints for the usual causes (:meth:`ClassificationHeadsMixin.load_state_dict`).
 """
 import logging
+import re
+from typing import Optional
 
 import torch
 import torch.nn as nn
 from fairseq import utils
+
+from ..hexatag.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +53,20 @@ class SentenceClassificationHead(nn.Module):
         x = self.dropout(pooled)
         x = self.activation_fn(self.dense(x))
         return self.out_proj(self.dropout(x))
+
+
+_SIZE_MISMATCH = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch.Size\(\[([\d, ]*)\]\) "
+                            r"from checkpoint, the shape in current model is torch.Size\(\[([\d, ]*)\]\)")
+
+
+def size_mismatch_line(message: str) -> Optional[str]:
+    """torch's ``size mismatch`` error (a paragraph) as one line with the hint for a model loaded with another
+    data directory than its own; None for another error."""
+    m = _SIZE_MISMATCH.search(message)
+    if m is None:
+        return None
+    return (f"{m.group(1)} has shape [{m.group(2)}] in the checkpoint but [{m.group(3)}] in the model built for this "
+            "data directory (its dict.txt has another size): use the data directory the checkpoint was trained on")
 
 
 class ClassificationHeadsMixin:
@@ -126,10 +144,16 @@ class ClassificationHeadsMixin:
             logger.info(f"not in the checkpoint, initialized fresh (the new classification head): {fresh}")
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
-        """fairseq's strict load; a mismatch error gets hints on its usual causes appended."""
+        """fairseq's strict load; a mismatch error gets hints on its usual causes appended (a classifier), or is
+        one line (:class:`CheckpointError`: a model loaded as it was trained, e.g. an LM on another dictionary)."""
         try:
             return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        except CheckpointError:
+            raise
         except RuntimeError as e:
+            line = size_mismatch_line(str(e))
+            if line and not len(self.classification_heads):
+                raise CheckpointError(line) from None
             raise RuntimeError(f"{e}\n{self._mismatch_hints(state_dict)}") from e
 
     def _mismatch_hints(self, state_dict) -> str:

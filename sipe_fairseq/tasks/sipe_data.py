@@ -114,6 +114,20 @@ class SiPEDataMixin:
             self._sipe_fingerprint = data_fingerprint(str(data).split(os.pathsep)[0]) if data else None
         return self._sipe_fingerprint
 
+    def build_model(self, cfg, from_checkpoint=False):
+        """fairseq's model, refusing non-finite weights when a checkpoint's are loaded into it (fairseq-eval-lm,
+        fairseq-generate, --restore-file: :func:`~sipe_fairseq.checkpoints.load.check_finite`)."""
+        from ..checkpoints.load import check_finite  # lazy (same layer; heavy)
+
+        model = super().build_model(cfg, from_checkpoint)
+
+        def refuse_non_finite(state_dict, prefix, *args):
+            if not prefix:
+                check_finite("being loaded", state_dict)
+
+        model._register_load_state_dict_pre_hook(refuse_non_finite)
+        return model
+
     def state_dict(self):
         """fairseq's task state, plus the data's fingerprint: saved in every checkpoint (``task_state``)."""
         out = dict(super().state_dict())

@@ -1,13 +1,13 @@
 """``sipe-eval attention``: the options of the attention analysis (:mod:`sipe_fairseq.eval.attention`),
 and the run that loads the checkpoints, measures the arcs' masses, draws and writes the reports."""
 import argparse
-import json
 import logging
 from collections import OrderedDict
 
 import torch
 
 import sipe_fairseq
+from sipe_fairseq.cli.output import write_json
 from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
 from sipe_fairseq.cli.options import add_data_argument, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
@@ -92,6 +92,5 @@ def _run(args: argparse.Namespace) -> int:
         plot_sentence(args.plot, maps, labels, boxes, f"{args.conllu}:{sent.line} ({args.relation}, {args.direction})")
         print(f"map of sentence {k} ({args.conllu}:{sent.line}) written to {args.plot}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1, ensure_ascii=False)
+        write_json(args.json, report, indent=1, ensure_ascii=False)
     return 0

@@ -1,14 +1,13 @@
 """``sipe-eval blimp``: the options of the BLiMP evaluation (:mod:`sipe_fairseq.eval.blimp`), and the
 run that loads the checkpoints, scores the pairs and writes the reports."""
 import argparse
-import json
 import logging
-from pathlib import Path
 from typing import Dict, List
 
 import torch
 
 import sipe_fairseq
+from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
 from sipe_fairseq.cli.options import add_count_beam_argument, add_data_argument, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
@@ -96,8 +95,7 @@ def _run(args: argparse.Namespace, checkpoints: Dict[str, str], pairs: List[Blim
     table = markdown(report)
     print(table, end="")
     if args.markdown:
-        Path(args.markdown).write_text(table, encoding="utf-8")
+        write_text(args.markdown, table)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2, ensure_ascii=False)
+        write_json(args.json, report, indent=2, ensure_ascii=False)
     return nothing_scored(report)

@@ -2,10 +2,9 @@
 evaluation data and precomputed reports, shared with ``sipe-eval sweep-plot``), and the run that builds
 the report and writes the table and the sub-reports."""
 import argparse
-import json
 import logging
-from pathlib import Path
 
+from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.cli.options import add_count_beam_argument, float_at_least, int_at_least
 from sipe_fairseq.eval import report as report_engine
 from sipe_fairseq.eval.report import ReportError, ReportInputs, build_report, markdown
@@ -77,8 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _write_json(path, obj, **kw) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False, **kw)
+    write_json(path, obj, ensure_ascii=False, **kw)
 
 
 def report_inputs(args: argparse.Namespace, paths=None, baseline=None, rows=None, blimp_inputs: bool = True) -> ReportInputs:
@@ -103,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     table = markdown(report)
     print(table, end="")
     if args.markdown:
-        Path(args.markdown).write_text(table, encoding="utf-8")
+        write_text(args.markdown, table)
     if args.json:
         _write_json(args.json, report, indent=2)
     for key, out, kw in (("blimp", args.blimp_out, {"indent": 2}), ("syntaxgym", args.syntaxgym_out, {"indent": 1}),

@@ -1,9 +1,9 @@
 """``sipe-eval seeds``: the options of the seed aggregation (:mod:`sipe_fairseq.eval.seeds`), and the run
 that reads the reports and writes the table."""
 import argparse
-import json
 import logging
 
+from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.eval import seeds
 from sipe_fairseq.eval.seeds import SeedsError, aggregate, markdown, read_reports
 
@@ -31,9 +31,7 @@ def run(args: argparse.Namespace) -> int:
     text = markdown(table, args.per)
     print(text)
     if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
+        write_text(args.markdown, text + "\n")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(table, f, indent=2)
+        write_json(args.json, table, indent=2)
     return 0

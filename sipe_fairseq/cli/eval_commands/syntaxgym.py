@@ -1,14 +1,13 @@
 """``sipe-eval syntaxgym``: the options of the SyntaxGym evaluation (:mod:`sipe_fairseq.eval.syntaxgym`),
 and the run that loads the checkpoints, scores the suites and writes the reports."""
 import argparse
-import json
 import logging
-from pathlib import Path
 from typing import Dict, Iterable
 
 import torch
 
 import sipe_fairseq
+from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
 from sipe_fairseq.cli.options import add_count_beam_argument, add_data_argument, float_at_least, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
@@ -106,10 +105,9 @@ def _run(args: argparse.Namespace) -> int:
     table = report_markdown(report)
     print(table, end="")
     if args.markdown:
-        Path(args.markdown).write_text(table, encoding="utf-8")
+        write_text(args.markdown, table)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1, ensure_ascii=False)
+        write_json(args.json, report, indent=1, ensure_ascii=False)
     empty = [n for n, row in report["overall"].items() if row.get("accuracy") is None]
     if empty:  # every suite unscored (e.g. all sentences longer than the model's positions)
         logger.error("no suite scored by %s (%d suites; the unscored items are listed in --json): no accuracy",

@@ -1,11 +1,11 @@
 """``sipe-eval tagger``: UAS and exact match of a ``sipe_tagger`` checkpoint on a split
 (:mod:`sipe_fairseq.eval.tagger`)."""
 import argparse
-import json
 import os
 
 import torch
 
+from sipe_fairseq.cli.output import write_json
 from sipe_fairseq.checkpoints.load import load_tagger
 from sipe_fairseq.eval import tagger
 from sipe_fairseq.eval.tagger import evaluate
@@ -29,6 +29,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.split}: sentences {scores['sentences']}, words {scores['words']}, "
           f"UAS {scores['uas']:.2f}, exact match {scores['exact_match']:.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(scores, f, indent=1)
+        write_json(args.json, scores, indent=1)
     return 0
