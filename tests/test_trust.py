@@ -298,3 +298,66 @@ def test_no_report_is_written_with_a_plain_open():
     found += [f"cli/eval_lm.py:{i}" for i, line in enumerate((ROOT / "sipe_fairseq/cli/eval_lm.py").read_text()
                                                            .splitlines(), 1) if plain.search(line)]
     assert found == []
+
+
+# ------------------------------------------------------------------ 4. sipe-eval seeds checks what it averages
+def test_seeds_refuses_rows_scored_on_other_splits(toy_data, lm_checkpoint, train_checkpoint, tmp_path):
+    """Issue 37.4: p-s1 (position, test) and p-s2 (none, valid) were averaged into one row, exit 0."""
+    s1, s2 = tmp_path / "p-s1.json", tmp_path / "p-s2.json"
+    for out, ckpt, split in ((s1, lm_checkpoint, "test"), (s2, train_checkpoint(txl("none")), "valid")):
+        proc = _cli([BIN / "sipe-eval-lm", toy_data, "--path", f"p={ckpt}", "--gen-subset", split, "--json", out])
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    run = _strict_json(s1)["p"]["run"]
+    assert run == {"split": "test", "sentences": 40, "data": str(toy_data.resolve()), "arch": "sipe_txl_tiny",
+                   "injection": "position"}
+    proc = _cli([BIN / "sipe-eval", "seeds", s1, s2])
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
+    assert _last_error(proc).endswith("group 'p': split differs between rows 'p-s1' (test) and 'p-s2' (valid): not "
+                                      "averaged (--allow-mixed averages them anyway)"), proc.stderr
+    proc = _cli([BIN / "sipe-eval", "seeds", s1, s2, "--allow-mixed"])
+    assert proc.returncode == 0 and "(n=2)" in proc.stdout and "averaged anyway (--allow-mixed)" in proc.stderr
+
+
+def _report(path, name, run=None, ppl=100.0, sentences=None):
+    row = {"lm": {"ppl": ppl}, "lm.per_word": {"ppl": 2 * ppl}}
+    if run is not None:
+        row["run"] = run
+    if sentences is not None:
+        row["tag_sources"] = {"self": {"ppl": ppl, "ppl_per_word": 2 * ppl, "sentences": sentences}}
+    path.write_text(json.dumps({name: row}))
+    return path
+
+
+RUN = {"split": "valid", "sentences": 50, "data": "/d", "arch": "sipe_txl", "injection": "position"}
+
+
+@pytest.mark.parametrize("field, other", [("sentences", 20), ("data", "/e"), ("arch", "sipe_rope"),
+                                          ("injection", "none")])
+def test_seeds_names_the_field_that_differs(tmp_path, field, other):
+    a = _report(tmp_path / "a.json", "m-s1", RUN)
+    b = _report(tmp_path / "b.json", "m-s2", {**RUN, field: other})
+    proc = _cli([BIN / "sipe-eval", "seeds", a, b])
+    assert proc.returncode == 2 and f"group 'm': {field} differs between rows 'm-s1' ({RUN[field]}) and 'm-s2' " \
+                                    f"({other})" in _last_error(proc)
+
+
+def test_seeds_compares_the_sentences_each_tag_source_scored(tmp_path):
+    a = _report(tmp_path / "a.json", "m-s1", RUN, sentences=50)
+    b = _report(tmp_path / "b.json", "m-s2", RUN, sentences=20)  # --tags-max-sentences 20
+    proc = _cli([BIN / "sipe-eval", "seeds", a, b])
+    assert proc.returncode == 2 and "tag source self sentences differs" in _last_error(proc)
+
+
+def test_seeds_old_reports_are_averaged_with_a_warning(tmp_path):
+    a, b = _report(tmp_path / "a.json", "m-s1"), _report(tmp_path / "b.json", "m-s2", ppl=120.0)
+    proc = _cli([BIN / "sipe-eval", "seeds", a, b])
+    assert proc.returncode == 0 and "110.00 ± 14.14" in proc.stdout
+    assert "rows m-s1, m-s2 record no split, sentence count, data or model" in proc.stderr
+
+
+def test_seeds_refuses_a_non_finite_score(tmp_path):
+    a = _report(tmp_path / "a.json", "m-s1", RUN)
+    b = tmp_path / "b.json"
+    b.write_text('{"m-s2": {"lm": {"ppl": NaN}, "run": %s}}' % json.dumps(RUN))
+    proc = _cli([BIN / "sipe-eval", "seeds", a, b])
+    assert proc.returncode == 2 and "row 'm-s2': score 'blocks p(x|tags)' is nan, not a finite number" in _last_error(proc)

@@ -20,9 +20,12 @@ loading (untrusted content) or not a fairseq checkpoint.
 """
 import argparse
 import logging
+import os
 import sys
 
 import torch
+from fairseq import utils
+from fairseq.data import data_utils
 
 import sipe_fairseq
 from sipe_fairseq.cli import logs
@@ -31,6 +34,7 @@ from sipe_fairseq.cli.options import (add_progress_argument, configure_progress,
                                       output_path_problem, probability)
 from sipe_fairseq.cli.output import write_json
 from sipe_fairseq.eval.finite import first_non_finite
+from sipe_fairseq.eval.report import layer_info
 from sipe_fairseq.eval.prefix_scores import markdown_tag_sources, score_split_sources
 from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
 from sipe_fairseq.structure.arcs import COUNT_RULES
@@ -50,12 +54,22 @@ def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch
     graphs for GiLT ones; ``options``: :class:`~sipe_fairseq.structure.family.StructureOptions`)."""
     model, task = load_lm(path, data, context_window, allow_dictionary_mismatch)
     rows = score_split(model, task, split, context_window, max_tokens, batch_size)
+    rows["run"] = run_record(model, task, data, split)  # what sipe-eval seeds checks before it averages
     if tags:
         if context_window:  # the tag sources score sentences alone: a task without the context-window shortening
             model, task = load_lm(path, data, allow_dictionary_mismatch=allow_dictionary_mismatch)
         rows["tag_sources"] = score_split_sources(model, task, split, tags, StructureOptions(**vars(options)) if options
                                                   else None, max_sentences, batch_sentences)
     return rows
+
+
+def run_record(model, task, data: str, split: str) -> dict:
+    """What a row was scored on: ``split``, its ``sentences``, the ``data`` directory, the checkpoint's ``arch``
+    and ``injection`` (``sipe-eval seeds`` refuses to average rows that differ in any)."""
+    info = layer_info(getattr(getattr(model, "decoder", model), "cfg", None))
+    raw = data_utils.load_indexed_dataset(os.path.join(utils.split_paths(data)[0], split), task.source_dictionary)
+    return {"split": split, "sentences": None if raw is None else len(raw), "data": os.path.abspath(data),
+            "arch": info.get("arch") or type(model).__name__, "injection": info.get("injection") or "none"}
 
 
 def main(argv=None):
@@ -129,7 +143,8 @@ def main(argv=None):
         bad = first_non_finite(results)
         if bad:  # never a NaN in the table or the JSON
             raise EvaluationError(f"split {args.gen_subset!r}: a score is not finite ({bad}): nothing reported")
-        print(perplexity_markdown({name: {k: v for k, v in r.items() if k != "tag_sources"} for name, r in results.items()}))
+        print(perplexity_markdown({name: {k: v for k, v in r.items() if k not in ("tag_sources", "run")}
+                                   for name, r in results.items()}))
         if sources:  # tags from the prefix only, per checkpoint side by side
             print(markdown_tag_sources({name: r["tag_sources"] for name, r in results.items()}))
     except CheckpointError as e:

@@ -20,8 +20,16 @@ over suites), so one table holds a model's perplexities and its accuracies.
 
 A group missing a score in some seeds shows the seeds it has (n); a report that cannot be read is one
 line naming the file and exit status 2.
+
+Before it averages, :func:`check_groups` compares what the rows of a group were scored on: each
+``sipe-eval-lm`` row records (``run``) its ``split``, the split's ``sentences``, the ``data`` directory and
+the checkpoint's ``arch`` and ``injection``, and each tag source the sentences it scored. Rows that differ in
+any are refused (exit status 2, naming the field and both rows) unless ``--allow-mixed``. Rows from reports
+written before ``run`` was recorded (and BLiMP/SyntaxGym rows alone) cannot be checked: one warning names
+them. A score that is missing or not finite in a report is refused (exit status 2).
 """
 import json
+import math
 import os
 import logging
 import re
@@ -106,6 +114,47 @@ def row_scores(row: dict, per: str = "token") -> Dict[str, float]:
     return out
 
 
+RUN_FIELDS = ("split", "sentences", "data", "arch", "injection")  # sipe-eval-lm's row["run"]
+
+
+def _run_fields(row: dict) -> Dict[str, object]:
+    run = row.get("run")
+    if not isinstance(run, dict):
+        return {}
+    out = {f: run.get(f) for f in RUN_FIELDS}
+    for source, r in (row.get("tag_sources") or {}).items():
+        if isinstance(r, dict) and "sentences" in r:
+            out[f"tag source {source} sentences"] = r["sentences"]
+    return out
+
+
+def check_groups(rows: "OrderedDict[str, dict]", suffix: str = r"-s(\d+)$", allow_mixed: bool = False) -> List[str]:
+    """:class:`SeedsError` for the first group whose rows were scored on different splits, sentence counts, data
+    or models (module docstring); with ``allow_mixed`` a warning instead. Returns the rows that record nothing
+    to compare (a warning names them)."""
+    unchecked = []
+    for group, names in group_by_seed(list(rows), suffix).items():
+        if len(names) < 2:
+            continue
+        records = [(n, _run_fields(rows[n])) for n in names]
+        unchecked += [n for n, r in records if not r and ("lm" in rows[n] or "tag_sources" in rows[n])]
+        records = [(n, r) for n, r in records if r]
+        for field in dict.fromkeys(f for _, r in records for f in r):
+            have = [(n, r[field]) for n, r in records if field in r]
+            differ = [(n, v) for n, v in have if v != have[0][1]]
+            if differ:
+                line = (f"group {group!r}: {field} differs between rows {have[0][0]!r} ({have[0][1]}) and "
+                        f"{differ[0][0]!r} ({differ[0][1]})")
+                if not allow_mixed:
+                    raise SeedsError(f"{line}: not averaged (--allow-mixed averages them anyway)")
+                logger.warning(f"{line}; averaged anyway (--allow-mixed)")
+                break
+    if unchecked:
+        logger.warning(f"rows {', '.join(unchecked)} record no split, sentence count, data or model (reports of an older "
+                       "sipe-eval-lm): averaged without checking that they belong together")
+    return unchecked
+
+
 def group_by_seed(names: Sequence[str], suffix: str = r"-s(\d+)$") -> "OrderedDict[str, List[str]]":
     """``{"position": ["position-s1", "position-s2"], ...}``; a name without the suffix is its own group."""
     pattern = re.compile(suffix)
@@ -122,6 +171,8 @@ def aggregate(rows: "OrderedDict[str, dict]", per: str = "token", suffix: str = 
         per_score = OrderedDict()
         for name in names:
             for score, value in row_scores(rows[name], per).items():
+                if not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise SeedsError(f"row {name!r}: score {score!r} is {value}, not a finite number: not averaged")
                 per_score.setdefault(score, []).append((name, value))
         out[group] = OrderedDict()
         for score, pairs in per_score.items():

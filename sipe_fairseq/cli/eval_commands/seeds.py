@@ -5,7 +5,7 @@ import logging
 
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.eval import seeds
-from sipe_fairseq.eval.seeds import SeedsError, aggregate, markdown, read_reports
+from sipe_fairseq.eval.seeds import SeedsError, aggregate, check_groups, markdown, read_reports
 
 logger = logging.getLogger(__name__)
 
@@ -18,13 +18,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                               "syntaxgym --json files (seed from the file name, NAME-sSEED.json)")
     p.add_argument("--per", choices=("token", "word"), default="token", help="perplexity per token or per word")
     p.add_argument("--seed-suffix", default=r"-s(\d+)$", help="regex removed from a row name to find its group")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="average rows scored on different splits, sentence counts, data directories, architectures "
+                        "or injections (default: refused, exit status 2)")
     p.add_argument("--markdown", help="also write the table here")
     p.add_argument("--json", help="also write the aggregated numbers here")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        table = aggregate(read_reports(args.reports, args.seed_suffix), args.per, args.seed_suffix)
+        rows = read_reports(args.reports, args.seed_suffix)
+        check_groups(rows, args.seed_suffix, args.allow_mixed)
+        table = aggregate(rows, args.per, args.seed_suffix)
     except SeedsError as e:
         logger.error("%s", e)
         return 2
