@@ -253,7 +253,8 @@ def test_stage2_loss_is_weighted_against_naive(bases, toy_data):
 
 
 def test_bad_init_checkpoints(bases, toy_data, tmp_path):
-    """A missing file, another model family, another vocabulary: one line, no traceback (fairseq-train: exit 1)."""
+    """A missing file, another model family, another vocabulary: one line, no traceback (fairseq-train: exit 3, a
+    checkpoint that cannot be used, as in the sipe-* commands)."""
     state = torch.load(str(bases["transformer_lm"]), map_location="cpu", weights_only=False)
     state["model"]["decoder.embed_tokens.weight"] = state["model"]["decoder.embed_tokens.weight"][:-3]
     torch.save(state, tmp_path / "vocab.pt")
@@ -267,7 +268,7 @@ def test_bad_init_checkpoints(bases, toy_data, tmp_path):
                          "--arch", "gilt_transformer_lm", "--gilt-init-from", tmp_path / "missing.pt",
                          "--save-dir", tmp_path / "ck", "--max-update", "1", "--max-tokens", "1024", "--num-workers", "0"],
                         env=ENV, timeout=300)
-    assert proc.returncode == 1
+    assert proc.returncode == 3
     assert "Traceback" not in proc.stderr
     assert f"sipe_fairseq: error: checkpoint {tmp_path / 'missing.pt'}: no such file" in proc.stderr.splitlines()
 

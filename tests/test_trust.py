@@ -361,3 +361,26 @@ def test_seeds_refuses_a_non_finite_score(tmp_path):
     b.write_text('{"m-s2": {"lm": {"ppl": NaN}, "run": %s}}' % json.dumps(RUN))
     proc = _cli([BIN / "sipe-eval", "seeds", a, b])
     assert proc.returncode == 2 and "row 'm-s2': score 'blocks p(x|tags)' is nan, not a finite number" in _last_error(proc)
+
+
+# ------------------------------------------------------------------ 5. one line for every user error
+@pytest.mark.parametrize("option, value", [("--tag-dropout", "1.5"), ("--tag-dropout", "-0.1"), ("--tag-dropout", "nan"),
+                                           ("--tag-sampling", "2"), ("--tag-marginal", "-1")])
+def test_criterion_option_errors_exit_2_as_argparse(toy_data, tmp_path, option, value):
+    """Issue 37.6: --tag-dropout 1.5, -0.1 and nan ended in a ValueError traceback; criterion option errors
+    exited 1 where argparse's exit 2. Now one line, exit 2, before any training."""
+    proc = _cli([BIN / "fairseq-train", toy_data, *txl("position"), "--optimizer", "adam", "--lr", "0.003",
+                 "--max-tokens", "1024", "--max-update", "1", "--num-workers", "0", "--no-save",
+                 "--save-dir", tmp_path / "ck", f"{option}={value}"])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert _last_error(proc).startswith(f"sipe_fairseq: error: {option} must ")
+    assert value in _last_error(proc) and "num_updates" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("tags", ["", " , "])
+def test_empty_tags_is_a_usage_error(toy_data, lm_checkpoint, tags):
+    """Issue 37.7: --tags "" was silently ignored."""
+    proc = _cli([BIN / "sipe-eval-lm", toy_data, "--path", lm_checkpoint, "--tags", tags])
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert _last_error(proc).endswith(f"error: --tags: tag sources {tags!r}: expected a comma-separated list of given, "
+                                      "self, untagged, beam:K, mix:K")

@@ -22,7 +22,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID, TAG_HEADS
-from ..hexatag.errors import OptionError
+from ..hexatag.errors import OptionError, UsageError
 from ..hexatag.timing import TIMINGS
 from ..modules.tag_heads import tag_log_probs
 from .own_tags import sample_word_tags
@@ -92,11 +92,11 @@ class HexatagLMCriterion(FairseqCriterion):
                  distill_weight=0.5, tag_marginal=0):
         super().__init__(task)
         if not 0.0 <= float(tag_dropout) <= 1.0:
-            raise ValueError(f"--tag-dropout must be in [0, 1], got {tag_dropout}")
+            raise UsageError(f"--tag-dropout must be in [0, 1], got {tag_dropout}")
         self.tag_dropout = float(tag_dropout)
         self.tag_sampling, self.tag_sampling_warmup = self.check_tag_sampling(task, tag_sampling, tag_sampling_warmup)
         if str(tag_sampling_choice) not in TAG_SAMPLING_CHOICES:
-            raise OptionError(f"--tag-sampling-choice must be one of {', '.join(TAG_SAMPLING_CHOICES)}, "
+            raise UsageError(f"--tag-sampling-choice must be one of {', '.join(TAG_SAMPLING_CHOICES)}, "
                               f"got {tag_sampling_choice!r}")
         self.tag_sampling_choice = str(tag_sampling_choice)
         self.tag_marginal = self.check_tag_marginal(task, tag_marginal, self.tag_sampling, self.tag_dropout, distill_teacher)
@@ -107,15 +107,15 @@ class HexatagLMCriterion(FairseqCriterion):
         self.num_updates = None  # set_num_updates; until then the trainer's count (current_update)
         self.weights = {"terminal": terminal_weight, "nonterminal": nonterminal_weight}
         if str(tag_loss_normalization) not in TAG_LOSS_NORMALIZATIONS:
-            raise ValueError(f"--tag-loss-normalization must be one of {TAG_LOSS_NORMALIZATIONS}, got {tag_loss_normalization!r}")
+            raise UsageError(f"--tag-loss-normalization must be one of {TAG_LOSS_NORMALIZATIONS}, got {tag_loss_normalization!r}")
         self.tag_loss_normalization = str(tag_loss_normalization)
         self.distill_weight = float(distill_weight)
         self._teacher = ()  # (model,): a tuple, so fairseq neither trains, saves nor wraps it as a submodule
         if distill_teacher:
             if not self.supports_distillation:
-                raise OptionError(f"--distill-teacher: criterion {type(self).__name__} does not distill (use hexatag_lm)")
+                raise UsageError(f"--distill-teacher: criterion {type(self).__name__} does not distill (use hexatag_lm)")
             if not 0.0 <= self.distill_weight <= 1.0:
-                raise OptionError(f"--distill-weight must be in [0, 1], got {distill_weight}")
+                raise UsageError(f"--distill-weight must be in [0, 1], got {distill_weight}")
             self.set_teacher(self.load_teacher(task, str(distill_teacher)))
 
     supports_distillation = True
@@ -163,14 +163,14 @@ class HexatagLMCriterion(FairseqCriterion):
         try:
             share, warmup_f = float(share), float(warmup)
         except (TypeError, ValueError):
-            raise OptionError(f"--tag-sampling {share!r} / --tag-sampling-warmup {warmup!r}: expected numbers") from None
+            raise UsageError(f"--tag-sampling {share!r} / --tag-sampling-warmup {warmup!r}: expected numbers") from None
         if not 0.0 <= share <= 1.0:
-            raise OptionError(f"--tag-sampling must be a share in [0, 1], got {share}")
+            raise UsageError(f"--tag-sampling must be a share in [0, 1], got {share}")
         if warmup_f < 0 or warmup_f != int(warmup_f):
-            raise OptionError(f"--tag-sampling-warmup must be a whole number of updates >= 0, got {warmup}")
+            raise UsageError(f"--tag-sampling-warmup must be a whole number of updates >= 0, got {warmup}")
         placement = str(getattr(getattr(task, "args", None), "tag_head_placement", None))
         if share > 0 and placement != "last_subword":
-            raise OptionError(f"--tag-sampling feeds the heads' choice at position q to the input q+1: it needs --task "
+            raise UsageError(f"--tag-sampling feeds the heads' choice at position q to the input q+1: it needs --task "
                               f"hexatag_lm with --tag-head-placement last_subword (given: {placement})")
         return share, int(warmup_f)
 
@@ -180,19 +180,19 @@ class HexatagLMCriterion(FairseqCriterion):
         try:
             k_f = float(k)
         except (TypeError, ValueError):
-            raise OptionError(f"--tag-marginal {k!r}: expected a whole number of tag sequences") from None
+            raise UsageError(f"--tag-marginal {k!r}: expected a whole number of tag sequences") from None
         if k_f < 0 or k_f != int(k_f):
-            raise OptionError(f"--tag-marginal must be a whole number K >= 0 of tag sequences, got {k}")
+            raise UsageError(f"--tag-marginal must be a whole number K >= 0 of tag sequences, got {k}")
         k = int(k_f)
         if k == 0:
             return 0
         others = [name for name, on in (("--tag-sampling", sampling > 0), ("--tag-dropout", dropout > 0),
                                         ("--distill-teacher", bool(teacher))) if on]
         if others:
-            raise OptionError(f"--tag-marginal chooses the fed tags itself: not with {', '.join(others)}")
+            raise UsageError(f"--tag-marginal chooses the fed tags itself: not with {', '.join(others)}")
         placement = str(getattr(getattr(task, "args", None), "tag_head_placement", None))
         if placement != "last_subword":
-            raise OptionError(f"--tag-marginal scores each word's tags at the input before it: it needs --task "
+            raise UsageError(f"--tag-marginal scores each word's tags at the input before it: it needs --task "
                               f"hexatag_lm with --tag-head-placement last_subword (given: {placement})")
         return k
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from ..data.tag_dictionary import FIRST_TAG_ID
 from ..hexatag import NONTERMINALS, TERMINALS
 from ..hexatag.constrained import PAIRS, START
-from ..hexatag.errors import OptionError
+from ..hexatag.errors import UsageError
 from ..hexatag.timing import advance_unit
 
 _PAIR_T = torch.tensor([TERMINALS.index(t) for t, _ in PAIRS])  # PAIRS column -> terminal class
@@ -93,7 +93,7 @@ def choice_scores(model, sample, timing: str, starts):
     finally:
         model.train(was_training)
     if extra.get("terminal_logits") is None or extra.get("nonterminal_logits") is None:
-        raise OptionError("training on the model's own tags needs a model with tag heads (--sipe-tag-heads)")
+        raise UsageError("training on the model's own tags needs a model with tag heads (--sipe-tag-heads)")
     pt, pn = _PAIR_T.to(dev), _PAIR_N.to(dev)
     lt = F.log_softmax(extra["terminal_logits"][rows, anchor].double(), -1)[:, pt]
     ln = F.log_softmax(extra["nonterminal_logits"][rows, anchor].double(), -1)[:, pn]

@@ -4,9 +4,10 @@ and catch them (pure Python: no torch, no fairseq).
 * The hexatag core's errors (:class:`HexatagError` and its subclasses), all ``ValueError``.
 * The user errors (:data:`USER_ERRORS`): :class:`DataError`, :class:`EvaluationError`,
   :class:`OptionError`, :class:`CheckpointError`. Each message is one line naming the file or the
-  option. A fairseq command stops on one with that line and exit status 1, without a traceback
-  (the ``sys.excepthook`` of :mod:`sipe_fairseq.tasks.sipe_data`); a ``sipe-*`` command that cannot
-  read a checkpoint prints the line and exits with :data:`CHECKPOINT_EXIT_STATUS`.
+  option. A fairseq command stops on one with that line, without a traceback (the ``sys.excepthook`` of
+  :mod:`sipe_fairseq.tasks.sipe_data`), and exit status 1; :class:`UsageError` (a criterion's option)
+  exits 2 as argparse does, :class:`CheckpointError` exits :data:`CHECKPOINT_EXIT_STATUS` as every
+  ``sipe-*`` command that cannot read or use a checkpoint.
 """
 
 CHECKPOINT_EXIT_STATUS = 3  # every sipe-* command: a checkpoint is missing, refused or unreadable
@@ -45,6 +46,15 @@ class OptionError(ValueError):
     """Options that cannot work together (e.g. ``--task gilt_lm`` with blocks that cut sentences, or
     generation with a model that cannot choose the structure it reads), or data the options cannot
     take (a ``gilt_lm`` sentence longer than ``--tokens-per-sample``)."""
+
+
+class UsageError(OptionError):
+    """An option value out of its range, or options that cannot go together, in a fairseq command: a
+    criterion's dataclass fields, which fairseq's argparse does not check. One line and exit status
+    :data:`USAGE_EXIT_STATUS`, as argparse's own usage errors."""
+
+
+USAGE_EXIT_STATUS = 2
 
 
 class CheckpointError(RuntimeError):

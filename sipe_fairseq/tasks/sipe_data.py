@@ -17,7 +17,8 @@
 
 * User errors (:data:`~sipe_fairseq.hexatag.errors.USER_ERRORS`: ``DataError``, ``EvaluationError``,
   ``OptionError``, ``CheckpointError``, e.g. from ``--gilt-init-from``) end a fairseq command with one
-  line on stderr, ``sipe_fairseq: error: <file>: <what>``, and exit status 1, without a traceback: the plugin
+  line on stderr, ``sipe_fairseq: error: <file>: <what>``, and exit status 1 (``UsageError``, a criterion's
+  option: 2, as argparse; ``CheckpointError``: 3, as the ``sipe-*`` commands), without a traceback: the plugin
   installs a ``sys.excepthook`` for these types only (fairseq runs ``load_dataset`` and ``build_model``
   outside any handler of its own). In Python they are ordinary exceptions.
 """
@@ -37,7 +38,8 @@ from ..data.tag_dictionary import load_tag_dictionary
 from ..data.tag_streams import load_tag_streams
 from ..data.validate import VALIDATION_MODES, expectations, split_files, validate_split
 from ..hexatag.errors import (  # noqa: F401  EvaluationError, OptionError: imported from here by the tasks and tests
-    CHECKPOINT_EXIT_STATUS, USER_ERRORS, CheckpointError, DataError, EvaluationError, OptionError,
+    CHECKPOINT_EXIT_STATUS, USAGE_EXIT_STATUS, USER_ERRORS, CheckpointError, DataError, EvaluationError, OptionError,
+    UsageError,
 )
 
 logger = logging.getLogger(__name__)
@@ -47,9 +49,11 @@ def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):
     if issubclass(exc_type, USER_ERRORS):
         sys.stderr.flush()
         print(f"sipe_fairseq: error: {exc}", file=sys.stderr, flush=True)
-        if issubclass(exc_type, CheckpointError):  # as the sipe-* commands: a checkpoint that cannot be used
-            sys.stdout.flush()
-            os._exit(CHECKPOINT_EXIT_STATUS)
+        status = {CheckpointError: CHECKPOINT_EXIT_STATUS, UsageError: USAGE_EXIT_STATUS}
+        for kind, code in status.items():  # a checkpoint that cannot be used (as the sipe-* commands), an option
+            if issubclass(exc_type, kind):
+                sys.stdout.flush()
+                os._exit(code)
         return
     _previous(exc_type, exc, tb)
 
