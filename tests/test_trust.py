@@ -384,3 +384,39 @@ def test_empty_tags_is_a_usage_error(toy_data, lm_checkpoint, tags):
     assert proc.returncode == 2 and proc.stdout == ""
     assert _last_error(proc).endswith(f"error: --tags: tag sources {tags!r}: expected a comma-separated list of given, "
                                       "self, untagged, beam:K, mix:K")
+
+
+# ------------------------------------------------------------------ 6. sentences longer than the model's positions
+def test_long_sentences_counted_and_scored_alike(toy_data, train_checkpoint, tmp_path):
+    """Issue 37.7: --tags scored sentences longer than the model's positions without saying so in the table, while
+    --inference-tags self refused them. Now both score them whole, in one pass, and say how many: the same
+    perplexity (a sipe_txl model of 16 positions; most toy sentences are longer)."""
+    import re
+
+    ckpt = train_checkpoint(txl("position", "--tokens-per-sample", "16", "--sample-break-mode", "none"))
+    out = tmp_path / "self.json"
+    proc = _cli([BIN / "sipe-eval-lm", toy_data, "--path", f"m={ckpt}", "--tags", "self", "--json", out])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = _strict_json(out)["m"]["tag_sources"]["self"]
+    longer = row["longer_than_max_positions"]
+    assert 0 < longer < row["sentences"] == 40 and row["max_positions"] == 16
+    assert f"m: {longer} of 40 sentences are longer than the model's 16 positions: scored whole, in one pass" in proc.stdout
+    proc = _cli([BIN / "fairseq-eval-lm", toy_data, "--path", ckpt, "--user-dir", ROOT / "sipe_fairseq", "--task",
+                 "hexatag_lm", "--inference-tags", "self", "--sample-break-mode", "eos", "--gen-subset", "valid"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = proc.stdout + proc.stderr
+    assert f"valid: {longer} of 40 sentences are longer than the model's 16 positions: scored whole" in log
+    assert float(re.search(r"Perplexity: ([\d.]+)", log).group(1)) == pytest.approx(row["ppl"], abs=0.006)
+
+
+def test_learned_positions_refuse_long_sentences():
+    """A model with learned absolute positions has no row beyond them: both paths refuse with this line."""
+    from conftest import small_dictionary, tiny_transformer_lm
+    from sipe_fairseq.structure.scoring import beyond_positions
+
+    model = tiny_transformer_lm(small_dictionary())
+    assert beyond_positions(model, [10, 64]) == (0, 64, None)
+    count, limit, refusal = beyond_positions(model, [10, 65, 70])
+    assert (count, limit) == (2, 64)
+    assert refusal == "2 sentences are longer than the model's 64 learned positions (longest 70 tokens): it cannot " \
+                      "score them whole"

@@ -29,11 +29,12 @@ from ..data.arcs import decode_words
 from ..data.tag_dictionary import TAG_KINDS
 from ..data.tag_streams import load_tag_streams
 from ..hexatag.constrained import PAIRS
+from ..hexatag.errors import EvaluationError
 from ..structure import scoring as engine
 from ..structure.arcs import flat_arcs
 from ..structure.family import StructureOptions, structure_of
 from ..structure.record import POSITION_TYPES, SentenceScore, joint_token_logprobs
-from ..structure.scoring import score_sentences
+from ..structure.scoring import beyond_positions, score_sentences
 from ..structure.sentences import prepare
 from .progress import progress
 from .scoring import token_logprobs
@@ -144,12 +145,12 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
     kind = structure_of(model)
     if kind == "arcs" and any(s.arcs is None for s in sentences) and "given" in sources:
         raise ValueError(f"split {split!r}: tag source 'given' for a GiLT model needs the data's {split}.arcs")
-    limit = model.max_positions()
-    limit = min(x for x in limit if x is not None) if isinstance(limit, (tuple, list)) else limit
-    longer = sum(1 for s in sentences if limit is not None and s.n > limit)
+    longer, limit, refusal = beyond_positions(model, [s.n for s in sentences])
+    if refusal:  # as --inference-tags self (tasks/hexatag_lm.py): the same sentences, the same answer
+        raise EvaluationError(f"split {split!r}: {refusal}")
     d = task.source_dictionary
     results = {}
-    common = dict(counts, longer_than_max_positions=longer, placement=options.placement,
+    common = dict(counts, longer_than_max_positions=longer, max_positions=limit, placement=options.placement,
                   constrained=options.constrained, model=kind)
     if kind == "arcs":
         common.update(count_beam=options.count_beam, count_rule=options.count_rule)
@@ -247,6 +248,10 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
             if "abstained_words" in r:
                 lines.append(f"\n{name} {source}: {r['abstained_words']} of {r['words'] - r['sentences']} words left "
                              f"<notag> (heads below p = {r.get('abstain')}; scored as wrong in the tag accuracy).")
+            if r.get("longer_than_max_positions") and source == next(iter(rows)):
+                lines.append(f"\n{name}: {r['longer_than_max_positions']} of {r['sentences']} sentences are longer than "
+                             f"the model's {r.get('max_positions')} positions: scored whole, in one pass (its positions "
+                             "extend beyond those it was trained on).")
             if "search_errors" in r:
                 lines.append(f"\n{name} {source}: the parse's tags score higher jointly than the beam's best "
                              f"hypothesis in {r['search_errors']} of {r['search_compared']} sentences (search errors).")

@@ -9,7 +9,7 @@ SiPE decoder runs full forwards of at most :data:`GIVEN_POSITIONS` positions (th
 The numbers do not depend on the batch (tests/test_prefix_tags.py, tests/test_gilt_scoring.py).
 """
 import logging
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -64,6 +64,24 @@ def score_sentences(model, sentences: Sequence[Sentence], source: str, options: 
         if progress is not None:
             progress(len(idx))
     return out
+
+
+def beyond_positions(model, lengths: Sequence[int]) -> Tuple[int, Optional[int], Optional[str]]:
+    """``(count, limit, refusal)`` for sentences of ``lengths`` positions: how many are longer than the model's
+    positions (``limit``, the smallest it declares; None: no limit). Such a sentence is scored whole, in one
+    pass, as every sentence (``--tags`` and ``--inference-tags`` alike), by a model whose positions extend
+    (relative, rotary, sinusoidal); one with learned absolute positions has no row for them: ``refusal`` is
+    the line that says so (None when nothing is refused)."""
+    limit = model.max_positions() if hasattr(model, "max_positions") else None
+    if isinstance(limit, (tuple, list)):
+        limit = min((x for x in limit if x is not None), default=None)
+    count = sum(1 for n in lengths if limit is not None and n > limit)
+    learned = isinstance(getattr(getattr(model, "decoder", model), "embed_positions", None), torch.nn.Embedding)
+    refusal = None
+    if count and learned:
+        refusal = (f"{count} sentences are longer than the model's {limit} learned positions (longest {max(lengths)} "
+                   "tokens): it cannot score them whole")
+    return count, limit, refusal
 
 
 def _full_batches(order, sentences):

@@ -16,6 +16,7 @@ from ..hexatag.timing import TIMINGS
 from ..structure.family import StructureOptions
 from ..structure.generation import StructuredSequenceGenerator, wrap_for_generation
 from ..structure.inference import self_structured_sample
+from ..structure.scoring import beyond_positions
 from .sipe_data import EvaluationError, OptionError, SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
@@ -158,6 +159,9 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         total, rows = int(np.sum(dataset.sizes)), dataset
         limit = max_positions if isinstance(max_positions, int) else None
         longest = int(np.max(dataset.sizes)) if len(dataset) else 0
+        source = str(getattr(self.args, "inference_tags", "given"))
+        if source != "given" and context_window == 0 and limit is not None and longest > limit:
+            max_positions = limit = self._whole_sentences(dataset.sizes, split, source)
         if limit is not None:
             room = limit - context_window
             if room <= 0:
@@ -176,7 +180,6 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
             rows = HexatagContextWindowDataset(rows, tps, context_window, self.source_dictionary.pad(), dataset.tag_pad)
         itr = super().eval_lm_dataloader(rows, max_tokens, batch_size, max_positions, num_shards, shard_id,
                                          num_workers, data_buffer_size, context_window=0)
-        source = str(getattr(self.args, "inference_tags", "given"))
         if source != "given":
             itr = self._prefix_tagged(itr, source, rows is not dataset or context_window > 0)
         too_long = f"blocks longer than the model's {limit} positions"
@@ -186,6 +189,20 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
             too_long += " (not windowed with --add-bos-token)"
         return ScoredTokens(itr, split, total, self.target_dictionary, dataset.add_bos_token, too_long, num_shards)
 
+
+    def _whole_sentences(self, sizes, split: str, source: str) -> None:
+        """--inference-tags self/...: sentences longer than the model's positions are scored whole, in one pass, as
+        ``sipe-eval-lm --tags`` scores them (:func:`~sipe_fairseq.structure.scoring.beyond_positions`; a model with
+        learned positions refuses them there and here); returns the limit the batches then have (None)."""
+        model = getattr(self, "_inference_model", lambda: None)()
+        if model is None:
+            raise EvaluationError(f"--inference-tags {source}: the task built no model (load it with this task)")
+        count, limit, refusal = beyond_positions(model, [int(n) for n in sizes])
+        if refusal:
+            raise EvaluationError(f"split {split!r}: --inference-tags {source}: {refusal}")
+        logger.info(f"{split}: {count} of {len(sizes)} sentences are longer than the model's {limit} positions: scored "
+                    f"whole, in one pass (as sipe-eval-lm --tags {source})")
+        return None
 
     def _prefix_tagged(self, itr, source: str, windowed: bool) -> "PrefixTagged":
         if str(self.args.sample_break_mode) != "eos" or windowed:
