@@ -420,3 +420,11 @@ def test_learned_positions_refuse_long_sentences():
     assert (count, limit) == (2, 64)
     assert refusal == "2 sentences are longer than the model's 64 learned positions (longest 70 tokens): it cannot " \
                       "score them whole"
+
+
+# ------------------------------------------------------------------ 7. loaders return eval mode
+def test_loaders_return_models_in_eval_mode(toy_data, lm_checkpoint):
+    from sipe_fairseq.checkpoints import load_lm, load_with_task
+
+    for model, _ in (load_lm(str(lm_checkpoint), str(toy_data)), load_with_task(str(lm_checkpoint), str(toy_data))):
+        assert not model.training and not any(m.training for m in model.modules())
