@@ -13,10 +13,13 @@ Works for ``hexatag_lm`` checkpoints and for stock ``language_modeling`` ones (n
 model is scored through a ``hexatag_lm`` task built from its own task settings, so all see the
 same blocks and the same position types.
 
-Exit status: 0 ok, 1 nothing scored (no token of the split, or no sentence under a tag source),
-2 usage error (an option out of range, a checkpoint name given twice, an output path that cannot be
-written: checked before anything is loaded), 3 a checkpoint is missing, refused by torch's weights-only
-loading (untrusted content) or not a fairseq checkpoint.
+Exit status: 0 ok, 1 nothing scored (no token of the split, or no sentence under a tag source), a score
+that is not finite, sentences longer than a model's learned positions, 2 usage error (an option out of
+range, ``--tags ""``, a checkpoint name given twice, an output path that cannot be written: checked before
+anything is loaded; a tag source that cannot fit ``--max-memory`` even one sentence at a time), 3 a
+checkpoint is missing, refused by torch's weights-only loading (untrusted content), not a fairseq
+checkpoint, holds non-finite weights, or was trained on another data directory (its recorded ``dict.txt``
+and ``spm.model`` sha256 and tag dictionaries; ``--allow-dictionary-mismatch``).
 """
 import argparse
 import logging
