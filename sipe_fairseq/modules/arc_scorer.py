@@ -56,10 +56,6 @@ class ArcScorer(nn.Module):
         self.b2 = nn.Parameter(torch.rand(d))
         self.count = nn.Linear(d, MAX_COUNT + 1)
 
-    def feature_embedding(self, values: torch.Tensor) -> torch.Tensor:
-        """(..., 3) values -> (..., 768) concatenated table rows (reference form of :meth:`_feature_terms`)."""
-        return torch.cat([self.tables[f][values[..., f].long()] for f in range(N_FEATURES)], dim=-1)
-
     def _feature_terms(self, side: str, values: torch.Tensor) -> torch.Tensor:
         """W_feat [e_deg; e_dep; e_dist] for (..., 3) values: the tables are projected once (3 x 151 x 2d)
         and each feature's row gathered, instead of a 768-wide vector per pair."""
