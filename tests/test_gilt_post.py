@@ -1,4 +1,4 @@
-"""gilt_transformer_lm (GiLT-GPT2 post-training, gilt-facts.md section 6): --gilt-init-from a trained
+"""gilt_transformer_lm (GiLT-GPT2 post-training, docs/gilt-reference.md section 6): --gilt-init-from a trained
 transformer_lm / sipe_transformer_lm, identity at zero init, the graph key offsets against a naive
 attention, incremental decoding, grouped_adam's per-group learning rates, the stage-2 loss, and a
 two-stage fairseq-train run end to end."""

@@ -256,7 +256,7 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
                  "SiPE -log p(x, tags), a bound comparable with any LM; for GiLT the gold arcs as independent Bernoullis "
                  "(the training loss, not a bound for the count-then-top-c model). self: exact perplexity with the "
                  "structure the model chooses from the prefix; beam:K: SiPE a bound log p(x) >= logsumexp_beam "
-                 "log p(x, T), GiLT the beam approximation of the marginal over counts (section 4 of gilt-facts.md). For "
+                 "log p(x, T), GiLT the beam approximation of the marginal over counts (docs/gilt-reference.md section 4). For "
                  "beam the position-type bits are the running bound's increments (structure costs included). "
                  "'valid trees' counts structures that form one tree; arc F1 against the gold graph."
                  + (f" Sentences of no word, not scored: {empty}." if empty else ""))

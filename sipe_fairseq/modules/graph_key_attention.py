@@ -1,4 +1,4 @@
-"""fairseq's ``MultiheadAttention`` with GiLT-GPT2's graph key offsets (arXiv 2605.15562; gilt-facts.md
+"""fairseq's ``MultiheadAttention`` with GiLT-GPT2's graph key offsets (arXiv 2605.15562; docs/gilt-reference.md
 section 6): one more score term of the existing attention, for the upper blocks of a post-trained
 ``transformer_lm`` (``models/gilt_transformer_lm.py``).
 
