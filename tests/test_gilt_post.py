@@ -21,7 +21,7 @@ from fairseq.modules import MultiheadAttention  # noqa: E402
 from fairseq.options import get_training_parser, parse_args_and_arch  # noqa: E402
 
 from sipe_fairseq.checkpoints import CheckpointError  # noqa: E402
-from sipe_fairseq.modules.graph_key_attention import GraphKeyAttention  # noqa: E402
+from sipe_fairseq.models.graph_key_attention import GraphKeyAttention  # noqa: E402
 from sipe_fairseq.modules.graph_term import GraphContext, GraphFeatureTables, GraphFeatureTerm  # noqa: E402
 
 import launcher

@@ -5,7 +5,8 @@ structure/optim -> eval -> cli. A file in a layer imports only its own layer and
 function-level (lazy) imports included, and no files import each other in a loop. ``sipe_fairseq/
 __init__.py`` and any other file directly in ``sipe_fairseq/`` stand outside the layers and may import
 anything; the bare package (``import sipe_fairseq``, whose ``register()`` imports layer 4) counts as
-layer 4. Inside layer 4, ``structure/`` and ``optim/`` import only layers 0-3. Run alone:
+layer 4. Inside layer 4, ``structure/`` and ``optim/`` import only layers 0-3; ``modules/`` imports no fairseq.
+Run alone:
 ``pytest tests/test_structure_layer.py``.
 """
 import ast
@@ -144,6 +145,15 @@ def test_structure_and_optim_import_only_layers_0_to_3():
         bad = [f"{p.relative_to(PKG)}:{line}: {'.'.join(t)}" for p in files for line, t in imports(p, PKG)
                if not t or (t[0] != folder and LAYER.get(t[0], 0) > LAYER["modules"])]
         assert bad == []
+
+
+def test_modules_import_no_fairseq():
+    """``modules/`` is torch only (docs/architecture.md): fairseq's own classes, extended, live in ``models/``."""
+    files = sorted((PKG / "modules").rglob("*.py"))
+    bad = [f"{p.relative_to(PKG)}:{n.lineno}" for p in files for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+           if (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "fairseq" for a in n.names))
+           or (isinstance(n, ast.ImportFrom) and not n.level and (n.module or "").split(".")[0] == "fairseq")]
+    assert len(files) >= 10 and bad == []
 
 
 def test_lazy_imports_are_seen():

@@ -3,7 +3,7 @@
 
 fairseq's ``TransformerDecoder`` with, in layers K..L (``--gilt-first-layer K``, 1-based; default
 L/2+1, i.e. blocks L/2..L-1 of 0..L-1 as GiLT-GPT2's 12..23 of 24), GiLT-GPT2's graph key offsets
-(:class:`~sipe_fairseq.modules.graph_key_attention.GraphKeyAttention`: a new projection of the
+(:class:`~sipe_fairseq.models.graph_key_attention.GraphKeyAttention`: a new projection of the
 three shared feature tables per block, added directly to the per-head keys, no W_k); layers 1..K-1
 are fairseq's own. The arc scorer / count head (:mod:`..modules.arc_scorer`, docs/gilt-reference.md section 2)
 reads o_w = [h^(L-1)_(k-1); h^(L/2+1)_(k-1); wte+wpe of x_k] (hidden_states[-2], hidden_states[L/2+1]
@@ -41,7 +41,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from ..modules import tag_pair_classes
 from ..modules.arc_scorer import ArcScorer
-from ..modules.graph_key_attention import GraphKeyAttention
+from .graph_key_attention import GraphKeyAttention
 from ..modules.graph_term import GraphFeatureTables, GraphFeatureTerm
 from ._common import check_tag_inputs, log_parameters, preset
 from .gilt_arcs import GiltArcsMixin
