@@ -6,10 +6,11 @@ function-level (lazy) imports included, and no files import each other in a loop
 __init__.py`` and any other file directly in ``sipe_fairseq/`` stand outside the layers and may import
 anything; the bare package (``import sipe_fairseq``, whose ``register()`` imports layer 4) counts as
 layer 4. Inside layer 4, ``structure/`` and ``optim/`` import only layers 0-3; ``modules/`` imports no fairseq.
-Run alone:
+A function-level import says in a comment why it is one (``lazy (cycle)`` or ``lazy (heavy)``). Run alone:
 ``pytest tests/test_structure_layer.py``.
 """
 import ast
+import re
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
@@ -164,9 +165,49 @@ def test_lazy_imports_are_seen():
     assert len(lazy) >= 10
 
 
+_JOINS = re.compile(r"\s*(#.*|try:|except\b.*:|else:)?\s*$")  # lines that do not split a group of imports
+_WHY = re.compile(r"lazy \((cycle|heavy)\b")
+
+
+def lazy_import_groups(path: Path) -> List[Tuple[int, str]]:
+    """(first line, text) of each group of function-level imports in ``path``: imports of one function on
+    consecutive lines (blank, comment and try/except lines between them allowed), with the comment lines
+    right above the group."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    tree = ast.parse("\n".join(lines))
+    groups = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        inner = [n for n in ast.walk(fn) if n is not fn and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        found = sorted((n for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))
+                        and not any(m.lineno <= n.lineno <= m.end_lineno for m in inner)), key=lambda n: n.lineno)
+        spans: List[List[int]] = []
+        for n in found:
+            if spans and all(_JOINS.match(x) for x in lines[spans[-1][1]: n.lineno - 1]):
+                spans[-1][1] = n.end_lineno
+            else:
+                spans.append([n.lineno, n.end_lineno])
+        for first, last in spans:
+            top = first - 1
+            while top > 0 and lines[top - 1].strip().startswith("#"):
+                top -= 1
+            groups.append((first, "\n".join(lines[top:last])))
+    return groups
+
+
+def test_lazy_imports_say_why():
+    """An import stays inside a function only for a cycle through a package ``__init__.py`` or a heavy
+    dependency, and a comment says which: ``lazy (cycle): ...`` or ``lazy (heavy): ...``."""
+    groups = [(p, line, text) for p in sorted(PKG.rglob("*.py")) for line, text in lazy_import_groups(p)]
+    assert len(groups) >= 10
+    assert [f"{p.relative_to(PKG)}:{line}" for p, line, text in groups if not _WHY.search(text)] == []
+
+
 def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path):
-    """A toy package with the same layers: a lazy upward import (data -> eval) and a two-file loop
-    inside one layer are both reported; a file directly in the package may import anything."""
+    """A toy package with the same layers: a lazy upward import (data -> eval), whose comment does not say
+    why it is lazy, and a two-file loop inside one layer are reported; a file directly in the package may
+    import anything."""
     root = tmp_path / "sipe_fairseq"
     for folder in ("data", "eval", "models", "cli"):
         (root / folder).mkdir(parents=True)
@@ -180,5 +221,6 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path):
     (root / "models" / "b.py").write_text("import sipe_fairseq.models.a\nimport sipe_fairseq\n")
     assert upward_imports(root) == ["data/words.py:2: layer 2 imports sipe_fairseq.eval.report (layer 5)"]
     assert import_cycles(root) == [["models/a.py", "models/b.py"]]
+    assert [line for line, text in lazy_import_groups(root / "data" / "words.py") if not _WHY.search(text)] == [2]
     (root / "data" / "words.py").write_text("import sipe_fairseq\n")  # the bare package counts as layer 4
     assert upward_imports(root) == ["data/words.py:1: layer 2 imports sipe_fairseq (layer 4)"]
