@@ -294,7 +294,11 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
     fields: Dict[str, dict] = OrderedDict()
     overall = _row()
     skipped_pairs = []
+    per_pair = {"keys": [], "correct": {n: [] for n in names}}  # the items of a paired comparison (eval/paired.py)
     for p in pairs:
+        per_pair["keys"].append(f"{p.uid}/{p.pair_id}")
+        for name in names:
+            per_pair["correct"][name].append(None)
         rows = [paradigms.setdefault(p.uid, _row({"field": p.field, "linguistics_term": p.term})),
                 fields.setdefault(p.field, _row()), overall]
         bad_members = [(which, text) for which, text in (("good", p.good), ("bad", p.bad)) if text in skipped]
@@ -320,6 +324,7 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
                 continue
             if p.good not in s or p.bad not in s:
                 raise KeyError(f"{name}: no score for pair UID={p.uid} pairID={p.pair_id} ({p.location})")
+            per_pair["correct"][name][-1] = int(s[p.good] > s[p.bad])
             if s[p.good] > s[p.bad]:
                 for r in rows:
                     r["correct"][name] += 1
@@ -340,7 +345,7 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
     return {"models": names, "paradigms": dict(paradigms), "fields": dict(fields), "overall": overall,
             "paradigm_mean": {"paradigms": max(counted.values(), default=0), "paradigms_per_model": counted,
                               "accuracy": mean},
-            "skipped_pairs": skipped_pairs, "unscored_pairs": unscored_pairs}
+            "skipped_pairs": skipped_pairs, "unscored_pairs": unscored_pairs, "per_pair": per_pair}
 
 
 def evaluate(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Prepared, dictionary,
