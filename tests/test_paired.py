@@ -157,3 +157,18 @@ def test_blimp_report_records_each_scored_pair():
     assert len(items["keys"]) == report["overall"]["scored"] - report["overall"]["unscored"]["m"] == 28
     assert sum(items["num"]) == report["overall"]["correct"]["m"]
     assert "p1/4" not in items["keys"] and "p1/7" not in items["keys"]
+
+
+def test_blimp_every_nth_keeps_each_paradigms_fixed_sample(tmp_path, caplog):
+    from sipe_fairseq.eval.blimp import every_nth, read_blimp
+    for uid, n in (("a", 25), ("b", 7)):
+        (tmp_path / f"{uid}.jsonl").write_text("".join(json.dumps({"sentence_good": f"{uid} good {i}",
+                                                                   "sentence_bad": f"{uid} bad {i}", "pairID": str(i)})
+                                                       + "\n" for i in range(n)), encoding="utf-8")
+    pairs = read_blimp([tmp_path])
+    kept = every_nth(pairs, 10)
+    assert [(p.uid, p.pair_id) for p in kept] == [("a", "0"), ("a", "10"), ("a", "20"), ("b", "0")]
+    assert every_nth(pairs, 1) == pairs
+    with pytest.raises(SystemExit) as exit_:
+        main(["blimp", "--data", str(tmp_path), "--path", "x.pt", "--blimp", str(tmp_path), "--every", "0"])
+    assert exit_.value.code == 2

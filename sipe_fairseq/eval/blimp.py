@@ -166,6 +166,20 @@ def read_blimp(paths: Iterable[Union[str, os.PathLike]]) -> List[BlimpPair]:
     return pairs
 
 
+def every_nth(pairs: Sequence[BlimpPair], every: int) -> List[BlimpPair]:
+    """The documented fixed sample of BLiMP: the 1st, (every+1)-th, ... pair of each paradigm (``UID``), in file
+    order (``every`` 10: 100 of a paradigm's 1,000 pairs); ``every`` 1 keeps all."""
+    if every < 1:
+        raise ValueError(f"every {every}: expected an integer >= 1")
+    seen: Counter = Counter()
+    kept = []
+    for p in pairs:
+        if seen[p.uid] % every == 0:
+            kept.append(p)
+        seen[p.uid] += 1
+    return kept
+
+
 # ----------------------------------------------------------------------------- tag and encode
 @dataclass
 class Prepared:
@@ -399,6 +413,9 @@ def markdown(report: dict) -> str:
     if report.get("score"):
         notes.append(f"score: {report['score']}")
     notes.append(TAGS_NOTE)
+    sample = report.get("sample") or {}
+    if sample.get("every", 1) > 1:
+        notes.append(f"every {sample['every']}th pair of each paradigm: {sample['kept']:,} of {sample['read']:,} pairs")
     if report["overall"]["skipped"]:
         notes.append(f"skipped pairs: {report['overall']['skipped']} (listed in the JSON report)")
     unscored = {n: k for n, k in (report["overall"].get("unscored") or {}).items() if k}
