@@ -47,6 +47,10 @@ args_for() {  # run name -> fairseq-train arguments
   local ft="--lr-scheduler fixed --lr $FT_LR --warmup-updates 20 --max-update $FT_UPDATES --finetune-from-model $WORK"
   case $1 in
     none) echo "--sipe-injection none" ;;
+    # parameter-matched baselines: none at GiLT's count (2.87M vs gilt_txl_tiny's 2.84M) and at the word-aware
+    # SiPE rows' (1.22M vs 1.24M; none is 1.16M)
+    nonegilt) echo "--sipe-injection none --decoder-embed-dim 224 --decoder-ffn-embed-dim 896" ;;
+    nonesipe) echo "--sipe-injection none --decoder-embed-dim 132 --decoder-ffn-embed-dim 528" ;;
     input|position) echo "--sipe-injection $1" ;;
     input-last|position-last) echo "--sipe-injection ${1%-last} --tag-head-placement last_subword" ;;
     gilt) echo "--task gilt_lm --criterion gilt_lm --arch gilt_txl_tiny" ;;
