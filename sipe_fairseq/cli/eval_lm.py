@@ -110,7 +110,8 @@ def main(argv=None):
                         "sipe_fairseq/structure/memory.py; batches shrink to fit, a source that cannot fit even one "
                         "sentence is refused with exit status 2; default: half the available memory)")
     p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
-                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (gilt-facts.md section 4; default 5)")
+                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (docs/gilt-reference.md section 4; "
+                        "default 5)")
     p.add_argument("--gilt-count-rule", choices=COUNT_RULES, default=COUNT_RULES[0],
                    help="GiLT, beam:K: top-then-allowed (the authors': the counts among the top C of all 30 that a word "
                         "may take, c <= 2i - 1) or allowed-then-top (the top C among the allowed counts)")

@@ -5,7 +5,9 @@ import logging
 
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.eval import seeds
-from sipe_fairseq.eval.seeds import SeedsError, aggregate, check_groups, markdown, read_reports
+from sipe_fairseq.cli.options import int_at_least
+from sipe_fairseq.eval.seeds import (SeedsError, aggregate, check_groups, compare, markdown, markdown_paired,
+                                     read_reports)
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +23,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-mixed", action="store_true",
                    help="average rows scored on different splits, sentence counts, data directories, architectures "
                         "or injections (default: refused, exit status 2)")
+    p.add_argument("--baseline", metavar="NAME",
+                   help="also compare every row with this one (e.g. none): the paired difference per seed, its mean "
+                        "and a bootstrap 95%% interval over items, from the per-sentence / per-pair / per-item records "
+                        "of the reports")
+    p.add_argument("--bootstrap", type=int_at_least(100), default=1000, metavar="N",
+                   help="bootstrap replicates of --baseline's interval (default: %(default)s)")
+    p.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap draws (default: %(default)s)")
     p.add_argument("--markdown", help="also write the table here")
     p.add_argument("--json", help="also write the aggregated numbers here")
 
@@ -30,10 +39,15 @@ def run(args: argparse.Namespace) -> int:
         rows = read_reports(args.reports, args.seed_suffix)
         check_groups(rows, args.seed_suffix, args.allow_mixed)
         table = aggregate(rows, args.per, args.seed_suffix)
+        paired = compare(rows, args.baseline, args.per, args.seed_suffix, args.bootstrap, args.bootstrap_seed) \
+            if args.baseline else None
     except SeedsError as e:
         logger.error("%s", e)
         return 2
     text = markdown(table, args.per)
+    if paired is not None:
+        text += "\n\n" + markdown_paired(paired, args.baseline, args.per)
+        table = {"groups": table, "paired": {"baseline": args.baseline, "rows": paired}}
     print(text)
     if args.markdown:
         write_text(args.markdown, text + "\n")
