@@ -79,7 +79,7 @@ def probability(text: str) -> float:
 
 def memory_size(text: str) -> int:
     """argparse type: a size such as ``512M`` or ``2G`` (binary units) in bytes (``--max-memory``)."""
-    from sipe_fairseq.structure.memory import parse_size  # lazy: the options module stays light
+    from sipe_fairseq.structure.memory import parse_size  # lazy (heavy): structure imports torch; options stays light
 
     try:
         return parse_size(text)

@@ -32,6 +32,7 @@ import numpy as np
 from fairseq.data import BaseWrapperDataset, data_utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
+from ..checkpoints.load import check_finite
 from ..data.fingerprint import KEY as FINGERPRINT_KEY
 from ..data.fingerprint import data_fingerprint, fingerprint_mismatch
 from ..data.tag_dictionary import load_tag_dictionary
@@ -121,8 +122,6 @@ class SiPEDataMixin:
     def build_model(self, cfg, from_checkpoint=False):
         """fairseq's model, refusing non-finite weights when a checkpoint's are loaded into it (fairseq-eval-lm,
         fairseq-generate, --restore-file: :func:`~sipe_fairseq.checkpoints.load.check_finite`)."""
-        from ..checkpoints.load import check_finite  # lazy (same layer; heavy)
-
         model = super().build_model(cfg, from_checkpoint)
 
         def refuse_non_finite(state_dict, prefix, *args):
