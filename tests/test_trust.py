@@ -40,6 +40,21 @@ def test_search_that_cannot_fit_is_refused_before_it_runs(toy_data, lm_checkpoin
     assert proc.stdout == ""
 
 
+def test_suite_search_that_cannot_fit_is_refused(toy_data, lm_checkpoint, tmp_path):
+    """The suites' tag sources (sipe-eval blimp here; syntaxgym and report take the same --max-memory) are bounded
+    by the same estimate."""
+    from sipe_fairseq.data import toy_grammar as tg
+
+    pairs = tg.minimal_pairs(6, seed=7)
+    for uid in tg.PAIR_UIDS:
+        tg.write_jsonl([p for p in pairs if p["UID"] == uid], tmp_path / f"{uid}.jsonl")
+    proc = _cli([BIN / "sipe-eval", "blimp", "--data", toy_data, "--path", lm_checkpoint, "--blimp", tmp_path,
+                 "--tags", "mix:100000", "--max-memory", "64M"])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "tag source mix:100000: one sentence of" in _last_error(proc)
+    assert _last_error(proc).endswith("over the memory budget of 64.0 MiB; lower K or raise --max-memory")
+
+
 def test_max_memory_is_a_size(toy_data, lm_checkpoint):
     proc = _cli([BIN / "sipe-eval-lm", toy_data, "--path", lm_checkpoint, "--tags", "self", "--max-memory", "lots"])
     assert proc.returncode == 2 and "argument --max-memory: 'lots': expected a size > 0" in _last_error(proc)

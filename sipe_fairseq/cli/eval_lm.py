@@ -33,7 +33,7 @@ from fairseq.data import data_utils
 import sipe_fairseq
 from sipe_fairseq.cli import logs
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
-from sipe_fairseq.cli.options import (add_progress_argument, configure_progress, int_at_least, memory_size,
+from sipe_fairseq.cli.options import (add_max_memory_argument, add_progress_argument, configure_progress, int_at_least,
                                       output_path_problem, probability)
 from sipe_fairseq.cli.output import write_json
 from sipe_fairseq.eval.finite import first_non_finite
@@ -105,10 +105,7 @@ def main(argv=None):
     p.add_argument("--tags-batch-sentences", type=int_at_least(1), default=256, metavar="N",
                    help="sentences scored together under a tag source: larger is faster and holds a KV cache of "
                         "N x (hypotheses) x (length) positions per layer; beam:K at most 1024/K (default 256)")
-    p.add_argument("--max-memory", type=memory_size, default=0, metavar="SIZE",
-                   help="memory a tag source's batch may hold, e.g. 512M or 2G (estimated before scoring: "
-                        "sipe_fairseq/structure/memory.py; batches shrink to fit, a source that cannot fit even one "
-                        "sentence is refused with exit status 2; default: half the available memory)")
+    add_max_memory_argument(p)
     p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
                    help="GiLT checkpoints, beam:K: counts each hypothesis branches on (docs/gilt-reference.md section 4; "
                         "default 5)")

@@ -87,6 +87,14 @@ def memory_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def add_max_memory_argument(p) -> None:
+    """``--max-memory SIZE``: the memory budget of the tag sources' searches (structure/memory.py)."""
+    p.add_argument("--max-memory", type=memory_size, default=0, metavar="SIZE",
+                   help="memory a tag source's batch may hold, e.g. 512M or 2G (estimated before scoring: "
+                        "sipe_fairseq/structure/memory.py; batches shrink to fit, a source that cannot fit even one "
+                        "sentence is refused with exit status 2; default: half the available memory)")
+
+
 def unwritable(path: str) -> Optional[str]:
     """Why ``path`` cannot be written as a file (None: it can): a directory, a parent directory that
     does not exist or is not writable, an existing file that is not writable."""
