@@ -8,7 +8,8 @@ width: per sentence
 * SiPE ``beam:K`` / ``mix:K``: up to K hypotheses, each expanded with every allowed pair of the next word
   (at most :data:`SIPE_PAIRS`, or ``--tags-top-pairs M``), so up to ``K x 7`` rows, and never more than
   ``7 ** words`` (every structure of the sentence);
-* GiLT ``beam:K``: up to K hypotheses, each branching on ``--gilt-count-beam`` counts: ``K x C`` rows.
+* GiLT ``beam:K``: up to K hypotheses, each branching on ``--gilt-count-beam`` counts: ``K x C`` rows, and
+  never more than ``C ** words``.
 
 What one row holds at the peak (:func:`row_bytes`) is dominated by its KV cache (``layers x 2`` (keys and
 values) ``x 2`` (the live buffer and the spare a reorder gathers into) ``x d x`` the positions it has
@@ -71,10 +72,11 @@ def rows_per_sentence(source: Source, words: int, family: str, top_pairs: int = 
     of its words have started."""
     if source.kind not in ("beam", "mix") or family == "none":
         return 1
-    if family == "arcs":
-        return source.k * max(1, count_beam)
-    pairs = min(top_pairs, SIPE_PAIRS) if top_pairs > 0 else SIPE_PAIRS
-    if words * math.log(pairs) < math.log(source.k * pairs):  # every structure of the words so far fits
+    if family == "arcs":  # a hypothesis branches on its count_beam counts
+        pairs = max(1, count_beam)
+    else:  # a hypothesis branches on the next word's allowed pairs
+        pairs = min(top_pairs, SIPE_PAIRS) if top_pairs > 0 else SIPE_PAIRS
+    if pairs == 1 or words * math.log(pairs) < math.log(source.k * pairs):  # every structure of the words so far
         return pairs ** words
     return source.k * pairs
 
