@@ -7,7 +7,7 @@ raise :class:`~sipe_fairseq.hexatag.errors.EvaluationError` with that line (exit
 without tags, the bits of a position type without tokens), into ``None``: JSON ``null``.
 """
 import math
-from typing import Iterable, Mapping, Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 SCORES = ("nll", "ppl", "ppl_per_word", "joint_ppl", "bits")  # a result's entries that must be finite when counted
 
@@ -45,6 +45,3 @@ def json_safe(obj):
         return [json_safe(v) for v in obj]
     return None if _bad(obj) else obj
 
-
-def all_finite(values: Iterable[float]) -> bool:
-    return not any(_bad(float(v)) for v in values)
