@@ -37,7 +37,7 @@ def test_search_that_cannot_fit_is_refused_before_it_runs(toy_data, lm_checkpoin
     line = _last_error(proc)
     assert "tag source mix:100000: one sentence of" in line and "over the memory budget of 64.0 MiB" in line, line
     assert "MiB" in line.split("needs about", 1)[1].split("(")[0]  # the estimate, over the budget
-    assert proc.stdout == ""
+    assert proc.stdout == "" and "scored" not in proc.stderr  # refused before anything was scored
 
 
 def test_suite_search_that_cannot_fit_is_refused(toy_data, lm_checkpoint, tmp_path):

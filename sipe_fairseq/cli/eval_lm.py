@@ -38,7 +38,7 @@ from sipe_fairseq.cli.options import (add_max_memory_argument, add_progress_argu
 from sipe_fairseq.cli.output import write_json
 from sipe_fairseq.eval.finite import first_non_finite
 from sipe_fairseq.eval.report import layer_info
-from sipe_fairseq.eval.prefix_scores import markdown_tag_sources, score_split_sources
+from sipe_fairseq.eval.prefix_scores import check_sources_fit, markdown_tag_sources, score_split_sources
 from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
 from sipe_fairseq.structure.arcs import COUNT_RULES
 from sipe_fairseq.structure.family import StructureOptions
@@ -56,6 +56,8 @@ def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch
     (:func:`~sipe_fairseq.eval.prefix_scores.score_split_sources`: hexatags for SiPE checkpoints,
     graphs for GiLT ones; ``options``: :class:`~sipe_fairseq.structure.family.StructureOptions`)."""
     model, task = load_lm(path, data, context_window, allow_dictionary_mismatch)
+    if tags:  # a tag source that cannot fit the memory budget: refused before anything is scored
+        check_sources_fit(model, task, split, tags, options, max_sentences, batch_sentences)
     rows = score_split(model, task, split, context_window, max_tokens, batch_size)
     rows["run"] = run_record(model, task, data, split)  # what sipe-eval seeds checks before it averages
     if tags:

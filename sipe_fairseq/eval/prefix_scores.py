@@ -139,6 +139,15 @@ def per_sentence(scores: Sequence[SentenceScore], joint: bool = False) -> Dict[s
             "words": [s.n_words + 1 for s in scores]}
 
 
+def check_sources_fit(model, task, split: str, sources: Sequence[str], options: Optional[StructureOptions] = None,
+                      max_sentences: Optional[int] = None, batch_sentences: int = 256) -> None:
+    """:class:`~sipe_fairseq.structure.memory.MemoryBudgetError` when a source of :func:`score_split_sources`
+    cannot fit the memory budget even one sentence at a time: a command checks before it scores anything."""
+    sentences = load_split_sentences(task, split)[0][:max_sentences]
+    for source in sources:
+        engine.plan(model, sentences, source, options, batch_sentences)
+
+
 def score_split_sources(model, task, split: str, sources: Sequence[str], options: Optional[StructureOptions] = None,
                         max_sentences: Optional[int] = None, batch_sentences: int = 256) -> Dict[str, Dict[str, float]]:
     """Every sentence of ``split`` scored alone under each source; ``{source: summarize(...)}`` and,
@@ -149,6 +158,8 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
     sentences, counts = load_split_sentences(task, split)
     if max_sentences is not None:
         sentences = sentences[:max_sentences]
+    for source in sources:  # every source within the memory budget before any is scored (structure/memory.py)
+        engine.plan(model, sentences, source, options, batch_sentences)
     gold = given_tags(sentences)
     kind = structure_of(model)
     if kind == "arcs" and any(s.arcs is None for s in sentences) and "given" in sources:

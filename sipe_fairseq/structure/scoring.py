@@ -41,11 +41,7 @@ def score_sentences(model, sentences: Sequence[Sentence], source: str, options: 
     if src.kind == "untagged" and kind == "arcs":
         raise ValueError("tag source 'untagged' (every word <notag>) is for SiPE models, not GiLT's graphs")
     order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
-    if src.kind in ("beam", "mix"):
-        batch_sentences = max(1, min(batch_sentences, BEAM_ROWS // (8 * src.k)))
-    # the batches that fit the memory budget, all planned before anything is allocated (structure/memory.py)
-    planned = list(plan_batches(order, sentences, source, model_size(model), kind, budget_from(options.max_memory),
-                                batch_sentences, options.top_pairs, options.count_beam))
+    planned = plan(model, sentences, source, options, batch_sentences, order)
     policy = None if kind == "none" else policy_for(model, options, needs_heads=src.kind not in ("given", "untagged"))
     out: List[Optional[SentenceScore]] = [None] * len(sentences)
     full = policy is None or src.kind == "untagged" or (src.kind == "given" and hasattr(policy, "forced_full")
@@ -82,6 +78,21 @@ def beyond_positions(model, lengths: Sequence[int]) -> Tuple[int, Optional[int],
         refusal = (f"{count} sentences are longer than the model's {limit} learned positions (longest {max(lengths)} "
                    "tokens): it cannot score them whole")
     return count, limit, refusal
+
+
+def plan(model, sentences: Sequence[Sentence], source: str, options: Optional[StructureOptions] = None,
+         batch_sentences: int = 256, order: Optional[Sequence[int]] = None) -> List[List[int]]:
+    """The batches (sentence indices, shortest first) :func:`score_sentences` runs ``source`` in: at most
+    ``batch_sentences`` each (a beam's at most :data:`BEAM_ROWS` / (8 K)), each within the memory budget
+    (:mod:`.memory`). Planned before anything is allocated: :class:`~.memory.MemoryBudgetError` when one
+    sentence alone does not fit (callers check every source before they score any)."""
+    src, options = parse_source(source), options or StructureOptions()
+    if order is None:
+        order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
+    if src.kind in ("beam", "mix"):
+        batch_sentences = max(1, min(batch_sentences, BEAM_ROWS // (8 * src.k)))
+    return list(plan_batches(order, sentences, source, model_size(model), structure_of(model),
+                             budget_from(options.max_memory), batch_sentences, options.top_pairs, options.count_beam))
 
 
 def _full_batches(order, sentences):
