@@ -203,10 +203,13 @@ def test_other_dictionary_of_the_same_size_is_refused(toy_data, lm_checkpoint, o
     assert "perplexity" not in proc.stdout.lower()
 
 
-def test_allow_dictionary_mismatch_loads_with_a_warning(lm_checkpoint, other_data):
-    proc = _cli([BIN / "sipe-eval-lm", other_data["same_size"], "--path", lm_checkpoint, "--allow-dictionary-mismatch"])
+@pytest.mark.parametrize("command", ["sipe-eval-lm", "fairseq-eval-lm"])
+def test_allow_dictionary_mismatch_loads_with_a_warning(lm_checkpoint, other_data, command):
+    extra = ["--user-dir", ROOT / "sipe_fairseq", "--task", "hexatag_lm"] if command == "fairseq-eval-lm" else []
+    proc = _cli([BIN / command, other_data["same_size"], "--path", lm_checkpoint, "--allow-dictionary-mismatch", *extra])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "dict.txt differs" in proc.stderr and "(--allow-dictionary-mismatch)" in proc.stderr
+    log = proc.stdout + proc.stderr
+    assert "dict.txt differs" in log and "(--allow-dictionary-mismatch)" in log
 
 
 def test_dictionary_of_another_size_is_one_line(lm_checkpoint, other_data, tmp_path):
