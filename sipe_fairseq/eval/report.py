@@ -337,7 +337,7 @@ def format_delta(x, is_baseline: bool = False) -> str:
     return f"{chr(0x2191) if x > 0 else chr(0x2193)} {x:+.2f}"
 
 
-def markdown(report: dict) -> str:
+def table2_markdown(report: dict) -> str:
     """Table 2's layout: model, then per metric its value and its Δ (%) against the baseline."""
     metrics = [Metric(c["key"], c["label"], c["higher_is_better"]) for c in report.get("columns") or []] or METRICS
     head = ["model"]
@@ -484,10 +484,10 @@ def score_checkpoints(inputs: ReportInputs, checkpoints: Dict[str, str], collect
                 for src in sources:
                     label = source_label(name, src)
                     blimp_unscored[label] = blimp.unscorable(model, prepared)
-                    blimp_scores[label] = blimp.score_sentences_tags(model, prepared, encoder.dictionary, src,
-                                                                     inputs.batch_size, joint=inputs.blimp_score == "joint",
-                                                                     placement=blimp.tag_head_placement(task),
-                                                                     count_beam=inputs.gilt_count_beam)
+                    blimp_scores[label] = blimp.score_prepared(model, prepared, encoder.dictionary, src, inputs.batch_size,
+                                                               joint=inputs.blimp_score == "joint",
+                                                               placement=blimp.tag_head_placement(task),
+                                                               count_beam=inputs.gilt_count_beam)
                 blimp_seconds[name] = time.perf_counter() - t1
             if "syntaxgym" in todo[name]:
                 d = encoder.dictionary

@@ -5,7 +5,7 @@ import json
 import logging
 
 from sipe_fairseq.eval import seeds
-from sipe_fairseq.eval.seeds import SeedsError, aggregate, markdown, read_reports
+from sipe_fairseq.eval.seeds import SeedsError, aggregate, read_reports, seeds_markdown
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     except SeedsError as e:
         logger.error("%s", e)
         return 2
-    text = markdown(table, args.per)
+    text = seeds_markdown(table, args.per)
     print(text)
     if args.markdown:
         with open(args.markdown, "w") as f:
