@@ -49,7 +49,7 @@ from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.data.tag_dictionary import NOTAG_ID
 from sipe_fairseq.parsing import BackendLoadError, parse_each, resolve_parser, split_words
 from sipe_fairseq.parsing import get_parser as get_backend
-from sipe_fairseq.structure.family import is_gilt
+from sipe_fairseq.structure.family import family_of
 from sipe_fairseq.structure.generation import (WORD_MARK, StructuredSequenceGenerator, format_arcs, graph_rows,
                                               hypothesis_words)
 
@@ -236,7 +236,7 @@ def run(args, prompts: List[str], model, task, backend=None) -> int:
         sample = {"id": torch.tensor([index]), "net_input": {
             "src_tokens": torch.cat([eos, tokens[:-1]])[None], "src_lengths": torch.tensor([len(tokens)]),
             "src_terminals": torch.cat([notag, terms[:-1]])[None], "src_nonterminals": torch.cat([notag, nts[:-1]])[None]}}
-        if heads is not None and is_gilt(model):  # the parse's tree as the prompt words' arcs
+        if heads is not None and family_of(model).predicts_arcs:  # the parse's tree as the prompt words' arcs
             sample["prompt_arcs"] = [per_word(tree_arcs(heads), len(heads))]
         # --max-len counts the tokens after the prompt (the structured generator adds the prompt's length;
         # a plain LM's fairseq generator counts the forced prompt too)
