@@ -230,3 +230,28 @@ def test_fairseq_from_pretrained_refuses_in_one_line(checkpoints, toy_data, mode
         model_cls.from_pretrained(str(ck.parent), ck.name, str(toy_data))
     assert "\n" not in str(e.value)
     assert f"use sipe_fairseq.hub.load({str(ck)!r}, data=" in str(e.value)
+
+
+def test_python_doc_runs_as_written(checkpoints, toy_data, capsys):
+    """Every ``python`` block of docs/python.md, in order, in one namespace, with its two placeholder paths
+    (``ck/checkpoint_best.pt``, ``data-bin``) replaced by the SiPE test checkpoint and its data directory."""
+    import re
+
+    from sipe_fairseq.parsing import spacy_available
+
+    reason = spacy_available()
+    if reason:
+        pytest.skip(reason)  # the page scores raw text under given: the default spaCy parser
+    text = (ROOT / "docs" / "python.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 5
+    namespace = {}
+    for block in blocks:
+        assert "ck/checkpoint_best.pt" in block or "data-bin" not in block
+        code = block.replace('"ck/checkpoint_best.pt"', repr(str(checkpoints["pos"]))).replace('"data-bin"',
+                                                                                              repr(str(toy_data)))
+        exec(compile(code, "docs/python.md", "exec"), namespace)  # noqa: S102
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "hexatags"
+    assert [line.split()[0] for line in out.splitlines()[1:4]] == ["given", "self", "mix:16"]
+    assert "# text = the dogs near the cat sleep ." in out

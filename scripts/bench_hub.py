@@ -1,0 +1,69 @@
+"""Benchmark: ``sipe_fairseq.hub`` ``score(tags=SOURCE)`` against ``sipe-eval-lm --tags SOURCE``'s code path
+(:func:`sipe_fairseq.eval.prefix_scores.score_split_sources`) on the same split, paired in one process.
+
+    python scripts/bench_hub.py --path ck/checkpoint_best.pt --data data-bin --conllu test.conllu \
+        --split test --sources given,self --repeats 3
+
+The hub scores the split's sentences from their CoNLL-U (words and trees: the structure of ``given``, so no
+parser runs) and encodes them itself; ``sipe-eval-lm`` reads the preprocessed split. Both use the same loaded
+model; the runs alternate (order rotated each round) and each pair gives a ratio (hub / eval-lm). The summed
+log-probabilities of the two are printed too (they must agree: tests/test_hub.py checks it on the toy data).
+Prints one markdown row per source.
+"""
+import argparse
+import logging
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchlib import markdown_table, paired_runs  # noqa: E402
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--path", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--conllu", required=True, help="the split's CoNLL-U (the file sipe-preprocess read)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--sources", default="given,self")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--name", default=None, help="the checkpoint's name in the table")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from sipe_fairseq import hub
+    from sipe_fairseq.eval.prefix_scores import score_split_sources
+    from sipe_fairseq.hexatag.conllu_io import read_conllu
+
+    lm = hub.load(args.path, args.data)
+    trees = [(s.words, s.heads) for s in read_conllu(args.conllu)]
+    rows = []
+    for source in args.sources.split(","):
+        totals = {}
+
+        def by_hub(source=source):
+            totals["hub"] = -sum(r.logprob for r in lm.score(trees, tags=source))
+
+        def by_eval_lm(source=source):
+            totals["eval-lm"] = score_split_sources(lm.model, lm.task, args.split, [source])[source]["nll"]
+
+        res = paired_runs({"hub": by_hub, "eval-lm": by_eval_lm}, args.repeats)
+        ratios = [h / e for h, e in zip(res["hub"]["wall"], res["eval-lm"]["wall"])]
+        rows.append([args.name or os.path.basename(os.path.dirname(args.path)), source, len(trees),
+                     f"{statistics.median(res['hub']['wall']):.2f}", f"{statistics.median(res['eval-lm']['wall']):.2f}",
+                     f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})",
+                     f"{totals['hub']:.4f} / {totals['eval-lm']:.4f}"])
+        print(f"# {source}: done {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
+    print(markdown_table(["checkpoint", "source", "sentences", "hub s", "sipe-eval-lm s", "hub / eval-lm (min-max)",
+                          "nll hub / eval-lm"], rows))
+
+
+if __name__ == "__main__":
+    main()
