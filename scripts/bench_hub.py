@@ -5,7 +5,9 @@
         --split test --sources given,self --repeats 3
 
 The hub scores the split's sentences from their CoNLL-U (words and trees: the structure of ``given``, so no
-parser runs) and encodes them itself; ``sipe-eval-lm`` reads the preprocessed split. Both use the same loaded
+parser runs) and encodes them itself; ``sipe-eval-lm``'s path reads the preprocessed split and runs what
+``score_split_sources`` runs per source (the engine, then ``summarize``). Sentences longer than the model's
+positions (which the hub refuses, never cutting them) are left out of both. Both use the same loaded
 model; the runs alternate (order rotated each round) and each pair gives a ratio (hub / eval-lm). The summed
 log-probabilities of the two are printed too (they must agree: tests/test_hub.py checks it on the toy data).
 Prints one markdown row per source.
@@ -39,11 +41,20 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     from sipe_fairseq import hub
-    from sipe_fairseq.eval.prefix_scores import score_split_sources
+    from sipe_fairseq.eval.prefix_scores import given_tags, load_split_sentences, summarize
     from sipe_fairseq.hexatag.conllu_io import read_conllu
+    from sipe_fairseq.structure.scoring import score_sentences
 
     lm = hub.load(args.path, args.data)
+    limit = lm.max_positions()
+    split, _ = load_split_sentences(lm.task, args.split)
     trees = [(s.words, s.heads) for s in read_conllu(args.conllu)]
+    assert len(trees) == len(split), f"{args.conllu}: {len(trees)} sentences, split {args.split}: {len(split)}"
+    # the hub refuses a sentence longer than the model's positions (never cut): both sides score those that fit
+    total = len(split)
+    keep = [i for i, s in enumerate(split) if s.n <= limit]
+    trees, split = [trees[i] for i in keep], [split[i] for i in keep]
+    d = lm.dictionary
     rows = []
     for source in args.sources.split(","):
         totals = {}
@@ -51,12 +62,13 @@ def main(argv=None):
         def by_hub(source=source):
             totals["hub"] = -sum(r.logprob for r in lm.score(trees, tags=source))
 
-        def by_eval_lm(source=source):
-            totals["eval-lm"] = score_split_sources(lm.model, lm.task, args.split, [source])[source]["nll"]
+        def by_eval_lm(source=source):  # score_split_sources's work for one source, on the sentences kept
+            scores = score_sentences(lm.model, split, source, lm.options, d.eos(), d.pad(), 256)
+            totals["eval-lm"] = summarize(scores, given_tags(split))["nll"]
 
         res = paired_runs({"hub": by_hub, "eval-lm": by_eval_lm}, args.repeats)
         ratios = [h / e for h, e in zip(res["hub"]["wall"], res["eval-lm"]["wall"])]
-        rows.append([args.name or os.path.basename(os.path.dirname(args.path)), source, len(trees),
+        rows.append([args.name or os.path.basename(os.path.dirname(args.path)), source, f"{len(trees)} of {total}",
                      f"{statistics.median(res['hub']['wall']):.2f}", f"{statistics.median(res['eval-lm']['wall']):.2f}",
                      f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})",
                      f"{totals['hub']:.4f} / {totals['eval-lm']:.4f}"])
