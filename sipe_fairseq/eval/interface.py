@@ -166,17 +166,18 @@ class LanguageModel:
         limit = self.max_positions()
         unk = self.dictionary.unk()
         out, unknown = [], []
-        for i, (text, words, heads) in enumerate(items):
-            tokens, terms, nts, firsts = self.encoder.encode(words, heads)
+        encoded = self.encoder.encode_many([(words, heads) for _, words, heads in items])
+        for i, ((text, _, heads), (tokens, terms, nts, firsts)) in enumerate(zip(items, encoded)):
             if limit is not None and len(tokens) > limit:
                 raise ValueError(f"sentence {i + 1} ({_show(text)}): {len(tokens)} tokens with </s>, more than the "
                                  f"model's {limit} positions; sentences are never cut")
             # a tree gives both forms of given structure (SiPE reads the pairs, GiLT the graph); the word starts
             # are the encoder's (a word of <unk> pieces still starts where its first piece is)
-            pairs = None if heads is None else given_pairs(terms, nts, firsts)
-            out.append(Sentence(tokens, list(firsts), pairs, gold_graph(heads)))
-            bounds = list(firsts) + [len(tokens) - 1]
-            unknown.append(sum(any(int(t) == unk for t in tokens[a:b]) for a, b in zip(bounds, bounds[1:])))
+            given = heads is not None and self.structure != "none"
+            out.append(Sentence(tokens, list(firsts), given_pairs(terms, nts, firsts) if given else None,
+                                gold_graph(heads) if given else None))
+            ids, bounds = tokens.tolist(), list(firsts) + [len(tokens) - 1]
+            unknown.append(sum(unk in ids[a:b] for a, b in zip(bounds, bounds[1:])))
         return out, unknown
 
     # ------------------------------------------------------------------ scoring
