@@ -33,6 +33,14 @@ from sipe_fairseq.structure.sources import parse_sources
 logger = logging.getLogger(__name__)
 
 
+def tag_sources(text: str) -> List[str]:
+    """``--tags``: the sources, each checked (argparse's usage error, exit status 2, names a bad one)."""
+    try:
+        return parse_sources(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sipe-surprisal", description=__doc__.split("\n\n")[0],
                                 epilog="Exit status: 0 ok, 2 usage or input error, 3 checkpoint or parser cannot be loaded.")
@@ -40,7 +48,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", required=True, metavar="CHECKPOINT", help="a decoder checkpoint (SiPE, none, GiLT, stock)")
     p.add_argument("--data", default=None, metavar="DIR",
                    help="its sipe-preprocess directory (default: the one saved in the checkpoint)")
-    p.add_argument("--tags", default="given", metavar="SOURCES",
+    p.add_argument("--tags", type=tag_sources, default=["given"], metavar="SOURCES",
                    help="structure sources, comma-separated: given, self, beam:K, mix:K, untagged (one column each)")
     p.add_argument("--level", choices=("token", "word"), default="token", help="rows per token (</s> included) or word")
     p.add_argument("--format", choices=("text", "conllu"), default=None,
@@ -81,13 +89,9 @@ def tsv(results: Sequence[Sequence], sources: Sequence[str], level: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = get_parser()
-    args = p.parse_args(argv)
+    args = get_parser().parse_args(argv)
     logs.configure("WARNING", "sipe-surprisal: %(levelname)s: %(message)s", plugin_level=logging.WARNING)
-    try:
-        sources = parse_sources(args.tags)
-    except ValueError as e:
-        p.error(f"--tags: {e}")  # exit status 2
+    sources = args.tags
     problem = output_path_problem(args, ("output",))
     if problem:
         logger.error(problem)
