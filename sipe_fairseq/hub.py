@@ -17,11 +17,11 @@ __all__ = list(_NAMES + _FROM_PROMPTS)
 
 def __getattr__(name):
     if name in _NAMES:
-        from .eval import interface  # lazy (heavy: torch, fairseq)
+        from .eval import interface  # lazy (heavy): torch, fairseq
 
         return getattr(interface, name)
     if name in _FROM_PROMPTS:
-        from .structure import prompts  # lazy (heavy: torch, fairseq)
+        from .structure import prompts  # lazy (heavy): torch, fairseq
 
         return getattr(prompts, name)
     raise AttributeError(f"module 'sipe_fairseq.hub' has no attribute {name!r}")
@@ -29,6 +29,6 @@ def __getattr__(name):
 
 def load(checkpoint, data=None, device="cpu", **kwargs):
     """See :func:`sipe_fairseq.eval.interface.load`."""
-    from .eval.interface import load as _load  # lazy (heavy: torch, fairseq)
+    from .eval.interface import load as _load  # lazy (heavy): torch, fairseq
 
     return _load(checkpoint, data, device, **kwargs)

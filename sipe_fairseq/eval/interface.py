@@ -260,7 +260,7 @@ def to_dataframe(results: Sequence[ScoredText], level: str = "token"):
     """One row per token (``level="token"``, ``</s>`` included) or per word: ``sentence_id``, ``token_id``
     (1-based, lm-zoo's layout), ``token``, ``surprisal`` (bits), ``source``. Needs pandas (not a dependency)."""
     try:
-        import pandas as pd  # lazy (optional dependency)
+        import pandas as pd  # lazy (heavy): an optional dependency
     except ImportError:
         raise ImportError("to_dataframe needs pandas (pip install pandas); the results are plain dataclasses") from None
     return pd.DataFrame(surprisal_rows(results, level), columns=["sentence_id", "token_id", "token", "surprisal",
