@@ -8,7 +8,8 @@ The hub scores the split's sentences from their CoNLL-U (words and trees: the st
 parser runs) and encodes them itself; ``sipe-eval-lm``'s path reads the preprocessed split and runs what
 ``score_split_sources`` runs per source (the engine, then ``summarize``). Sentences longer than the model's
 positions (which the hub refuses, never cutting them) are left out of both. Both use the same loaded
-model; the runs alternate (order rotated each round) and each pair gives a ratio (hub / eval-lm). The summed
+model; the runs alternate (order rotated each round) and each pair gives a ratio (hub / eval-lm), by wall
+clock and by this process's CPU time (the second is the one to read on a shared machine). The summed
 log-probabilities of the two are printed too (they must agree: tests/test_hub.py checks it on the toy data).
 Prints one markdown row per source.
 """
@@ -67,14 +68,15 @@ def main(argv=None):
             totals["eval-lm"] = summarize(scores, given_tags(split))["nll"]
 
         res = paired_runs({"hub": by_hub, "eval-lm": by_eval_lm}, args.repeats)
-        ratios = [h / e for h, e in zip(res["hub"]["wall"], res["eval-lm"]["wall"])]
-        rows.append([args.name or os.path.basename(os.path.dirname(args.path)), source, f"{len(trees)} of {total}",
-                     f"{statistics.median(res['hub']['wall']):.2f}", f"{statistics.median(res['eval-lm']['wall']):.2f}",
-                     f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})",
-                     f"{totals['hub']:.4f} / {totals['eval-lm']:.4f}"])
+        row = [args.name or os.path.basename(os.path.dirname(args.path)), source, f"{len(trees)} of {total}"]
+        for clock in ("wall", "cpu"):
+            ratios = [h / e for h, e in zip(res["hub"][clock], res["eval-lm"][clock])]
+            row += [f"{statistics.median(res['hub'][clock]):.2f} / {statistics.median(res['eval-lm'][clock]):.2f}",
+                    f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"]
+        rows.append(row + [f"{totals['hub']:.4f} / {totals['eval-lm']:.4f}"])
         print(f"# {source}: done {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
-    print(markdown_table(["checkpoint", "source", "sentences", "hub s", "sipe-eval-lm s", "hub / eval-lm (min-max)",
-                          "nll hub / eval-lm"], rows))
+    print(markdown_table(["checkpoint", "source", "sentences", "wall s hub / eval-lm", "ratio (min-max)",
+                          "CPU s hub / eval-lm", "ratio (min-max)", "nll hub / eval-lm"], rows))
 
 
 if __name__ == "__main__":
