@@ -251,6 +251,8 @@ class LanguageModel:
 
 
 def _show(item, width: int = 40) -> str:
+    if isinstance(item, dict):
+        item = item.get("words") or []
     text = item if isinstance(item, str) else " ".join(map(str, item[0] if isinstance(item, tuple) else item))
     text = repr(text)
     return text if len(text) <= width else text[:width - 4] + "...'"
