@@ -161,13 +161,14 @@ class LanguageModel:
                 items[k][2] = list(heads)
         return items
 
-    def _sentences(self, items) -> Tuple[List[Sentence], List[int]]:
-        """The engine's sentences (given structure from the heads) and each one's count of unknown words."""
+    def _sentences(self, items) -> Tuple[List[Sentence], List[int], list]:
+        """The engine's sentences (given structure from the heads), each one's count of unknown words, and the
+        heads its given tags encode (projectivized; None without heads)."""
         limit = self.max_positions()
         unk = self.dictionary.unk()
-        out, unknown = [], []
+        out, unknown, used = [], [], []
         encoded = self.encoder.encode_many([(words, heads) for _, words, heads in items])
-        for i, ((text, _, heads), (tokens, terms, nts, firsts)) in enumerate(zip(items, encoded)):
+        for i, ((text, _, heads), (tokens, terms, nts, firsts, encoded_heads)) in enumerate(zip(items, encoded)):
             if limit is not None and len(tokens) > limit:
                 raise ValueError(f"sentence {i + 1} ({_show(text)}): {len(tokens)} tokens with </s>, more than the "
                                  f"model's {limit} positions; sentences are never cut")
@@ -178,7 +179,8 @@ class LanguageModel:
                                 gold_graph(heads) if given else None))
             ids, bounds = tokens.tolist(), list(firsts) + [len(tokens) - 1]
             unknown.append(sum(unk in ids[a:b] for a, b in zip(bounds, bounds[1:])))
-        return out, unknown
+            used.append(encoded_heads)
+        return out, unknown, used
 
     # ------------------------------------------------------------------ scoring
     def score(self, texts: Union[Text, Sequence[Text]], tags: str = "given") -> List[ScoredText]:
@@ -192,21 +194,22 @@ class LanguageModel:
             return []
         needs_heads = source.kind == "given" and self.structure != "none"
         items = self._words_and_heads(texts, needs_heads)
-        sentences, unknown = self._sentences(items)
+        sentences, unknown, given_heads = self._sentences(items)
         scores = score_sentences(self.model, sentences, str(source), self.options, self.dictionary.eos(),
                                  self.dictionary.pad(), self.batch_sentences)
         kind = "exact" if self.structure == "none" else KINDS[source.kind]
         out = []
-        for (text, words, _), s, score, n_unk in zip(items, sentences, scores, unknown):
+        for (text, words, _), s, score, n_unk, heads in zip(items, sentences, scores, unknown, given_heads):
             surprisal = [-lp / LN2 for lp in score.token_logprobs]
             bounds = list(s.starts) + [s.n - 1]
             out.append(ScoredText(
                 text, str(source), kind, [self.dictionary[int(t)] for t in s.tokens], list(score.token_logprobs),
                 surprisal, list(words), [sum(surprisal[a:b]) for a, b in zip(bounds, bounds[1:])], float(score.logprob),
-                self._structure(score), n_unk))
+                self._structure(score, heads if source.kind == "given" else None), n_unk))
         return out
 
-    def _structure(self, score) -> Optional[Dict[str, object]]:
+    def _structure(self, score, given_heads=None) -> Optional[Dict[str, object]]:
+        """What the model read; ``given_heads``: the tree the given tags encode (no decoding needed)."""
         if self.structure == "none" or score.source == "untagged":
             return None
         if "arcs" in score.extra:  # a graph (GiLT): a tree gives every word one head
@@ -218,6 +221,8 @@ class LanguageModel:
                     heads[d - 1] = h
             return {"arcs": arcs, "heads": heads}
         tags = [tuple(t) for t in score.tags]
+        if given_heads is not None:
+            return {"tags": tags, "heads": list(given_heads)}
         heads = decode(tags) if tags and all(t is not None for t in tags) and is_valid(tags) else None
         return {"tags": tags, "heads": heads}
 
