@@ -6,7 +6,8 @@
 
 The hub scores the split's sentences from their CoNLL-U (words and trees: the structure of ``given``, so no
 parser runs) and encodes them itself; ``sipe-eval-lm``'s path reads the preprocessed split and runs what
-``score_split_sources`` runs per source (the engine, then ``summarize``). Sentences longer than the model's
+``score_split_sources`` runs per source (reading the split, the engine, then ``summarize``): each side's
+time includes reading its input. Sentences longer than the model's
 positions (which the hub refuses, never cutting them) are left out of both. Both use the same loaded
 model; the runs alternate (order rotated each round) and each pair gives a ratio (hub / eval-lm), by wall
 clock and by this process's CPU time (the second is the one to read on a shared machine). The summed
@@ -63,9 +64,11 @@ def main(argv=None):
         def by_hub(source=source):
             totals["hub"] = -sum(r.logprob for r in lm.score(trees, tags=source))
 
-        def by_eval_lm(source=source):  # score_split_sources's work for one source, on the sentences kept
-            scores = score_sentences(lm.model, split, source, lm.options, d.eos(), d.pad(), 256)
-            totals["eval-lm"] = summarize(scores, given_tags(split))["nll"]
+        def by_eval_lm(source=source):  # score_split_sources's work for one source (the split read), on those kept
+            sentences = load_split_sentences(lm.task, args.split)[0]
+            sentences = [sentences[i] for i in keep]
+            scores = score_sentences(lm.model, sentences, source, lm.options, d.eos(), d.pad(), 256)
+            totals["eval-lm"] = summarize(scores, given_tags(sentences))["nll"]
 
         res = paired_runs({"hub": by_hub, "eval-lm": by_eval_lm}, args.repeats)
         row = [args.name or os.path.basename(os.path.dirname(args.path)), source, f"{len(trees)} of {total}"]
