@@ -21,7 +21,7 @@ from ..data.encode import SentenceEncoder
 from ..hexatag import decode
 from ..hexatag.constrained import is_valid
 from ..parsing import DEFAULT_BACKEND, get_parser, split_words
-from ..structure.family import StructureOptions, structure_of
+from ..structure.family import StructureOptions, family_of
 from ..structure.prompts import Continuation, GenerationSettings, generate, parse_prompts
 from ..structure.scoring import score_sentences
 from ..structure.arcs import gold_graph
@@ -116,7 +116,9 @@ class LanguageModel:
         self.dictionary = task.source_dictionary
         self.data = str(task.args.data).split(":")[0]
         self.encoder = SentenceEncoder(self.data, self.dictionary)
-        self.structure = structure_of(model)  # "hexatags", "arcs" or "none"
+        self.family = family_of(model)
+        self.structure = self.family.name  # "hexatags", "arcs" or "none" (what the model reads)
+        self.reads_structure = self.family.reads_tags or self.family.predicts_arcs
         self.options = options or StructureOptions()
         self.options.placement = str(getattr(task.args, "tag_head_placement", self.options.placement))
         self.parser_spec, self._parser = parser, None
@@ -174,7 +176,7 @@ class LanguageModel:
                                  f"model's {limit} positions; sentences are never cut")
             # a tree gives both forms of given structure (SiPE reads the pairs, GiLT the graph); the word starts
             # are the encoder's (a word of <unk> pieces still starts where its first piece is)
-            given = heads is not None and self.structure != "none"
+            given = heads is not None and self.reads_structure
             out.append(Sentence(tokens, list(firsts), given_pairs(terms, nts, firsts) if given else None,
                                 gold_graph(heads) if given else None))
             ids, bounds = tokens.tolist(), list(firsts) + [len(tokens) - 1]
@@ -192,12 +194,12 @@ class LanguageModel:
             texts = [texts]
         if not len(texts):
             return []
-        needs_heads = source.kind == "given" and self.structure != "none"
+        needs_heads = source.kind == "given" and self.reads_structure
         items = self._words_and_heads(texts, needs_heads)
         sentences, unknown, given_heads = self._sentences(items)
         scores = score_sentences(self.model, sentences, str(source), self.options, self.dictionary.eos(),
                                  self.dictionary.pad(), self.batch_sentences)
-        kind = "exact" if self.structure == "none" else KINDS[source.kind]
+        kind = KINDS[source.kind] if self.reads_structure else "exact"
         out = []
         for (text, words, _), s, score, n_unk, heads in zip(items, sentences, scores, unknown, given_heads):
             surprisal = [-lp / LN2 for lp in score.token_logprobs]
@@ -210,7 +212,7 @@ class LanguageModel:
 
     def _structure(self, score, given_heads=None) -> Optional[Dict[str, object]]:
         """What the model read; ``given_heads``: the tree the given tags encode (no decoding needed)."""
-        if self.structure == "none" or score.source == "untagged":
+        if not self.reads_structure or score.source == "untagged":
             return None
         if "arcs" in score.extra:  # a graph (GiLT): a tree gives every word one head
             arcs = [tuple(a) for a in score.extra["arcs"]]
@@ -229,7 +231,7 @@ class LanguageModel:
     def parse(self, texts: Union[Text, Sequence[Text]], tags: str = "self") -> List[ParsedText]:
         """The structure the model chooses from each sentence's prefix (``self``, or the best hypothesis
         of ``beam:K``/``mix:K``) as heads, with :meth:`ParsedText.conllu`."""
-        if self.structure == "none":
+        if not self.reads_structure:
             raise ValueError("this model reads no structure: nothing to parse")
         if parse_source(tags).kind in ("given", "untagged"):
             raise ValueError(f"parse with tags={tags!r}: the model's own structure is self, beam:K or mix:K")

@@ -34,7 +34,7 @@ from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel
 from fairseq.sequence_generator import SequenceGenerator
 
 from ..data.tag_dictionary import FIRST_TAG_ID
-from ..data.words import WORD_MARK, starts_word
+from ..data.words import WORD_MARK, word_start_mask
 from ..hexatag import decode
 from ..hexatag.constrained import is_valid
 from ..hexatag.tags import NONTERMINALS, TERMINALS
@@ -44,12 +44,6 @@ from .sentences import PAIR_INDEX
 
 logger = logging.getLogger(__name__)
 MODEL, PROMPT = 1, 2  # structure origin per word
-
-
-def word_start_mask(dictionary) -> torch.Tensor:
-    """(V,) bool: the symbols whose piece starts a word (:func:`~sipe_fairseq.data.words.starts_word`; no special
-    symbol does, unlike the masked-LM's whole-word mask)."""
-    return torch.tensor([starts_word(dictionary[i]) for i in range(len(dictionary))], dtype=torch.bool)
 
 
 def hypothesis_words(hypo: dict, dictionary) -> List[str]:
@@ -81,7 +75,7 @@ class StructureChoosingDecoder(FairseqIncrementalDecoder):
             raise ValueError("this model reads no structure: generate with it directly")
         policy_for(model, self.options)  # ValueError now (no tag heads, no arc scorer), not at the first step
         self.sample_structure, self.continue_word = sample_structure, continue_word
-        self.register_buffer("starts_word", word_start_mask(dictionary), persistent=False)
+        self.register_buffer("starts_word", word_start_mask(dictionary, specials=False), persistent=False)
         self.eos = dictionary.eos()
         self.max_len: Optional[int] = None  # set per batch by StructuredSequenceGenerator
         self.prompt = None  # the next batch's (prefix tokens, per sentence per word given structure)

@@ -19,7 +19,7 @@ import torch
 from ..data.arcs import per_word, tree_arcs
 from ..data.tag_dictionary import NOTAG_ID
 from ..parsing import parse_each, split_words
-from .family import structure_of
+from .family import family_of
 from .generation import WORD_MARK, StructuredSequenceGenerator, format_arcs, graph_rows, hypothesis_words
 
 logger = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ def generate(model, task, prompts: Sequence[str], encoder, settings: GenerationS
     structured = isinstance(generator, StructuredSequenceGenerator)
     limit = int(generator.max_len)  # the model's positions: fairseq's generator ends every hypothesis by then
     encoded = encode_prompts(prompts, encoder, limit, settings.max_len, parses, where)
-    graphs = structure_of(model) == "arcs"
+    graphs = family_of(model).predicts_arcs
     torch.manual_seed(settings.seed)
     out: List[List[Continuation]] = []
     for index, prompt in enumerate(prompts):
