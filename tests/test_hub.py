@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import fairseq  # noqa: F401
-from conftest import BIN, PLUGIN, ROOT, run, txl  # noqa: F401
+from conftest import PLUGIN, ROOT, STOCK_LM, txl
 from sipe_fairseq import hub
 from sipe_fairseq.checkpoints import CheckpointError
 from sipe_fairseq.cli.eval_lm import main as eval_lm_main
@@ -28,8 +28,8 @@ LN2 = math.log(2)
 
 @pytest.fixture(scope="module")
 def checkpoints(train_checkpoint):
-    pos, none, gilt = train_checkpoint.many([txl("position"), txl("none"), GILT])
-    return {"pos": pos, "none": none, "gilt": gilt}
+    pos, none, gilt, stock = train_checkpoint.many([txl("position"), txl("none"), GILT, STOCK_LM])
+    return {"pos": pos, "none": none, "gilt": gilt, "stock": stock}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,8 @@ def eval_lm_nll(checkpoint, data, tags, tmp_path):
     return {source: row["nll"] for source, row in json.loads(out.read_text())["m"]["tag_sources"].items()}
 
 
-@pytest.mark.parametrize("name,tags", [("pos", "given,self,mix:4"), ("none", "given,self"), ("gilt", "self")])
+@pytest.mark.parametrize("name,tags", [("pos", "given,self,mix:4"), ("none", "given,self"), ("gilt", "self"),
+                                       ("stock", "given")])
 def test_score_totals_equal_sipe_eval_lm(models, checkpoints, toy_data, test_trees, tmp_path, name, tags):
     """The summed log-probabilities of the test split's sentences (words and trees from its CoNLL-U) equal
     ``sipe-eval-lm --tags`` on the preprocessed split, source by source."""
@@ -82,11 +83,12 @@ def test_surprisals_add_up_and_say_what_they_are(models, test_trees, source, kin
 
 
 def test_models_without_structure_and_gilt(models, test_trees):
-    """``none``: exact under every source, no structure; GiLT ``given`` reads the tree as arcs
-    (one head per word, the input's)."""
+    """``none`` and a stock ``transformer_lm``: exact under every source, no structure; GiLT ``given`` reads the
+    tree as arcs (one head per word, the input's)."""
     words, heads = test_trees[0]
-    [plain] = models["none"].score([(words, heads)], tags="given")
-    assert plain.kind == "exact" and plain.structure is None
+    for name in ("none", "stock"):
+        [plain] = models[name].score([(words, heads)], tags="given")
+        assert plain.kind == "exact" and plain.structure is None
     [graph] = models["gilt"].score([(words, heads)], tags="given")
     assert graph.kind == "conditional" and graph.structure["heads"] == heads
     assert sorted(graph.structure["arcs"]) == sorted((h, d) for d, h in enumerate(heads, 1))
