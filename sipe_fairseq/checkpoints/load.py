@@ -72,21 +72,22 @@ def check_finite(path: str, weights) -> None:
                                   f"{tensor.numel()}: a damaged file or a diverged training")
 
 
-def _load_models(path: str, load):
+def _load_models(path: str, load, data: Optional[str] = None):
     """``load()`` (fairseq's ensemble loading of ``path``), its errors as one :class:`CheckpointError` line: a
     data fingerprint that differs (:mod:`sipe_fairseq.data.fingerprint`) or a model whose shapes are not the
     data's (a dictionary of another size)."""
+    where = f"checkpoint {path} does not fit the data directory {data}" if data else f"checkpoint {path}"
     try:
         return load()
     except CheckpointError as e:
-        raise CheckpointError(f"checkpoint {path}: {e}") from None
+        raise CheckpointError(f"{where}: {e}") from None
     except RuntimeError as e:  # a model whose load_state_dict does not say it in one line (fairseq's own)
         from ..models.classification import size_mismatch_line  # lazy (heavy); same layer
 
         line = size_mismatch_line(str(e))
         if line is None:
             raise
-        raise CheckpointError(f"checkpoint {path}: {line}") from None
+        raise CheckpointError(f"{where}: {line}") from None
 
 
 def scoring_task(saved_name: Optional[str]) -> str:
@@ -97,21 +98,39 @@ def scoring_task(saved_name: Optional[str]) -> str:
     return "gilt_lm" if saved_name == "gilt_lm" else "hexatag_lm"
 
 
-def load_lm(path: str, data: str, context_window: int = 0, allow_dictionary_mismatch: bool = False):
+def saved_data_dir(path: str, saved_task: dict) -> str:
+    """The data directory a checkpoint's task was trained on, when it still holds a ``dict.txt``;
+    :class:`CheckpointError` naming what is missing otherwise."""
+    data = str(saved_task.get("data") or "").split(os.pathsep)[0]
+    if not data:
+        raise CheckpointError(f"checkpoint {path}: no data directory saved in it: pass the sipe-preprocess directory "
+                              "it was trained on (data=DIR, --data DIR)")
+    if not os.path.isfile(os.path.join(data, "dict.txt")):
+        raise CheckpointError(f"checkpoint {path}: its data directory {data} (saved in the checkpoint) has no dict.txt "
+                              "here: pass the sipe-preprocess directory it was trained on (data=DIR, --data DIR)")
+    return data
+
+
+def load_lm(path: str, data: Optional[str] = None, context_window: int = 0,
+            allow_dictionary_mismatch: bool = False):
     """(model, task) for a checkpoint, scored on ``data``: a ``hexatag_lm`` task for decoders
     (``hexatag_lm`` and stock ``language_modeling`` checkpoints; ``gilt_lm`` for GiLT ones), a ``hexatag_mlm`` task for
     masked-LM encoders (``hexatag_mlm`` and stock ``masked_lm`` ones, e.g. fairseq ``roberta``),
     built from the checkpoint's own task settings; the encoder task's dictionary is ``dict.txt``
-    with ``<mask>`` appended, as in training. The model is in eval mode. A checkpoint whose recorded data
-    differs from ``data``'s raises :class:`CheckpointError` unless ``allow_dictionary_mismatch``."""
+    with ``<mask>`` appended, as in training. ``data`` None: the directory saved in the checkpoint
+    (:func:`saved_data_dir`). The model is in eval mode. A checkpoint whose recorded data differs from
+    ``data``'s (unless ``allow_dictionary_mismatch``) or whose weights do not fit its dictionary raises
+    :class:`CheckpointError`."""
     # lazy (heavy): importing sipe_fairseq.checkpoints stays light
     from fairseq import checkpoint_utils
     from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
     from omegaconf import OmegaConf
 
-    overrides = {"data": data}
-    state = read_checkpoint(path, overrides)  # registers the plugin's tasks (sipe_fairseq.register)
+    state = read_checkpoint(path, {"data": data} if data else None)  # registers the plugin's tasks (sipe_fairseq.register)
     saved = OmegaConf.to_container(state["cfg"]["task"], resolve=True)
+    if data is None:
+        data = saved_data_dir(path, saved)
+    overrides = {"data": data}
     name = scoring_task(saved.get("_name"))
     if context_window and name == "hexatag_mlm":
         raise ValueError(f"{path}: a masked-LM encoder ({saved['_name']} checkpoint) has no --context-window")
@@ -126,7 +145,7 @@ def load_lm(path: str, data: str, context_window: int = 0, allow_dictionary_mism
         cfg.allow_dictionary_mismatch = allow_dictionary_mismatch
     task = task_cls.setup_task(cfg)
     models, _ = _load_models(path, lambda: checkpoint_utils.load_model_ensemble([path], arg_overrides=overrides,
-                                                                                 task=task, state=state))
+                                                                                 task=task, state=state), data)
     return models[0].eval(), task
 
 
@@ -140,7 +159,7 @@ def load_with_task(path: str, data: Optional[str] = None, state: Optional[dict] 
     overrides = {"data": data} if data else {}
     state = read_checkpoint(path, overrides) if state is None else state
     models, _cfg, task = _load_models(path, lambda: checkpoint_utils.load_model_ensemble_and_task(
-        [path], arg_overrides=overrides, state=state))
+        [path], arg_overrides=overrides, state=state), data)
     return models[0].eval(), task
 
 

@@ -21,7 +21,7 @@ Its decoder keeps the family's :class:`~.policy.StructurePolicy` (the same one t
 Each finished hypothesis gets ``word_starts`` (indices into ``tokens``) and, per word, its structure
 and origin (``model``/``prompt``): SiPE ``tags``, ``tag_origin``, ``tag_logprobs`` and ``heads`` (the
 tree, None if the tags do not form one); GiLT ``arcs``, ``arc_origin``, ``arc_counts``,
-``arc_count_logprobs``. :meth:`StructureChoosingDecoder.output_lines` prints them
+``arc_count_logprobs``. :meth:`StructureChoosingDecoder.output_lines` formats them
 (``TAGS-``/``TREE-`` or ``ARCS-``/``GRAPH-`` lines).
 """
 import logging
@@ -241,7 +241,7 @@ class StructureChoosingDecoder(FairseqIncrementalDecoder):
                 "arc_count_logprobs": count_lp}
 
     def output_lines(self, hypo: dict, dictionary) -> List[Tuple[str, str]]:
-        """``(kind, text)`` lines printed for a finished hypothesis (``KIND-<id>\\ttext``)."""
+        """``(kind, text)`` lines logged for a finished hypothesis (``KIND-<id>\\ttext``)."""
         words = hypothesis_words(hypo, dictionary)
         if self.structure == "arcs":
             return [("ARCS", format_arcs(words, hypo))] + [("GRAPH", r) for r in graph_rows(words, hypo)]
@@ -325,7 +325,7 @@ def wrap_for_generation(models, dictionary, placement: str, sample_structure: bo
     return out, any(isinstance(m, StructureChoosingLM) for m in out)
 
 
-# ---------------------------------------------------------------------- printed forms
+# ---------------------------------------------------------------------- text forms
 def format_tags(words: List[str], hypo: dict) -> List[str]:
     """``word/terminal,non-terminal`` per word (``*`` marks prompt tags) and the tree's heads."""
     tags = " ".join(f"{w}/{t},{n}{'*' if o == 'prompt' else ''}"
