@@ -99,7 +99,9 @@ def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence
     position-type breakdown (bits per token), how many sentences' structures form a tree, and with
     ``given`` (the sentences' own tags) the chosen tags' accuracy. ``joint``: of the joint score
     (a word's structure cost in its word-initial position's bits). ``bits.tags_per_word``: the
-    structure's cost per word, in bits."""
+    structure's cost per word, in bits. ``live_per_word``: the hypotheses a beam keeps at each word's
+    ranking, per word (1 for given and self); ``positions_per_token``: decoder positions run per token
+    (every row of every step; 1 for given and self)."""
     if joint:
         scores = [SentenceScore(s.source, s.joint, joint_token_logprobs(s), s.position_types, s.tags, s.tag_logprobs,
                                 s.complete, s.joint, s.restarts, s.extra) for s in scores]
@@ -112,6 +114,10 @@ def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence
            "joint_ppl": math.exp(-sum(s.joint for s in scores) / tokens) if tokens else float("nan"),
            "complete": sum(s.complete for s in scores), "restarts": sum(s.restarts for s in scores),
            "word_start_mismatch": sum(bool(s.extra.get("word_start_mismatch")) for s in scores)}
+    if scores and all("positions" in s.extra for s in scores):  # the search's work (docs/evaluation.md)
+        n_words = sum(s.n_words for s in scores)
+        out["positions_per_token"] = sum(s.extra["positions"] for s in scores) / tokens if tokens else float("nan")
+        out["live_per_word"] = sum(s.extra["live_hypotheses"] for s in scores) / n_words if n_words else float("nan")
     n_tags = sum(len(s.tag_logprobs) for s in scores)
     out["bits.tags_per_word"] = -sum(x for s in scores for x in s.tag_logprobs) / n_tags / math.log(2) if n_tags \
         else float("nan")
@@ -155,6 +161,8 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
         common.update(count_beam=options.count_beam, count_rule=options.count_rule)
     elif options.top_pairs:
         common.update(top_pairs=options.top_pairs)
+    if options.mass < 1.0:
+        common.update(mass=options.mass)
     if kind == "hexatags" and options.abstain:
         common.update(abstain=options.abstain)
     given_scores = None
