@@ -259,20 +259,22 @@ def score_sentences(model, prepared: Prepared, dictionary, batch_size: int = 64,
 
 
 def score_sentences_tags(model, prepared: Prepared, dictionary, source: str = "given", batch_size: int = 64,
-                         joint: bool = False, placement: str = "first_subword", count_beam: int = 5) -> Dict[str, float]:
+                         joint: bool = False, placement: str = "first_subword", count_beam: int = 5,
+                         width: Optional[Dict[str, float]] = None) -> Dict[str, float]:
     """:func:`score_sentences` under tag ``source`` (``--tags``): ``given`` = the tree source's
     tags (:func:`score_sentences`, ``joint`` as ``--score``); ``self``/``beam:K`` = tags from the
     prefix only: the sentence's exact ``log q(x)`` (self) or the beam's bound on ``log p(x)``
     (already joint), decoders only. GiLT checkpoints get graphs instead of tags under every source
     (given: the tree source's tree as arcs, ``joint`` adding the arcs' cost; ``count_beam`` counts per
-    beam hypothesis), all through :func:`~sipe_fairseq.structure.scoring.score_encoded`."""
+    beam hypothesis), all through :func:`~sipe_fairseq.structure.scoring.score_encoded`. ``width``: the
+    beams' ``mass`` and ``top_pairs`` (:class:`~sipe_fairseq.structure.family.StructureOptions`)."""
     if source == "given" and not is_gilt(model):
         return score_sentences(model, prepared, dictionary, batch_size, joint, placement)
     skip = unscorable(model, prepared)
     texts = [t for t in prepared.encoded if t not in skip]
     heads = [prepared.heads.get(t) for t in texts]
     scores = score_encoded(model, [prepared.encoded[t] for t in texts], source, dictionary,
-                           StructureOptions(placement=placement, count_beam=count_beam), heads=heads,
+                           StructureOptions(placement=placement, count_beam=count_beam, **(width or {})), heads=heads,
                            batch_sentences=batch_size)
     return {t: (s.joint if joint and source == "given" else s.logprob) for t, s in zip(texts, scores)}
 
@@ -345,7 +347,8 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
 
 def evaluate(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Prepared, dictionary,
              batch_size: int = 64, joint: bool = False, placements: Optional[Dict[str, str]] = None,
-             tags: Optional[Sequence[str]] = ("given",), count_beam: int = 5) -> dict:
+             tags: Optional[Sequence[str]] = ("given",), count_beam: int = 5,
+             width: Optional[Dict[str, float]] = None) -> dict:
     """Score every prepared sentence under every model and tag source; the :func:`compute_report`
     tables, one column per model and source (:func:`~sipe_fairseq.structure.sources.source_label`).
     ``placements``: each model's ``--tag-head-placement`` (default first_subword); ``tags`` None:
@@ -359,7 +362,7 @@ def evaluate(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Pr
             label = source_label(name, source)
             unscored[label] = unscorable(model, prepared)
             scores[label] = score_sentences_tags(model, prepared, dictionary, source, batch_size, joint, placement,
-                                                 count_beam)
+                                                 count_beam, width)
             seconds[label] = time.perf_counter() - t0
     report = compute_report(pairs, scores, prepared.skipped, unscored)
     report["seconds"] = {"trees": prepared.seconds, "scoring": seconds}

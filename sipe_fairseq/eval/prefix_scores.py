@@ -234,11 +234,13 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
                 acc = f"arc F1 {r['arc_f1']:.1f}"
             tag_bits = r.get("bits.tags_per_word", float("nan"))
             tag_bits = f"{tag_bits:.3f}" if pays and not math.isnan(tag_bits) else "-"
+            work = [f"{r[key]:.2f}" if key in r else "-" for key in ("live_per_word", "positions_per_token")]
             per_source.append([name, label, f"{r['ppl']:.2f}", f"{r['ppl_per_word']:.2f}", f"{r['bits.eos']:.3f}",
                                f"{r['bits.word_initial']:.3f}", f"{r['bits.continuation']:.3f}", tag_bits, acc,
-                               r["complete"], f"{r['sentences']}/{r['split_sentences']}"])
+                               r["complete"], f"{r['sentences']}/{r['split_sentences']}", *work])
     lines = table(["model", "tags", "ppl/token", "ppl/word", "bits </s>", "bits word-initial", "bits continuation",
-                   "tag bits/word", "acc T / NT", "valid trees", "sentences"], per_source, "ll" + "r" * 9)
+                   "tag bits/word", "acc T / NT", "valid trees", "sentences", "live hyp/word", "positions/token"],
+                  per_source, "ll" + "r" * 11)
     cols = [(name, source) for name, rows in results.items() for source in rows]
     if cols:
         summary = [[label, *(fmt.format(results[n][s][key]) for n, s in cols)]
@@ -258,6 +260,9 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
             if "search_errors" in r:
                 lines.append(f"\n{name} {source}: the parse's tags score higher jointly than the beam's best "
                              f"hypothesis in {r['search_errors']} of {r['search_compared']} sentences (search errors).")
+            if "mass" in r and source.startswith(("beam:", "mix:")):
+                lines.append(f"\n{name} {source}: at each word the best hypotheses until their share of the prefix "
+                             f"mass reaches {r['mass']:g} (--tags-mass), at most K.")
     empty = sum(rows[next(iter(rows))].get("empty_sentences", 0) for rows in results.values() if rows)
     lines.append("\nEvery sentence scored alone. given: the data's structure (a parse of the whole sentence), conditional "
                  "p(x|S) and beside it the joint score (a word's structure bits counted at its word-initial subword): for "
@@ -266,7 +271,9 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
                  "structure the model chooses from the prefix; beam:K: SiPE a bound log p(x) >= logsumexp_beam "
                  "log p(x, T), GiLT the beam approximation of the marginal over counts (section 4 of gilt-facts.md). For "
                  "beam the position-type bits are the running bound's increments (structure costs included). "
-                 "'valid trees' counts structures that form one tree; arc F1 against the gold graph."
+                 "'valid trees' counts structures that form one tree; arc F1 against the gold graph. 'live hyp/word': "
+                 "the hypotheses kept at each word's ranking (1 for given and self); 'positions/token': decoder "
+                 "positions run per token (every hypothesis at every step)."
                  + (f" Sentences of no word, not scored: {empty}." if empty else ""))
     return "\n".join(lines)
 
