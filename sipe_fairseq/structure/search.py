@@ -21,6 +21,13 @@ input that is word ``w``'s first subword, each row of that sentence gets word ``
   perplexity is exact and comparable with a model without structure; with K covering every
   structure it is the marginal ``sum_S p(x, S)``.
 
+The policy's ``mass`` P < 1 (``--tags-mass``) makes every ranking adaptive: per sentence the best
+hypotheses until their share of the ranked ones' summed ``p(x_<t, S)`` reaches P, at least one, at
+most K (:func:`~.policy.top_per_group`); the ranking still reads only the prefix, so ``mix:K`` stays
+normalized. Each result's ``extra`` counts the work: ``positions`` (decoder positions run: its rows,
+summed over steps) and ``live_hypotheses`` (the hypotheses kept at each word's ranking, summed over
+its words: SiPE ranks word w's at word w+1's first subword or after ``</s>``, GiLT when they are made).
+
 A row's score is ``log p(x_<=t | S) + sum of its structure costs``. For ``beam:K``, the per-token
 numbers are the increments of the running bound ``log Z_t`` (``Z_t`` = the summed ``p(x_<=t, S)``
 of the live hypotheses after target ``t``; mass pruned at a word is charged to the target before
