@@ -135,3 +135,28 @@ def test_sipe_tag_with_an_lm_checkpoint_says_what_it_is(train_checkpoint, tmp_pa
     assert proc.stderr.splitlines() == [
         f"sipe-tag: ERROR: backend 'hexatagger:{ck}': checkpoint {ck}: not a hexatagger: a hexatag_lm checkpoint (model "
         "sipe_txl_tiny, a language model); a hexatagger is a hexatag_tagging checkpoint (--arch sipe_tagger*)"]
+
+
+@pytest.mark.parametrize("kind, reason", [("untrusted", "refused by torch's weights-only loading (it holds fractions.Fraction"),
+                                          ("plain", "cannot be read as a fairseq checkpoint (KeyError"),
+                                          ("garbage", "cannot be read as a fairseq checkpoint"),
+                                          ("missing", "no such file"),
+                                          ("decoder", "'transformer_lm' is not an encoder the tagger can use")])
+def test_init_encoder_refuses_in_one_line(bad_checkpoints, tmp_path, kind, reason):
+    """sipe_tagger --init-encoder reads through the one reader: a file it refuses, or a fairseq checkpoint
+    of a model that is no encoder, is one CheckpointError line naming the option and the file."""
+    from sipe_fairseq.checkpoints import encoder_init
+
+    if kind == "decoder":  # a readable fairseq checkpoint whose architecture is a decoder
+        path = str(tmp_path / "decoder.pt")
+        history = [{"criterion_name": "cross_entropy", "optimizer_name": "adam", "lr_scheduler_state": {"best": None},
+                    "num_updates": 0}]
+        torch.save({"model": {"decoder.embed_tokens.weight": torch.zeros(4, 2)}, "optimizer_history": history,
+                    "extra_state": {"train_iterator": {"epoch": 1}},
+                    "cfg": {"model": {"_name": "transformer_lm", "arch": "transformer_lm"}, "task": {"data": ""}}}, path)
+    else:
+        path = bad_checkpoints[kind]
+    with pytest.raises(CheckpointError) as err:
+        encoder_init.read_checkpoint(path, dictionary=None, dict_path="unused")
+    msg = str(err.value)
+    assert msg.startswith("--init-encoder") and f"{path}: " in msg and reason in msg and "\n" not in msg

@@ -1,4 +1,4 @@
-"""GiLT feature tape against hand-computed values (gilt-facts.md section 3)."""
+"""GiLT feature tape against hand-computed values (docs/gilt-reference.md section 3)."""
 import numpy as np
 
 from sipe_fairseq.data.graph_features import GraphTape, pair_features, sentence_tape

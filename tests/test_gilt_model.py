@@ -87,7 +87,7 @@ def test_arc_losses_naive_loop(dictionary):
     # naive: every word, its 2i candidates enumerated by hand, each logit from the scorer's modules
     sc = model.arc_scorer
     inner, emb = extra["inner_states"], extra["embedded"]
-    n = len(model.layers)  # gilt-facts.md section 2: layers L/2+1 and L-1
+    n = len(model.layers)  # docs/gilt-reference.md section 2: layers L/2+1 and L-1
     up, low = n // 2 + 1, n - 1
     want_bce, want_ce, pairs, nw, w_block = 0.0, 0.0, 0, 0, 0
     for sent in SENTS:

@@ -1,4 +1,4 @@
-"""gilt_transformer_lm (GiLT-GPT2 post-training, gilt-facts.md section 6): --gilt-init-from a trained
+"""gilt_transformer_lm (GiLT-GPT2 post-training, docs/gilt-reference.md section 6): --gilt-init-from a trained
 transformer_lm / sipe_transformer_lm, identity at zero init, the graph key offsets against a naive
 attention, incremental decoding, grouped_adam's per-group learning rates, the stage-2 loss, and a
 two-stage fairseq-train run end to end."""
@@ -21,7 +21,7 @@ from fairseq.modules import MultiheadAttention  # noqa: E402
 from fairseq.options import get_training_parser, parse_args_and_arch  # noqa: E402
 
 from sipe_fairseq.checkpoints import CheckpointError  # noqa: E402
-from sipe_fairseq.modules.graph_key_attention import GraphKeyAttention  # noqa: E402
+from sipe_fairseq.models.graph_key_attention import GraphKeyAttention  # noqa: E402
 from sipe_fairseq.modules.graph_term import GraphContext, GraphFeatureTables, GraphFeatureTerm  # noqa: E402
 
 import launcher

@@ -21,6 +21,7 @@ from sipe_fairseq.data.tag_dictionary import NOTAG_ID  # noqa: E402
 from sipe_fairseq.checkpoints import load_tagger  # noqa: E402
 from sipe_fairseq.checkpoints.compat import allow_fairseq_checkpoint_globals  # noqa: E402
 from sipe_fairseq.hexatag import decode, parse_tags  # noqa: E402
+from sipe_fairseq.hexatag.errors import CheckpointError, OptionError  # noqa: E402
 
 from conftest import BIN, MLM_TASK, PLUGIN, STOCK_MLM, run  # noqa: E402
 
@@ -136,7 +137,7 @@ def test_train_and_tag_from_pretrained(root, name, tmp_path):
 
 def test_mismatched_dictionary_is_refused(root):
     ck = mlm(root, "deberta")
-    with pytest.raises(ValueError, match="dictionary mismatch") as err:
+    with pytest.raises(CheckpointError, match="dictionary mismatch") as err:
         build(root["other"], "--init-encoder", str(ck))
     msg = str(err.value)
     assert str(root["other"] / "dict.txt") in msg and str(root["data"] / "dict.txt") in msg
@@ -148,9 +149,11 @@ def test_dictionary_not_found_then_given(root, tmp_path):
     state["cfg"]["task"]["data"] = str(tmp_path / "moved")  # the pre-training data directory is gone
     ck = tmp_path / "moved.pt"
     torch.save(state, ck)
-    with pytest.raises(FileNotFoundError, match="--init-encoder-dict"):
+    with pytest.raises(CheckpointError, match="--init-encoder-dict"):
         build(root["data"], "--init-encoder", str(ck))
-    with pytest.raises(ValueError, match="dictionary mismatch"):
+    with pytest.raises(OptionError, match="--init-encoder-dict .*: no such file"):
+        build(root["data"], "--init-encoder", str(ck), "--init-encoder-dict", str(tmp_path / "none.txt"))
+    with pytest.raises(CheckpointError, match="dictionary mismatch"):
         build(root["data"], "--init-encoder", str(ck), "--init-encoder-dict", str(root["other"] / "dict.txt"))
     _, model, _ = build(root["data"], "--init-encoder", str(ck), "--init-encoder-dict", str(root["data"] / "dict.txt"))
     assert torch.equal(model.encoder.embed_tokens.weight, state["model"]["encoder.embed_tokens.weight"])
@@ -204,5 +207,5 @@ def test_encoder_arch_from_scratch_and_rebuild(root):
     (["--init-encoder", "/nonexistent/ck.pt"], "no such file"),
 ])
 def test_bad_encoder_options(root, extra, match):
-    with pytest.raises((ValueError, FileNotFoundError), match=match):
+    with pytest.raises((ValueError, CheckpointError), match=match):
         build(root["data"], *extra)

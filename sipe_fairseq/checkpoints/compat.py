@@ -16,6 +16,7 @@ def allow_fairseq_checkpoint_globals() -> None:
     global _done
     if _done:
         return
+    # lazy (heavy): importing sipe_fairseq.checkpoints stays free of torch and numpy
     import numpy as np
     import torch
 

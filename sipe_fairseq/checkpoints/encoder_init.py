@@ -16,6 +16,11 @@ Dictionaries: ``masked_lm``/``hexatag_mlm`` use the data directory's ``dict.txt`
 ``<mask>``. The tagger's ``dict.txt`` must equal the encoder's ``dict.txt`` token for token (a
 prefix is accepted: every tagger id then means what it meant in pre-training); the embedding keeps
 the checkpoint's rows, ``<mask>`` included (unused).
+
+The checkpoint is read by the one reader (:func:`sipe_fairseq.checkpoints.load.read_checkpoint`); a file it
+refuses, a checkpoint that holds no encoder the tagger can use, or one whose dictionary is not found or
+does not match the tagger's raises :class:`~sipe_fairseq.hexatag.errors.CheckpointError`, one line naming
+``--init-encoder`` and the file.
 """
 import argparse
 import copy
@@ -27,7 +32,6 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Dict, List, Optional
 
 import torch
-from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY
 from fairseq.models.roberta import RobertaModel
@@ -36,7 +40,8 @@ from fairseq.models.transformer import TransformerConfig
 from omegaconf import OmegaConf
 
 from ..data.tag_dictionary import FIRST_TAG_ID
-from .compat import allow_fairseq_checkpoint_globals
+from ..hexatag.errors import CheckpointError, OptionError
+from .load import read_checkpoint as read_checkpoint_file
 
 logger = logging.getLogger(__name__)
 
@@ -188,14 +193,14 @@ def build_body(spec: dict, dictionary):
 def _checkpoint_arch(model_cfg) -> str:
     arch = _lookup(model_cfg, "arch") or _lookup(model_cfg, "_name")
     if not arch:
-        raise ValueError("no architecture name (arch/_name) in the checkpoint's model config")
+        raise CheckpointError("no architecture name (arch/_name) in the checkpoint's model config")
     return str(arch)
 
 
 def _resolve_dict(path: str, task_cfg, override: str) -> str:
     if override:
         if not os.path.isfile(override):
-            raise FileNotFoundError(f"--init-encoder-dict {override}: no such file")
+            raise OptionError(f"--init-encoder-dict {override}: no such file")
         return override
     tried = []
     data = _lookup(task_cfg, "data") if task_cfg is not None else None
@@ -205,7 +210,7 @@ def _resolve_dict(path: str, task_cfg, override: str) -> str:
     for candidate in tried:
         if os.path.isfile(candidate):
             return candidate
-    raise FileNotFoundError(f"--init-encoder {path}: cannot find the dictionary it was trained with (tried "
+    raise CheckpointError(f"--init-encoder {path}: cannot find the dictionary it was trained with (tried "
                             f"{', '.join(tried)}); pass it with --init-encoder-dict DICT.txt")
 
 
@@ -218,28 +223,31 @@ def check_dictionaries(dictionary, dict_path: str, encoder_dict_path: str, rows:
     if diff is not None or len(ours) > len(theirs):
         where = (f"first difference at id {diff}: {ours[diff]!r} vs {theirs.symbols[diff]!r}" if diff is not None
                  else f"the tagger's has {len(ours) - len(theirs)} more types")
-        raise ValueError(
+        raise CheckpointError(
             f"--init-encoder {ckpt}: dictionary mismatch between the tagger's data {dict_path} ({len(ours)} types) "
             f"and the encoder's {encoder_dict_path} ({len(theirs)} types): {where}. Tag with a data directory made "
             "with the pre-training dictionary (e.g. pre-train on the same sipe-preprocess directory)")
     if len(theirs) > rows:
-        raise ValueError(f"--init-encoder {ckpt}: its dictionary {encoder_dict_path} has {len(theirs)} types but "
+        raise CheckpointError(f"--init-encoder {ckpt}: its dictionary {encoder_dict_path} has {len(theirs)} types but "
                          f"its token embedding only {rows} rows: wrong dictionary (see --init-encoder-dict)")
 
 
 def read_checkpoint(path: str, dictionary, dict_path: str, dict_override: str = "") -> EncoderInit:
-    """Spec and body weights of a ``hexatag_mlm`` (sipe_*) or fairseq ``roberta`` checkpoint."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--init-encoder {path}: no such file")
-    # fairseq stores a legacy model config as argparse.Namespace: allow just that class
-    allow_fairseq_checkpoint_globals()
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    """Spec and body weights of a ``hexatag_mlm`` (sipe_*) or fairseq ``roberta`` checkpoint; anything else
+    raises :class:`CheckpointError` (one line)."""
+    try:
+        state = read_checkpoint_file(path)  # missing, refused (untrusted) or unreadable: CheckpointError
+    except CheckpointError as e:
+        raise CheckpointError(f"--init-encoder: {e}") from None
     cfg = state.get("cfg")
     if cfg is None or _lookup(cfg, "model") is None:
-        raise ValueError(f"--init-encoder {path}: no model config in the checkpoint (not a fairseq checkpoint?)")
+        raise CheckpointError(f"--init-encoder {path}: no model config in the checkpoint (not a fairseq checkpoint?)")
     model_cfg = _lookup(cfg, "model")
-    arch = _checkpoint_arch(model_cfg)
-    kind = encoder_kind(arch)
+    try:
+        arch = _checkpoint_arch(model_cfg)
+        kind = encoder_kind(arch)
+    except (CheckpointError, ValueError) as e:
+        raise CheckpointError(f"--init-encoder {path}: {e}") from None
     weights = dict(state["model"])
     if kind == "roberta":  # older RoBERTa checkpoints (as RobertaModel.upgrade_state_dict_named)
         weights = {re.sub(r"^decoder\.", "encoder.", k).replace(".emb_layer_norm.", ".layernorm_embedding."): v
@@ -247,7 +255,7 @@ def read_checkpoint(path: str, dictionary, dict_path: str, dict_override: str = 
     prefix = "encoder." if kind == "sipe" else "encoder.sentence_encoder."
     emb = weights.get(prefix + "embed_tokens.weight")
     if emb is None:
-        raise ValueError(f"--init-encoder {path}: no {prefix}embed_tokens.weight in its weights ({arch})")
+        raise CheckpointError(f"--init-encoder {path}: no {prefix}embed_tokens.weight in its weights ({arch})")
     values = _items(model_cfg)
     args = sipe_args(arch, values) if kind == "sipe" else roberta_args(arch, values)
     deprel = weights.get(prefix + "deprel.weight")

@@ -1,5 +1,5 @@
 """``--gilt-init-from CKPT``: start a ``gilt_transformer_lm`` from a trained ``transformer_lm`` or
-``sipe_transformer_lm`` checkpoint (GiLT-GPT2's "everything else is loaded from GPT-2", gilt-facts.md
+``sipe_transformer_lm`` checkpoint (GiLT-GPT2's "everything else is loaded from GPT-2", docs/gilt-reference.md
 section 6), or from an earlier stage's ``gilt_transformer_lm`` checkpoint (stage 1 -> stage 2).
 
 Task ``gilt_lm`` calls :func:`read_base` and :func:`apply_architecture` before it builds a new model

@@ -12,11 +12,12 @@ from ..hexatag.constrained import constrained_decode
 from ..parsing.base import ParseError
 from ..parsing.registry import register_parser
 from ..parsing.tokenize import split_words
+from .load import load_tagger
 
 
 def tag_batch(model, token_lists, firsts: Sequence[Sequence[int]], pad: int):
     """Constrained-decoded tag sequences for a batch of 1-D token tensors with first-subword positions."""
-    import torch
+    import torch  # lazy (heavy): registering the backend (importing sipe_fairseq.checkpoints) stays free of torch
 
     with torch.no_grad():
         t = max(len(x) for x in token_lists)
@@ -42,8 +43,7 @@ class HexataggerParser:
     def __init__(self, path: str, batch_size: int = 64, max_tokens: int = 510):
         if not path:
             raise ValueError("hexatagger backend needs a checkpoint: hexatagger:PATH/checkpoint_best.pt")
-        from ..data.encode import SentenceEncoder
-        from .load import load_tagger
+        from ..data.encode import SentenceEncoder  # lazy (heavy): data.encode imports torch and fairseq
 
         self.spec = f"hexatagger:{path}"
         self.model, self.task = load_tagger(path)

@@ -88,7 +88,8 @@ def main(argv=None):
                    help="sentences scored together under a tag source: larger is faster and holds a KV cache of "
                         "N x (hypotheses) x (length) positions per layer; beam:K at most 1024/K (default 256)")
     p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
-                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (gilt-facts.md section 4; default 5)")
+                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (docs/gilt-reference.md section 4; "
+                        "default 5)")
     p.add_argument("--gilt-count-rule", choices=COUNT_RULES, default=COUNT_RULES[0],
                    help="GiLT, beam:K: top-then-allowed (the authors': the counts among the top C of all 30 that a word "
                         "may take, c <= 2i - 1) or allowed-then-top (the top C among the allowed counts)")

@@ -15,15 +15,16 @@ import logging
 import sys
 from typing import Optional, Sequence
 
+import sipe_fairseq.checkpoints  # noqa: F401  registers the hexatagger backend
+from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
+from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args
 
 logger = logging.getLogger(__name__)
 
 
 def get_parser() -> argparse.ArgumentParser:
-    from sipe_fairseq.data.glue import GLUE_TASKS
-    import sipe_fairseq.checkpoints  # noqa: F401  registers the hexatagger backend
-    from sipe_fairseq.parsing import add_tree_arguments
+    from sipe_fairseq.data.glue import GLUE_TASKS  # lazy (heavy): data.glue imports torch and fairseq; --help stays fast
 
     p = argparse.ArgumentParser(prog="sipe-glue-preprocess", description=__doc__.split("\n")[0].split(": ", 1)[1])
     p.add_argument("--task-name", required=True, metavar="TASK", help=f"GLUE task: {', '.join(GLUE_TASKS)}")
@@ -43,10 +44,8 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     logs.configure("INFO")
-    from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
-    from sipe_fairseq.parsing import tree_source_from_args
-
     args = get_parser().parse_args(argv)
+    # lazy (heavy): data.glue imports torch and fairseq, after the arguments are checked
     from sipe_fairseq.data.glue import GluePreprocessError, GluePreprocessOptions, preprocess_glue
 
     opts = GluePreprocessOptions(

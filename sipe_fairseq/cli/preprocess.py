@@ -22,14 +22,16 @@ import logging
 import sys
 from typing import Optional, Sequence
 
+import sipe_fairseq.checkpoints  # noqa: F401  registers the hexatagger backend
+from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS
 from sipe_fairseq.cli import logs
+from sipe_fairseq.parsing import BackendLoadError
+from sipe_fairseq.parsing.line_tagger import add_backend_arguments
 
 logger = logging.getLogger(__name__)
 
 
 def get_parser() -> argparse.ArgumentParser:
-    from sipe_fairseq.parsing.line_tagger import add_backend_arguments
-
     p = argparse.ArgumentParser(prog="sipe-preprocess", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                                 epilog=__doc__.split("\n\n")[2].replace("``", ""),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -90,10 +92,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if given:
             parser.error(f"{', '.join(given)}: only with --input-format text or tokenized")
     logs.configure("INFO")
-    import sipe_fairseq.checkpoints  # noqa: F401  registers the hexatagger backend
-    from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS
+    # lazy (heavy): data.preprocess imports torch and fairseq, after the arguments are checked
     from sipe_fairseq.data.preprocess import PreprocessError, PreprocessOptions, preprocess
-    from sipe_fairseq.parsing import BackendLoadError
 
     opts = PreprocessOptions(
         train=args.train, destdir=args.destdir, valid=_files(args.valid), test=_files(args.test),

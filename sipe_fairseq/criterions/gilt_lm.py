@@ -1,4 +1,4 @@
-"""Criterion ``gilt_lm``: L = lambda_LM L_LM + lambda_arc BCE + lambda_count CE (gilt-facts.md section 2:
+"""Criterion ``gilt_lm``: L = lambda_LM L_LM + lambda_arc BCE + lambda_count CE (docs/gilt-reference.md section 2:
 the released code weights both auxiliary terms 0.4 against the summed LM loss, lambda_LM = 1; the
 post-training weights 5/7, 2/7, 2/7 of section 6 are the defaults of criterion ``gilt_post``).
 

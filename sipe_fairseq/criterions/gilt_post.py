@@ -1,4 +1,4 @@
-"""Criterion ``gilt_post``: ``gilt_lm`` with GiLT-GPT2's stage-2 weights as defaults (gilt-facts.md
+"""Criterion ``gilt_post``: ``gilt_lm`` with GiLT-GPT2's stage-2 weights as defaults (docs/gilt-reference.md
 section 6: "loss 5/7 LM + 2/7 arc losses"): L = 5/7 L_LM + 2/7 (arc BCE + count CE), every term summed
 over the batch and divided by its tokens as in ``gilt_lm`` (the paper's normalization of each term is
 not known). Stage 1 (LM only) is ``--criterion gilt_lm --lm-only``.

@@ -38,6 +38,14 @@ def tag_nll(logits, target_ids, n_classes):
     return scores.nll(), int(scores.tagged.sum()), int(scores.correct.sum())
 
 
+def needs_last_subword(task, why: str):
+    """Refuse (one OptionError line) a task whose tag heads do not sit at a word's last subword: ``why``
+    says which option needs them there."""
+    placement = str(getattr(getattr(task, "args", None), "tag_head_placement", None))
+    if placement != "last_subword":
+        raise OptionError(f"{why}: it needs --task hexatag_lm with --tag-head-placement last_subword (given: {placement})")
+
+
 def drop_word_tags(net_input: dict, p: float) -> dict:
     """``net_input`` with the input tags of a share ``p`` of the tagged positions (words) set to <notag>
     in both streams (torch's generator: fairseq seeds it per update, so a resumed run draws the same)."""
@@ -168,10 +176,8 @@ class HexatagLMCriterion(FairseqCriterion):
             raise OptionError(f"--tag-sampling must be a share in [0, 1], got {share}")
         if warmup_f < 0 or warmup_f != int(warmup_f):
             raise OptionError(f"--tag-sampling-warmup must be a whole number of updates >= 0, got {warmup}")
-        placement = str(getattr(getattr(task, "args", None), "tag_head_placement", None))
-        if share > 0 and placement != "last_subword":
-            raise OptionError(f"--tag-sampling feeds the heads' choice at position q to the input q+1: it needs --task "
-                              f"hexatag_lm with --tag-head-placement last_subword (given: {placement})")
+        if share > 0:
+            needs_last_subword(task, "--tag-sampling feeds the heads' choice at position q to the input q+1")
         return share, int(warmup_f)
 
     @staticmethod
@@ -190,10 +196,7 @@ class HexatagLMCriterion(FairseqCriterion):
                                         ("--distill-teacher", bool(teacher))) if on]
         if others:
             raise OptionError(f"--tag-marginal chooses the fed tags itself: not with {', '.join(others)}")
-        placement = str(getattr(getattr(task, "args", None), "tag_head_placement", None))
-        if placement != "last_subword":
-            raise OptionError(f"--tag-marginal scores each word's tags at the input before it: it needs --task "
-                              f"hexatag_lm with --tag-head-placement last_subword (given: {placement})")
+        needs_last_subword(task, "--tag-marginal scores each word's tags at the input before it")
         return k
 
     def set_num_updates(self, num_updates):

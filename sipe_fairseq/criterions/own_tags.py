@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.tag_dictionary import FIRST_TAG_ID
+from ..data.tag_timing import sentence_start_inputs
 from ..hexatag import NONTERMINALS, TERMINALS
 from ..hexatag.constrained import PAIRS, START
 from ..hexatag.errors import OptionError
@@ -32,9 +33,7 @@ def gold_prefix_words(tokens, terms, nts, starts, timing: str):
     state is unknown (a block that starts mid-sentence), as after a unit the automaton refuses. An
     input with both tags <notag> carries nothing and does not move the state (``delay``: word 1)."""
     tagged_t, tagged_n = terms >= FIRST_TAG_ID, nts >= FIRST_TAG_ID
-    is_start = torch.zeros_like(tagged_t)
-    for s in starts:
-        is_start |= tokens == s
+    is_start = sentence_start_inputs(tokens, starts)
     at = (is_start | tagged_t | tagged_n).nonzero().tolist()  # row-major: each row's positions in order
     if not at:
         return [], [], []

@@ -20,7 +20,8 @@ earlier sentences with the same copy's tags.
 import torch
 
 from ..data.tag_dictionary import FIRST_TAG_ID, TAG_HEADS
-from ..hexatag import NONTERMINALS
+from ..data.tag_timing import sentence_start_inputs
+from ..hexatag import NONTERMINALS, TERMINALS
 from ..modules.tag_heads import tag_log_probs
 from .own_tags import _PAIR_N, _PAIR_T, choice_scores
 
@@ -45,11 +46,11 @@ def marginal_variants(model, sample, timing: str, starts, k: int):
     units = torch.cat([p.view(-1, len(rows)) for p in picks])[:k]
     anchor = cols - 1
     pt, pn = _PAIR_T.to(terms.device)[units], _PAIR_N.to(terms.device)[units]  # (K, words)
+    has_t = (t_target[rows, anchor] >= FIRST_TAG_ID) & (t_target[rows, anchor] < FIRST_TAG_ID + len(TERMINALS))
+    has_n = (n_target[rows, anchor] >= FIRST_TAG_ID) & (n_target[rows, anchor] < FIRST_TAG_ID + len(NONTERMINALS))
     for c in range(1, k):
         out[0][c, rows, cols] = FIRST_TAG_ID + pt[c]
         out[1][c, rows, cols] = FIRST_TAG_ID + pn[c]
-        has_t = (t_target[rows, anchor] >= FIRST_TAG_ID) & (t_target[rows, anchor] < FIRST_TAG_ID + 2)
-        has_n = (n_target[rows, anchor] >= FIRST_TAG_ID) & (n_target[rows, anchor] < FIRST_TAG_ID + len(NONTERMINALS))
         out[2][c, rows[has_t], anchor[has_t]] = FIRST_TAG_ID + pt[c, has_t]
         out[3][c, rows[has_n], anchor[has_n]] = FIRST_TAG_ID + pn[c, has_n]
     return (*out, (rows, cols, units))
@@ -58,9 +59,7 @@ def marginal_variants(model, sample, timing: str, starts, k: int):
 def sentence_ids(src_tokens: torch.Tensor, starts) -> torch.Tensor:
     """(B, T) long: each target position's sentence in the block, ``b * (T + 1) + i`` where i counts the
     start inputs at or before it (a target after an input ``</s>`` begins the next sentence)."""
-    is_start = torch.zeros_like(src_tokens, dtype=torch.bool)
-    for s in starts:
-        is_start |= src_tokens == s
+    is_start = sentence_start_inputs(src_tokens, starts)
     B, T = src_tokens.shape
     base = torch.arange(B, device=src_tokens.device)[:, None] * (T + 1)
     return base + is_start.long().cumsum(1)
@@ -103,7 +102,7 @@ def marginal_nll(model, sample, timing: str, starts, k: int, padding_idx: int):
             dup[c] |= diff == 0
     per = per.masked_fill(dup, -torch.inf)
     total = torch.logsumexp(per, 0)  # (groups,)
-    has = keep.view(k, B, -1)[0]
+    has = sample["target"] != padding_idx  # (B, T) the targets that count
     used = torch.zeros(groups, dtype=torch.bool, device=per.device)
     used[sid[has]] = True
     nll = -total[used].sum()

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from fairseq.data import data_utils
 
 from .arcs import ArcError, check_arcs, decode_words, encode_arcs, tree_arcs
 from .tag_dictionary import NOTAG_ID
@@ -64,8 +65,6 @@ def load_arc_stream(data_path: str, split: str, token_dataset, terminal_dataset,
     :func:`~sipe_fairseq.data.validate.validate_split` checked them all). Raises
     :class:`~sipe_fairseq.data.validate.DataError` naming the file (and the first sentence that is out
     of step), also for a missing stream (with how to make one)."""
-    from fairseq.data import data_utils
-
     prefix = os.path.join(data_path, f"{split}.arcs")
     ds = data_utils.load_indexed_dataset(prefix, None, dataset_impl)
     if ds is None:

@@ -1,5 +1,5 @@
 """GiLT arc streams: every word's arcs to earlier words (both directions, root included), encoded
-per sentence (pure Python; GiLT, arXiv 2605.15562, gilt-facts.md section 1).
+per sentence (pure Python; GiLT, arXiv 2605.15562, docs/gilt-reference.md section 1).
 
 Nodes are numbered as in CoNLL-U: 0 is the root, words are 1..n. An arc (h, d) (head h, dependent
 d) *belongs to its later endpoint* max(h, d), the word at whose arrival it enters the graph: word

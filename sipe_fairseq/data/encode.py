@@ -9,7 +9,9 @@ is put on its first piece (appendix A.1); continuation pieces and the final ``</
 import os
 from typing import List, Optional, Sequence, Tuple
 
+import sentencepiece as spm
 import torch
+from fairseq.data import Dictionary
 
 from ..hexatag import encode_tree
 from .tag_dictionary import FIRST_TAG_ID, NOTAG_ID, TAG_KINDS, tag_names
@@ -22,14 +24,10 @@ class SentenceEncoder:
     """``encode(words, heads)`` -> token ids, terminal ids, non-terminal ids (all with ``</s>``)."""
 
     def __init__(self, data_dir: str, dictionary=None):
-        from fairseq.data import Dictionary
-
         self.dictionary = dictionary or Dictionary.load(os.path.join(data_dir, "dict.txt"))
         spm_path = os.path.join(data_dir, "spm.model")
         self.sp = None
         if os.path.exists(spm_path):
-            import sentencepiece as spm
-
             self.sp = spm.SentencePieceProcessor(model_file=spm_path)
 
     def pieces(self, words: Sequence[str]) -> List[List[str]]:

@@ -1,5 +1,5 @@
 """GiLT training samples: the hexatag LM samples (tokens, word starts) plus the gold graph of every
-sentence of the block, teacher-forced (gilt-facts.md sections 1-3).
+sentence of the block, teacher-forced (docs/gilt-reference.md sections 1-3).
 
 Blocks must hold whole sentences (``--sample-break-mode eos``, ``complete`` or ``complete_doc``):
 a word's arcs reach back to its sentence's first word and the root. Block words are numbered

@@ -36,9 +36,12 @@ from itertools import chain
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from fairseq.data import Dictionary
+from tqdm import tqdm
 
 from ..hexatag import HexatagError, encode_tree
 from ..parsing import ParseError, parse_each, split_words, tree_source_stats
+from .encode import SentenceEncoder
 from .tag_dictionary import FIRST_TAG_ID, NOTAG, NOTAG_ID, TAG_KINDS, build_tag_dictionary, tag_names
 from .writers import sha256_file, write_manifest, write_streams, write_text
 
@@ -242,11 +245,7 @@ def _parse_all(source, texts: Sequence[str], batch_size: int = 1024):
     """Parse each distinct text once; ``{text: (words, heads or None) | ParseError}``."""
     uniq = list(dict.fromkeys(texts))
     results = {}
-    try:
-        from tqdm import tqdm
-        bar = tqdm(total=len(uniq), desc="parse", unit=" sent", disable=None)
-    except ImportError:  # pragma: no cover
-        bar = None
+    bar = tqdm(total=len(uniq), desc="parse", unit=" sent", disable=None)
     for s in range(0, len(uniq), batch_size):
         chunk = uniq[s:s + batch_size]
         for text, r in zip(chunk, parse_each(source, chunk, batch_size)):
@@ -296,8 +295,6 @@ class GluePreprocessOptions:
 def label_dictionary(task: GlueTask, counts: Optional[Counter] = None):
     """The task's labels in their fixed GLUE order (not by frequency): class id = index in
     ``task.labels`` (``label/dict.txt``; fairseq subtracts the 4 specials)."""
-    from fairseq.data import Dictionary
-
     d = Dictionary()
     for lab in task.labels:
         d.add_symbol(lab, n=int((counts or {}).get(lab, 0)))
@@ -462,8 +459,6 @@ def preprocess_glue(opts: GluePreprocessOptions, source) -> dict:
     """Build the directory described in the module docstring; ``source`` is a parser (or any tree
     source of :mod:`sipe_fairseq.parsing.sources`). Returns the manifest (also ``glue.json``).
     Steps: read -> parse and encode -> vocabulary -> streams -> manifest."""
-    from .encode import SentenceEncoder
-
     task = glue_task(opts.task)
     data = read_glue_splits(opts, task)
     encoder = SentenceEncoder(opts.pretrain_data)

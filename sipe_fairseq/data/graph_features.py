@@ -1,4 +1,4 @@
-"""GiLT's feature tape (arXiv 2605.15562; gilt-facts.md section 3): three integer features of every
+"""GiLT's feature tape (arXiv 2605.15562; docs/gilt-reference.md section 3): three integer features of every
 node of an incrementally built dependency graph, recomputed when each word arrives.
 
 Nodes: 0 is the root, words 1..n. When word w arrives, its arcs to earlier nodes (:mod:`.arcs`:

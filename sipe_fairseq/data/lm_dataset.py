@@ -19,7 +19,7 @@ import torch
 from fairseq.data import FairseqDataset, LMContextWindowDataset, MonolingualDataset, data_utils
 
 from .tag_dictionary import FIRST_TAG_ID
-from .tag_timing import fixed_target_positions
+from .tag_timing import fixed_target_positions, sentence_start_inputs
 
 TAG_KINDS = ("terminal", "nonterminal")
 
@@ -41,9 +41,7 @@ def tag_targets(src_tokens: torch.Tensor, src_tags: torch.Tensor, future_tags: t
         return targets
     if placement != "first_subword":
         raise ValueError(f"unknown tag head placement {placement!r}")
-    anchor = src_tags >= FIRST_TAG_ID
-    for s in starts:
-        anchor |= src_tokens == s
+    anchor = (src_tags >= FIRST_TAG_ID) | sentence_start_inputs(src_tokens, starts)
     idx = torch.arange(len(src_tokens))
     prev = torch.where(anchor, idx, torch.full_like(idx, -1)).cummax(0).values[q]
     # a block that starts mid-sentence has no anchor before its first word: predict it from q

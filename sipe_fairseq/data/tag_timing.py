@@ -38,14 +38,21 @@ def time_sentence_streams(terms: torch.Tensor, nts: torch.Tensor, timing: str) -
     return out
 
 
+def sentence_start_inputs(tokens: torch.Tensor, starts) -> torch.Tensor:
+    """bool, shaped like ``tokens``: the inputs after which a sentence starts, those equal to one of
+    ``starts`` (the ids of ``</s>``, ``<s>``)."""
+    out = torch.zeros_like(tokens, dtype=torch.bool)
+    for s in starts:
+        out |= tokens == s
+    return out
+
+
 def fixed_target_positions(src_tokens: torch.Tensor, starts, timing: str) -> torch.Tensor:
     """(T,) bool for one sample of input tokens: where the non-terminal head's target is a fixed start
     marker, not a choice (``nt-delay``: the sentence starts, the anchors of word 1; none otherwise)."""
-    fixed = torch.zeros_like(src_tokens, dtype=torch.bool)
     if timing == "nt-delay":
-        for s in starts:
-            fixed |= src_tokens == s
-    return fixed
+        return sentence_start_inputs(src_tokens, starts)
+    return torch.zeros_like(src_tokens, dtype=torch.bool)
 
 
 class TimedTagStream(BaseWrapperDataset):

@@ -1,6 +1,7 @@
 """Writers shared by ``sipe-preprocess`` and ``sipe-glue-preprocess``: the one place that writes
 token and tag streams (fairseq mmap ``.bin/.idx``), text files and the JSON manifest."""
 import hashlib
+import importlib.metadata as md
 import json
 import os
 import zlib
@@ -13,6 +14,7 @@ def write_stream(prefix: str, flat: np.ndarray, sizes: np.ndarray, vocab_size: i
     """Write ``{prefix}.bin/.idx`` exactly as fairseq's mmap builder does for the sentences of
     ``flat`` split by ``sizes`` (dtype from ``best_fitting_int_dtype(vocab_size)``, items
     concatenated, fairseq's index writer), but in one write instead of one per sentence."""
+    # lazy (heavy): fairseq imports torch; importing the writers (hashes, manifests, text) stays free of it
     from fairseq.data.indexed_dataset import MMapIndexedDataset, best_fitting_int_dtype, data_file_path, index_file_path
 
     dtype = best_fitting_int_dtype(vocab_size)
@@ -79,9 +81,7 @@ def file_digests(dest: str) -> Dict[str, dict]:
 
 def tool_versions() -> Dict[str, str]:
     """Versions recorded in a manifest: fairseq, sentencepiece, sipe_fairseq."""
-    import importlib.metadata as md
-
-    import fairseq
+    import fairseq  # lazy (heavy): fairseq imports torch; only a manifest needs the versions
     import sentencepiece
 
     try:

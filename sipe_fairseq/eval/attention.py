@@ -221,10 +221,10 @@ def plot_sentence(path: str, maps: Dict[str, torch.Tensor], labels: Dict[str, Se
                   boxes: Sequence[Tuple[range, range]], title: str = "") -> None:
     """One panel per checkpoint: the averaged map over its input positions (``labels[name]``, one
     per position), the arcs (query rows, key columns) outlined."""
-    import matplotlib  # lazy: a heavy optional dependency, needed only for --plot
+    import matplotlib  # lazy (heavy): matplotlib, needed only for --plot
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy (heavy), after the backend is chosen
     from matplotlib.patches import Rectangle
 
     n = len(maps)

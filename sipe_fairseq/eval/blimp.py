@@ -166,6 +166,20 @@ def read_blimp(paths: Iterable[Union[str, os.PathLike]]) -> List[BlimpPair]:
     return pairs
 
 
+def every_nth(pairs: Sequence[BlimpPair], every: int) -> List[BlimpPair]:
+    """The documented fixed sample of BLiMP: the 1st, (every+1)-th, ... pair of each paradigm (``UID``), in file
+    order (``every`` 10: 100 of a paradigm's 1,000 pairs); ``every`` 1 keeps all."""
+    if every < 1:
+        raise ValueError(f"every {every}: expected an integer >= 1")
+    seen: Counter = Counter()
+    kept = []
+    for p in pairs:
+        if seen[p.uid] % every == 0:
+            kept.append(p)
+        seen[p.uid] += 1
+    return kept
+
+
 # ----------------------------------------------------------------------------- tag and encode
 @dataclass
 class Prepared:
@@ -296,7 +310,11 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
     fields: Dict[str, dict] = OrderedDict()
     overall = _row()
     skipped_pairs = []
+    per_pair = {"keys": [], "correct": {n: [] for n in names}}  # the items of a paired comparison (eval/paired.py)
     for p in pairs:
+        per_pair["keys"].append(f"{p.uid}/{p.pair_id}")
+        for name in names:
+            per_pair["correct"][name].append(None)
         rows = [paradigms.setdefault(p.uid, _row({"field": p.field, "linguistics_term": p.term})),
                 fields.setdefault(p.field, _row()), overall]
         bad_members = [(which, text) for which, text in (("good", p.good), ("bad", p.bad)) if text in skipped]
@@ -322,6 +340,7 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
                 continue
             if p.good not in s or p.bad not in s:
                 raise KeyError(f"{name}: no score for pair UID={p.uid} pairID={p.pair_id} ({p.location})")
+            per_pair["correct"][name][-1] = int(s[p.good] > s[p.bad])
             if s[p.good] > s[p.bad]:
                 for r in rows:
                     r["correct"][name] += 1
@@ -342,7 +361,7 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
     return {"models": names, "paradigms": dict(paradigms), "fields": dict(fields), "overall": overall,
             "paradigm_mean": {"paradigms": max(counted.values(), default=0), "paradigms_per_model": counted,
                               "accuracy": mean},
-            "skipped_pairs": skipped_pairs, "unscored_pairs": unscored_pairs}
+            "skipped_pairs": skipped_pairs, "unscored_pairs": unscored_pairs, "per_pair": per_pair}
 
 
 def evaluate(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Prepared, dictionary,
@@ -397,6 +416,9 @@ def markdown(report: dict) -> str:
     if report.get("score"):
         notes.append(f"score: {report['score']}")
     notes.append(TAGS_NOTE)
+    sample = report.get("sample") or {}
+    if sample.get("every", 1) > 1:
+        notes.append(f"every {sample['every']}th pair of each paradigm: {sample['kept']:,} of {sample['read']:,} pairs")
     if report["overall"]["skipped"]:
         notes.append(f"skipped pairs: {report['overall']['skipped']} (listed in the JSON report)")
     unscored = {n: k for n, k in (report["overall"].get("unscored") or {}).items() if k}

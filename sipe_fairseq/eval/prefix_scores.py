@@ -136,6 +136,14 @@ def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence
     return out
 
 
+def per_sentence(scores: Sequence[SentenceScore], joint: bool = False) -> Dict[str, list]:
+    """The items of a paired comparison (:mod:`~sipe_fairseq.eval.paired`): each sentence's negative
+    log-probability (``joint``: of the joint score), its tokens and its words (``</s>`` included), in the
+    split's order."""
+    return {"nll": [-(s.joint if joint else s.logprob) for s in scores], "tokens": [s.n_tokens for s in scores],
+            "words": [s.n_words + 1 for s in scores]}
+
+
 def score_split_sources(model, task, split: str, sources: Sequence[str], options: Optional[StructureOptions] = None,
                         max_sentences: Optional[int] = None, batch_sentences: int = 256) -> Dict[str, Dict[str, float]]:
     """Every sentence of ``split`` scored alone under each source; ``{source: summarize(...)}`` and,
@@ -172,6 +180,7 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
         scores = score_sentences(model, sentences, source, options, d.eos(), d.pad(), batch_sentences, progress=bar.update)
         bar.close()
         row = summarize(scores, gold)
+        row["per_sentence"] = per_sentence(scores)
         if any("abstained" in s.extra for s in scores):
             row["abstained_words"] = sum(s.extra.get("abstained", 0) for s in scores)
         row.update(common, seconds=time.time() - start)
@@ -183,6 +192,7 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
         if source == "given":
             given_scores = scores
             joint = summarize(scores, gold, joint=True)
+            joint["per_sentence"] = per_sentence(scores, joint=True)
             joint.update(common, seconds=row["seconds"])
             results["given-joint"] = joint
     order = [k for source in sources for k in ((source, "given-joint") if source == "given" else (source,))]
@@ -269,7 +279,7 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
                  "SiPE -log p(x, tags), a bound comparable with any LM; for GiLT the gold arcs as independent Bernoullis "
                  "(the training loss, not a bound for the count-then-top-c model). self: exact perplexity with the "
                  "structure the model chooses from the prefix; beam:K: SiPE a bound log p(x) >= logsumexp_beam "
-                 "log p(x, T), GiLT the beam approximation of the marginal over counts (section 4 of gilt-facts.md). For "
+                 "log p(x, T), GiLT the beam approximation of the marginal over counts (docs/gilt-reference.md section 4). For "
                  "beam the position-type bits are the running bound's increments (structure costs included). "
                  "'valid trees' counts structures that form one tree; arc F1 against the gold graph. 'live hyp/word': "
                  "the hypotheses kept at each word's ranking (1 for given and self); 'positions/token': decoder "

@@ -414,11 +414,9 @@ def checkpoints_from_specs(specs) -> Dict[str, str]:
         raise ReportError(str(e)) from e
 
 
-def score_checkpoints(inputs: ReportInputs, checkpoints: Dict[str, str], collected: Collected,
-                      want_blimp: bool = True) -> dict:
-    """Load each checkpoint once and score what is asked and not already in ``collected``:
-    perplexity on ``inputs.split`` (unless ``inputs.no_ppl``), BLiMP (``inputs.blimp``), SyntaxGym
-    (``inputs.suites``). Fills ``collected``; returns the full sub-reports (blimp, syntaxgym, ppl)."""
+def _scoring_plan(inputs: ReportInputs, checkpoints: Dict[str, str], collected: Collected, want_blimp: bool):
+    """(tag sources, given first; per checkpoint the set of what to score: ``ppl``, ``blimp``, ``syntaxgym``),
+    leaving out what ``collected`` already holds."""
     try:
         sources = parse_tag_sources(inputs.tags or "given")
     except ValueError as e:
@@ -426,11 +424,6 @@ def score_checkpoints(inputs: ReportInputs, checkpoints: Dict[str, str], collect
     if inputs.gilt_count_beam < 1:
         raise ReportError("--gilt-count-beam: expected an integer >= 1")
     sources = ["given"] + [x for x in sources if x != "given"]  # Table 2's given columns always; then a group per source
-    extra = sources[1:]
-
-    if inputs.threads:
-        torch.set_num_threads(inputs.threads)
-    sipe_fairseq.register()
     for name in checkpoints:
         collected.add_model(name)
     todo = {name: {m for m, asked in (("ppl", not inputs.no_ppl), ("blimp", want_blimp and bool(inputs.blimp)),
@@ -440,27 +433,116 @@ def score_checkpoints(inputs: ReportInputs, checkpoints: Dict[str, str], collect
         for m in {"ppl", "blimp", "syntaxgym"} - todo[name]:
             if collected.has(name, m):
                 logger.info("%s of %s: taken from %s, not re-scored", m, name, collected.sources[name][m])
-    need_blimp = any("blimp" in t for t in todo.values())
-    need_sg = any("syntaxgym" in t for t in todo.values())
     if any(todo.values()) and not inputs.data:
         raise ReportError("--data (the checkpoints' data directory) is needed to score --path checkpoints")
+    return sources, todo
 
-    # inputs first (fail fast on bad files before any model is loaded)
-    pairs = suites = sentences = prepared = source = encoder = None
+
+@dataclass
+class _SentenceInputs:
+    """The BLiMP pairs and SyntaxGym suites, parsed and encoded once for every checkpoint."""
+    encoder: Optional[SentenceEncoder] = None
+    source: object = None  # the tree source
+    pairs: Optional[list] = None
+    prepared: object = None  # blimp.prepare's result
+    suites: Optional[list] = None
+    sentences: Optional[list] = None
+
+
+def _read_sentence_inputs(inputs: ReportInputs, need_blimp: bool, need_sg: bool) -> _SentenceInputs:
+    """The BLiMP pairs and SyntaxGym suites, read before any model is loaded (fail fast on bad files)."""
+    out = _SentenceInputs()
     if need_blimp or need_sg:
-        encoder = SentenceEncoder(inputs.data)
+        out.encoder = SentenceEncoder(inputs.data)
         if inputs.tree_source is None:
             raise ReportError("no tree source for BLiMP/SyntaxGym (--parser, --trees)")
-        source = inputs.tree_source()
+        out.source = inputs.tree_source()
     if need_blimp:
-        pairs = blimp.read_blimp(inputs.blimp)
-        logger.info("BLiMP: %d pairs in %d paradigms", len(pairs), len({p.uid for p in pairs}))
-        prepared = blimp.prepare(pairs, source, encoder)
+        out.pairs = blimp.read_blimp(inputs.blimp)
+        logger.info("BLiMP: %d pairs in %d paradigms", len(out.pairs), len({p.uid for p in out.pairs}))
+        out.prepared = blimp.prepare(out.pairs, out.source, out.encoder)
     if need_sg:
-        suites, sentences = syntaxgym.read_suites(inputs.suites)
-        syntaxgym.tree_and_encode(sentences, source, encoder)
+        out.suites, out.sentences = syntaxgym.read_suites(inputs.suites)
+        syntaxgym.tree_and_encode(out.sentences, out.source, out.encoder)
+    return out
 
-    blimp_scores, blimp_unscored, blimp_seconds, sg_reports, ppl_rows = OrderedDict(), {}, {}, [], OrderedDict()
+
+@dataclass
+class _Scores:
+    """What the checkpoints scored, gathered over the checkpoints."""
+    blimp_scores: dict
+    blimp_unscored: dict
+    blimp_seconds: dict
+    sg_reports: list
+    ppl_rows: dict
+
+
+def _score_one(name: str, model, task, jobs: set, sources: list, inputs: ReportInputs, data: _SentenceInputs,
+               scores: _Scores, collected: Collected):
+    """Score one loaded checkpoint on ``jobs`` (``ppl``, ``blimp``, ``syntaxgym``) into ``scores``."""
+    if "ppl" in jobs:
+        rows = score_split(model, task, inputs.split, inputs.context_window, inputs.max_tokens)
+        if len(sources) > 1:  # every sentence of the split scored alone under each other tag source
+            options = StructureOptions(count_beam=inputs.gilt_count_beam)
+            rows["tag_sources"] = score_split_sources(model, task, inputs.split, sources[1:], options)
+        scores.ppl_rows[name] = rows
+        collected.put(name, "ppl", ppl_values({name: rows})[name], "scored")
+    if "blimp" in jobs:
+        t1 = time.perf_counter()
+        for src in sources:
+            label = source_label(name, src)
+            scores.blimp_unscored[label] = blimp.unscorable(model, data.prepared)
+            scores.blimp_scores[label] = blimp.score_sentences_tags(model, data.prepared, data.encoder.dictionary, src,
+                                                                    inputs.batch_size, joint=inputs.blimp_score == "joint",
+                                                                    placement=blimp.tag_head_placement(task),
+                                                                    count_beam=inputs.gilt_count_beam)
+        scores.blimp_seconds[name] = time.perf_counter() - t1
+    if "syntaxgym" in jobs:
+        d = data.encoder.dictionary
+        columns = syntaxgym.tag_source_columns(name, model, task, d, sources, inputs.gilt_count_beam)
+        rep = syntaxgym.evaluate_suites(data.suites, data.sentences, columns, inputs.batch_size, inputs.eq_atol,
+                                        inputs.eq_rtol)
+        scores.sg_reports.append(rep)
+        collected.put_columns("syntaxgym", {k: {"syntaxgym": v} for k, v in syntaxgym_values(rep).items()}, "scored")
+
+
+def _blimp_details(inputs: ReportInputs, checkpoints: Dict[str, str], data: _SentenceInputs, scores: _Scores,
+                   sources: list, collected: Collected) -> dict:
+    """The BLiMP sub-report of what was scored (its values put into ``collected``)."""
+    rep = blimp.compute_report(data.pairs, scores.blimp_scores, data.prepared.skipped, scores.blimp_unscored)
+    rep["seconds"] = {"trees": data.prepared.seconds, "scoring": scores.blimp_seconds}
+    blimp.add_metadata(rep, data.prepared, inputs.blimp_score, {n: checkpoints[n] for n in scores.blimp_seconds},
+                       inputs.data, inputs.blimp)
+    rep["tags"] = sources
+    collected.put_columns("blimp", blimp_values(rep, inputs.blimp_average), "scored")
+    blimp.log_excluded(rep)
+    return rep
+
+
+def _syntaxgym_details(inputs: ReportInputs, checkpoints: Dict[str, str], data: _SentenceInputs, scores: _Scores,
+                       sources: list) -> dict:
+    """The SyntaxGym sub-report of what was scored."""
+    rep = syntaxgym.merge_reports(scores.sg_reports)
+    rep.update(parser=data.source.spec, tree_source=tree_source_stats(data.source), data=inputs.data,
+               checkpoints={n: checkpoints[n] for n in checkpoints if n in {sg_name(x) for x in rep["models"]}},
+               tags=sources)
+    if "given" in sources:
+        rep["prefix_tag_differences"] = syntaxgym.prefix_tag_differences(data.suites, data.sentences)
+    return rep
+
+
+def score_checkpoints(inputs: ReportInputs, checkpoints: Dict[str, str], collected: Collected,
+                      want_blimp: bool = True) -> dict:
+    """Load each checkpoint once and score what is asked and not already in ``collected``:
+    perplexity on ``inputs.split`` (unless ``inputs.no_ppl``), BLiMP (``inputs.blimp``), SyntaxGym
+    (``inputs.suites``). Fills ``collected``; returns the full sub-reports (blimp, syntaxgym, ppl)."""
+    sources, todo = _scoring_plan(inputs, checkpoints, collected, want_blimp)
+    if inputs.threads:
+        torch.set_num_threads(inputs.threads)
+    sipe_fairseq.register()
+    data = _read_sentence_inputs(inputs, any("blimp" in t for t in todo.values()),
+                                 any("syntaxgym" in t for t in todo.values()))
+    scores = _Scores(OrderedDict(), {}, {}, [], OrderedDict())
     for name, path in checkpoints.items():
         if not todo[name]:
             collected.info[name].update({"checkpoint": path, **checkpoint_layer_info(path)})
@@ -468,33 +550,11 @@ def score_checkpoints(inputs: ReportInputs, checkpoints: Dict[str, str], collect
         t0 = time.perf_counter()
         model, task = load_lm(path, inputs.data, inputs.context_window)
         collected.info[name].update({"checkpoint": path, **layer_info(getattr(getattr(model, "decoder", None), "cfg", None))})
-        if encoder is not None and len(task.source_dictionary) != len(encoder.dictionary):
+        if data.encoder is not None and len(task.source_dictionary) != len(data.encoder.dictionary):
             raise ReportError(f"{path}: its dictionary ({len(task.source_dictionary)} symbols) is not "
-                              f"{inputs.data}'s ({len(encoder.dictionary)})")
+                              f"{inputs.data}'s ({len(data.encoder.dictionary)})")
         try:
-            if "ppl" in todo[name]:
-                rows = score_split(model, task, inputs.split, inputs.context_window, inputs.max_tokens)
-                if extra:  # every sentence of the split scored alone under each other tag source
-                    options = StructureOptions(count_beam=inputs.gilt_count_beam)
-                    rows["tag_sources"] = score_split_sources(model, task, inputs.split, extra, options)
-                ppl_rows[name] = rows
-                collected.put(name, "ppl", ppl_values({name: rows})[name], "scored")
-            if "blimp" in todo[name]:
-                t1 = time.perf_counter()
-                for src in sources:
-                    label = source_label(name, src)
-                    blimp_unscored[label] = blimp.unscorable(model, prepared)
-                    blimp_scores[label] = blimp.score_sentences_tags(model, prepared, encoder.dictionary, src,
-                                                                     inputs.batch_size, joint=inputs.blimp_score == "joint",
-                                                                     placement=blimp.tag_head_placement(task),
-                                                                     count_beam=inputs.gilt_count_beam)
-                blimp_seconds[name] = time.perf_counter() - t1
-            if "syntaxgym" in todo[name]:
-                d = encoder.dictionary
-                columns = syntaxgym.tag_source_columns(name, model, task, d, sources, inputs.gilt_count_beam)
-                rep = syntaxgym.evaluate_suites(suites, sentences, columns, inputs.batch_size, inputs.eq_atol, inputs.eq_rtol)
-                sg_reports.append(rep)
-                collected.put_columns("syntaxgym", {k: {"syntaxgym": v} for k, v in syntaxgym_values(rep).items()}, "scored")
+            _score_one(name, model, task, todo[name], sources, inputs, data, scores, collected)
         except ReportError:
             raise
         except ValueError as e:  # e.g. --tags self for an encoder or a model without tag heads
@@ -503,27 +563,14 @@ def score_checkpoints(inputs: ReportInputs, checkpoints: Dict[str, str], collect
         logger.info("%s: scored %s in %.1fs", name, ", ".join(sorted(todo[name])), time.perf_counter() - t0)
 
     details = {}
-    if blimp_scores:
-        rep = blimp.compute_report(pairs, blimp_scores, prepared.skipped, blimp_unscored)
-        rep["seconds"] = {"trees": prepared.seconds, "scoring": blimp_seconds}
-        blimp.add_metadata(rep, prepared, inputs.blimp_score, {n: checkpoints[n] for n in blimp_seconds}, inputs.data,
-                           inputs.blimp)
-        rep["tags"] = sources
-        collected.put_columns("blimp", blimp_values(rep, inputs.blimp_average), "scored")
-        blimp.log_excluded(rep)
-        details["blimp"] = rep
-    if sg_reports:
-        rep = syntaxgym.merge_reports(sg_reports)
-        rep.update(parser=source.spec, tree_source=tree_source_stats(source), data=inputs.data,
-                   checkpoints={n: checkpoints[n] for n in checkpoints if n in {sg_name(x) for x in rep["models"]}},
-                   tags=sources)
-        if "given" in sources:
-            rep["prefix_tag_differences"] = syntaxgym.prefix_tag_differences(suites, sentences)
-        details["syntaxgym"] = rep
-    if ppl_rows:
-        details["ppl"] = ppl_rows
-    if source is not None:
-        details["tree_source"] = tree_source_stats(source)
+    if scores.blimp_scores:
+        details["blimp"] = _blimp_details(inputs, checkpoints, data, scores, sources, collected)
+    if scores.sg_reports:
+        details["syntaxgym"] = _syntaxgym_details(inputs, checkpoints, data, scores, sources)
+    if scores.ppl_rows:
+        details["ppl"] = scores.ppl_rows
+    if data.source is not None:
+        details["tree_source"] = tree_source_stats(data.source)
     return details
 
 

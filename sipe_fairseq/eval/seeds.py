@@ -30,11 +30,13 @@ from collections import OrderedDict
 from typing import Dict, List, Sequence
 
 from ..structure.sources import split_label
+from .paired import Items, paired_difference
 from .tables import table as markdown_table
 
 logger = logging.getLogger(__name__)
 
 BLOCKS = "blocks p(x|tags)"
+SUITE_KEYS = ("suites", "suite_items")  # what a model's suite reports add to its row
 
 
 class SeedsError(ValueError):
@@ -65,19 +67,21 @@ def read_reports(paths: Sequence[str], suffix: str = r"-s(\d+)$") -> "OrderedDic
                 name = name + seed.group(0)
             if name in rows:  # a model's perplexities and its suite accuracies merge; the same score twice is an error
                 old = rows[name]
-                if (set(old) & set(row)) - {"suites"} or set(old.get("suites", {})) & set(row.get("suites", {})):
+                if (set(old) & set(row)) - set(SUITE_KEYS) or set(old.get("suites", {})) & set(row.get("suites", {})):
                     raise SeedsError(f"{path}: row {name!r} also in an earlier report")
-                suites = {**old.get("suites", {}), **row.get("suites", {})}
+                merged = {key: {**old.get(key, {}), **row.get(key, {})} for key in SUITE_KEYS}
                 old.update(row)
-                if suites:
-                    old["suites"] = suites
+                old.update({key: value for key, value in merged.items() if value})
                 continue
             rows[name] = dict(row)
     return rows
 
 
 def suite_rows(report: dict):
-    """``{NAME: {"suites": {"BLiMP given": %, ...}}}`` of a BLiMP or SyntaxGym report, None for others."""
+    """``{NAME: {"suites": {"BLiMP given": %, ...}, "suite_items": {"BLiMP given": Items as JSON, ...}}}`` of a
+    BLiMP or SyntaxGym report, None for others. The items (each pair or suite item a model scored) are those
+    of a paired comparison (:mod:`~sipe_fairseq.eval.paired`); reports written before they were recorded
+    have none."""
     if not ("models" in report or "suites" in report) or not isinstance(report.get("overall"), dict):
         return None
     if "paradigms" in report:  # sipe-eval blimp: overall accuracy over pairs, in %
@@ -90,8 +94,45 @@ def suite_rows(report: dict):
         if acc is None:
             continue
         name, source = split_label(col)
-        rows.setdefault(name, {"suites": {}})["suites"][f"{kind} {source}"] = acc
+        row = rows.setdefault(name, {"suites": {}})
+        row["suites"][f"{kind} {source}"] = acc
+        items = _suite_items(report, col)
+        if items is not None:
+            row.setdefault("suite_items", {})[f"{kind} {source}"] = items.to_json()
     return rows
+
+
+def _suite_items(report: dict, col: str):
+    """The scored pairs (BLiMP: one stratum) or suite items (SyntaxGym: stratified by suite) of column ``col``."""
+    keys, num, strata = [], [], []
+    if isinstance(report.get("per_pair"), dict):
+        for key, correct in zip(report["per_pair"]["keys"], report["per_pair"]["correct"].get(col, [])):
+            if correct is not None:
+                keys.append(key), num.append(float(correct)), strata.append("")
+    elif isinstance(report.get("items"), list):
+        for item in report["items"]:
+            result = (item.get("results") or {}).get(col) or {}
+            if result.get("scored"):
+                keys.append(f"{item['suite']}/{item['item']}"), num.append(float(bool(result["pass"])))
+                strata.append(item["suite"])
+    if not keys:
+        return None
+    return Items("accuracy", keys, num, [1.0] * len(keys), strata)
+
+
+def row_items(row: dict, per: str = "token") -> Dict[str, Items]:
+    """The items of each score of a row that recorded them: a ``sipe-eval-lm`` tag source's sentences
+    (perplexity per token or per word) and the suites' pairs or items."""
+    out = {}
+    for source, r in (row.get("tag_sources") or {}).items():
+        sentences = r.get("per_sentence") if isinstance(r, dict) else None
+        if sentences:
+            n = len(sentences["nll"])
+            out[source] = Items("ppl", [str(i) for i in range(n)], sentences["nll"],
+                                sentences["tokens" if per == "token" else "words"], [""] * n)
+    for score, items in (row.get("suite_items") or {}).items():
+        out[score] = Items.from_json(items)
+    return out
 
 
 def row_scores(row: dict, per: str = "token") -> Dict[str, float]:
@@ -166,4 +207,53 @@ def markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:
                  f"{BLOCKS}: blocks of complete sentences; the tag-source columns score every sentence alone"
                  + ("; BLiMP / SyntaxGym: overall accuracy in % (pairs / mean over suites) under each tag source."
                     if any(s.startswith(("BLiMP ", "SyntaxGym ")) for s in scores) else "."))
+    return "\n".join(lines)
+
+
+def compare(rows: "OrderedDict[str, dict]", baseline: str, per: str = "token", suffix: str = r"-s(\d+)$",
+            replicates: int = 1000, seed: int = 0) -> "OrderedDict[str, dict]":
+    """``{group: {score: paired_difference(...)}}`` of every group against ``baseline`` (a group name), for the
+    scores both recorded items for; seeds paired by the number in ``suffix``. ``SeedsError`` when the baseline
+    is not a group or no score can be paired."""
+    pattern = re.compile(suffix)
+    groups = group_by_seed(list(rows), suffix)
+    if baseline not in groups:
+        raise SeedsError(f"--baseline {baseline}: no such row (rows: {', '.join(groups)})")
+
+    def by_seed(names):
+        out = OrderedDict()
+        for name in names:
+            m = pattern.search(name)
+            for score, items in row_items(rows[name], per).items():
+                out.setdefault(score, OrderedDict())[m.group(1) if m and m.groups() else name] = items
+        return out
+
+    base = by_seed(groups[baseline])
+    table = OrderedDict()
+    for group, names in groups.items():
+        if group == baseline:
+            continue
+        for score, items in by_seed(names).items():
+            if score in base and set(items) & set(base[score]):
+                table.setdefault(group, OrderedDict())[score] = paired_difference(items, base[score], replicates, seed)
+    if not table:
+        raise SeedsError(f"--baseline {baseline}: no score with per-item records shared with another row (reports "
+                         "written before per-item records, or no common seed)")
+    return table
+
+
+def markdown_paired(table: "OrderedDict[str, dict]", baseline: str, per: str = "token") -> str:
+    rows = []
+    for group, scores in table.items():
+        for score in sorted(scores, key=_score_order):
+            r = scores[score]
+            rows.append([group, score if r["kind"] == "accuracy" else f"{score} (ppl per {per})",
+                         " / ".join(f"{x:+.2f}" for x in r["per_seed"]), f"{r['mean']:+.2f}",
+                         f"[{r['low']:+.2f}, {r['high']:+.2f}]", str(r["items"]), r["verdict"]])
+    lines = markdown_table([f"vs {baseline}", "score", "difference per seed", "mean", "95% interval", "items",
+                            "verdict"], rows)
+    lines.append("")
+    lines.append(f"row minus {baseline}, seeds paired; the interval is a percentile bootstrap over items (sentences, "
+                 "pairs, suite items within their suite) drawn once per replicate for every seed of both rows. "
+                 "Lower perplexity and higher accuracy are better; a verdict needs an interval that excludes 0.")
     return "\n".join(lines)

@@ -85,7 +85,7 @@ def plot_sweep(points: Sequence[dict], base: Optional[dict], out, ppl_label: str
                title: str = "Syntax-injection depth sweep") -> None:
     """Figure 3: x = first injected layer k, left axis SyntaxGym accuracy (%), right axis
     word-level perplexity; the baseline as dashed horizontal lines. Rendered with Agg."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazy: a heavy optional dependency (the figure only)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazy (heavy): matplotlib, for the figure only
     from matplotlib.figure import Figure
 
     if not points:

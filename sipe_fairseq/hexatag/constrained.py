@@ -24,7 +24,6 @@ from typing import List, Sequence, Tuple
 
 from .tags import EOS, NONTERMINALS, TERMINALS
 
-NEG_INF = float("-inf")
 _L = TERMINALS.index("l")
 _R = TERMINALS.index("r")
 _NT_KEEP = tuple(NONTERMINALS.index(x) for x in ("L0", "L1"))
@@ -191,8 +190,3 @@ def prefix_state(tags: Sequence[Tuple[str, str]]):
         if state is None:
             return None
     return state
-
-
-def is_complete(state) -> bool:
-    """Whether a prefix in ``state`` is a whole valid sequence (its last word carries ``EOS``)."""
-    return state == CLOSED

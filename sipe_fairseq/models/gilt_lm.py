@@ -1,4 +1,4 @@
-"""GiLT decoder LM ``gilt_txl`` (arXiv 2605.15562; gilt-facts.md sections 2-3): the ``sipe_txl``
+"""GiLT decoder LM ``gilt_txl`` (arXiv 2605.15562; docs/gilt-reference.md sections 2-3): the ``sipe_txl``
 Transformer-XL decoder (relative attention, post-LN, ReLU FFN, tied embeddings, no injection; as the
 authors' TransformerGrammar, one u and one v for all layers and no sqrt(d) embedding scale, see
 ``--gilt-txl-biases``, ``--gilt-embed-scale`` and docs/gilt-reference.md) with
@@ -42,16 +42,18 @@ class GiltConfig(SiPEDecoderConfig):
                 "off (fairseq's rule for a default-True field)"})
     gilt_table_init_std: float = field(default=1.0, metadata={
         "help": "init std of the three shared feature tables (151 x 256): 1 as the authors' nn.Embedding tables "
-                "(docs/gilt-reference.md); 0.0625 = 256^-0.5, this plugin before"})
+                "(docs/gilt-reference.md); 0.0625 = 256^-0.5 is the other init docs/gilt-reference.md describes"})
     gilt_arc_table_init_std: float = field(default=1.0, metadata={
         "help": "init std of the arc scorer's own three feature tables: 1 as the authors' (BiaffineAttention); "
-                "0.0625 before"})
+                "0.0625 = 256^-0.5 is the other init docs/gilt-reference.md describes"})
     gilt_txl_biases: ChoiceEnum(["shared", "layer"]) = field(default="shared", metadata={
         "help": "Transformer-XL's content bias u (also in the graph term) and position bias v: one pair shared by all "
-                "layers (the authors' TransformerGrammar) or one per layer (sipe_txl; this plugin before)"})
+                "layers (the authors' TransformerGrammar) or one per layer (as sipe_txl; task gilt_lm sets it for "
+                "checkpoints saved without --gilt-embed-scale)"})
     gilt_embed_scale: ChoiceEnum(["none", "sqrt_d"]) = field(default="none", metadata={
         "help": "token embedding into the first layer and into the arc scorer's o_w: emb(x) (the authors' "
-                "TransformerGrammar, whose emb_scale is unused) or sqrt(d) emb(x) (sipe_txl; this plugin before)"})
+                "TransformerGrammar, whose emb_scale is unused) or sqrt(d) emb(x) (as sipe_txl; task gilt_lm sets it "
+                "for checkpoints saved without this option)"})
 
 
 class GiltDecoder(GiltArcsMixin, SiPEDecoder):
@@ -157,6 +159,6 @@ def gilt_txl_small(args):
 @register_model_architecture("gilt_txl", "gilt_txl_16l")
 def gilt_txl_16l(args):
     """The paper's from-scratch model (src/scripts/train_graphLayer.sh): 16 layers, d 1024, 8 x 128 heads,
-    FFN 4096, dropout 0 (gilt-facts.md section 5)."""
+    FFN 4096, dropout 0 (docs/gilt-reference.md section 5)."""
     preset(args, decoder_embed_dim=1024, decoder_ffn_embed_dim=4096, decoder_layers=16, decoder_attention_heads=8,
          dropout=0.0, attention_dropout=0.0)

@@ -1,11 +1,11 @@
 """Model ``gilt_transformer_lm``: GiLT post-training of a trained fairseq ``transformer_lm`` or
-``sipe_transformer_lm`` (the paper's GiLT-GPT2 recipe, arXiv 2605.15562; gilt-facts.md section 6).
+``sipe_transformer_lm`` (the paper's GiLT-GPT2 recipe, arXiv 2605.15562; docs/gilt-reference.md section 6).
 
 fairseq's ``TransformerDecoder`` with, in layers K..L (``--gilt-first-layer K``, 1-based; default
 L/2+1, i.e. blocks L/2..L-1 of 0..L-1 as GiLT-GPT2's 12..23 of 24), GiLT-GPT2's graph key offsets
-(:class:`~sipe_fairseq.modules.graph_key_attention.GraphKeyAttention`: a new projection of the
+(:class:`~sipe_fairseq.models.graph_key_attention.GraphKeyAttention`: a new projection of the
 three shared feature tables per block, added directly to the per-head keys, no W_k); layers 1..K-1
-are fairseq's own. The arc scorer / count head (:mod:`..modules.arc_scorer`, gilt-facts.md section 2)
+are fairseq's own. The arc scorer / count head (:mod:`..modules.arc_scorer`, docs/gilt-reference.md section 2)
 reads o_w = [h^(L-1)_(k-1); h^(L/2+1)_(k-1); wte+wpe of x_k] (hidden_states[-2], hidden_states[L/2+1]
 and the scaled token + position embedding after dropout, fairseq's ``inner_states[0]``).
 
@@ -41,7 +41,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from ..modules import tag_pair_classes
 from ..modules.arc_scorer import ArcScorer
-from ..modules.graph_key_attention import GraphKeyAttention
+from .graph_key_attention import GraphKeyAttention
 from ..modules.graph_term import GraphFeatureTables, GraphFeatureTerm
 from ._common import check_tag_inputs, log_parameters, preset
 from .gilt_arcs import GiltArcsMixin
@@ -69,18 +69,18 @@ class GiltTransformerLMConfig(TransformerLanguageModelConfig):
     gilt_table_init_std: float = field(default=0.02, metadata={
         "help": "init std of the three shared feature tables (151 x 256): 0.02 as GiLT-GPT2's tables, which "
                 "transformers' from_pretrained initialises with GPT-2's _init_weights (docs/gilt-reference.md); "
-                "0.0625 = 256^-0.5, this plugin before"})
+                "0.0625 = 256^-0.5 is the other init docs/gilt-reference.md describes"})
     gilt_arc_table_init_std: float = field(default=1.0, metadata={
         "help": "init std of the arc scorer's own three feature tables: 1 as the authors' (BiaffineAttention, "
-                "nn.Embedding); 0.0625 before"})
+                "nn.Embedding); 0.0625 = 256^-0.5 is the other init docs/gilt-reference.md describes"})
     gilt_arc_input_order: ChoiceEnum(["lower_first", "upper_first"]) = field(default="lower_first", metadata={
         "help": "the arc scorer's o_w: [h^(L-1); h^(L/2+1); emb] (GiLT-GPT2's cat([hidden_states[-2], "
-                "hidden_states[13]])) or [h^(L/2+1); h^(L-1); emb] (the from-scratch order; this plugin before, "
-                "set for its checkpoints by task gilt_lm)"})
+                "hidden_states[13]])) or [h^(L/2+1); h^(L-1); emb] (the from-scratch order; task "
+                "gilt_lm sets it for checkpoints saved without --gilt-tables-lr-group)"})
     gilt_tables_lr_group: ChoiceEnum(["default", "gilt"]) = field(default="default", metadata={
         "help": "parameter group (grouped_adam --lr-scales) of the shared feature tables: default, with the "
                 "pre-trained weights (the authors' code: 3e-5 in both stages) or gilt, with the key projections "
-                "(this plugin before)"})
+                "(trained at their rate)"})
     gilt_init_from: str = field(default="", metadata={
         "help": "initialize from this trained transformer_lm / sipe_transformer_lm (or gilt_transformer_lm) "
                 "checkpoint: its architecture replaces the preset, its weights are copied, the GiLT parts are new "
@@ -230,7 +230,7 @@ def gilt_transformer_lm_tiny(args):
 @register_model_architecture(MODEL, "gilt_transformer_lm_gpt2_medium")
 def gilt_transformer_lm_gpt2_medium(args):
     """GiLT-GPT2's size (fairseq's ``transformer_lm_gpt2_medium``: 24 x 1024, 16 heads, FFN 4096, GELU);
-    graph key offsets in layers 13..24 (gilt-facts.md section 6)."""
+    graph key offsets in layers 13..24 (docs/gilt-reference.md section 6)."""
     transformer_lm_gpt2_medium(args)
 
 

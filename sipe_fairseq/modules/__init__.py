@@ -1,4 +1,5 @@
-"""Attention and injection building blocks (torch only, no fairseq registration)."""
+"""Attention and injection building blocks (torch only: no file here imports fairseq; fairseq's own modules
+extended, such as GiLT-GPT2's ``GraphKeyAttention``, live in ``sipe_fairseq/models``)."""
 from .assembly import INJECTION_CHOICES, attach_injections, parse_injection
 from .attention import SiPEAttention
 from .injections import AttentionBias, DisentangledBias, Injection, PositionCoupling, RotaryPhase, TagContext, TagProjection

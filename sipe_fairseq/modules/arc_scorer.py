@@ -1,4 +1,4 @@
-"""GiLT's arc scorer and arc-count head (arXiv 2605.15562; gilt-facts.md section 2).
+"""GiLT's arc scorer and arc-count head (arXiv 2605.15562; docs/gilt-reference.md section 2).
 
 Word w (arriving at its first subword x_k) is represented by o_w = [h^(L/2+1)_(k-1); h^(L-1)_(k-1);
 emb(x_k)] (3d; GiLT-GPT2 swaps the two states, :func:`word_inputs`). Its candidate arcs are decided at
@@ -55,10 +55,6 @@ class ArcScorer(nn.Module):
         self.b1 = nn.Parameter(torch.rand(d))
         self.b2 = nn.Parameter(torch.rand(d))
         self.count = nn.Linear(d, MAX_COUNT + 1)
-
-    def feature_embedding(self, values: torch.Tensor) -> torch.Tensor:
-        """(..., 3) values -> (..., 768) concatenated table rows (reference form of :meth:`_feature_terms`)."""
-        return torch.cat([self.tables[f][values[..., f].long()] for f in range(N_FEATURES)], dim=-1)
 
     def _feature_terms(self, side: str, values: torch.Tensor) -> torch.Tensor:
         """W_feat [e_deg; e_dep; e_dist] for (..., 3) values: the tables are projected once (3 x 151 x 2d)
@@ -174,7 +170,7 @@ def arc_losses(out: dict, gold_head: torch.Tensor, gold_dep: torch.Tensor):
 
 def arc_layer_indices(n_layers: int):
     """Indices into a decoder's inner states (0 = embeddings, i = output of layer i) that feed o_w:
-    layers L/2+1 and L-1 (gilt-facts.md section 2)."""
+    layers L/2+1 and L-1 (docs/gilt-reference.md section 2)."""
     return min(n_layers, n_layers // 2 + 1), max(0, n_layers - 1)
 
 

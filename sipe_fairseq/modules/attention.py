@@ -165,25 +165,53 @@ class SiPEAttention(nn.Module):
     def _cached_forward(self, x: torch.Tensor, tags: Optional[TagContext], cache: Dict[str, torch.Tensor], need_weights: bool,
                         pairs=None):
         """The new rows i = S .. S+k-1 against every key j < S+k, computed directly (few query rows,
-        no (T, T) training buffers, so no in-place Functions). ``cache`` holds, batch first:
-        ``k`` (B, H, S, d) keys (rotary: already rotated at their absolute positions, with their
-        tag phase, Eq. 14-16), ``v`` (B, H, S, d) values with the value offset of their class
-        already added (Eq. 9); and ``r`` (H, N, d), W_R r for distances N-1 .. 0 (relative only,
-        extended on demand; not per hypothesis). Every class term of a new query against a cached
-        key (Eq. 5-8) is looked up from ``tags.cls``, the classes of all S+k positions."""
+        no (T, T) training buffers, so no in-place Functions). ``cache`` (:mod:`.kv_cache`, asked through its
+        functions) holds, batch first, the keys (B, H, S, d) (rotary: already rotated at their absolute
+        positions, with their tag phase, Eq. 14-16), the values (B, H, S, d) with the value offset of their
+        class already added (Eq. 9), and W_R r for distances N-1 .. 0 (relative only, extended on demand; not
+        per hypothesis). Every class term of a new query against a cached key (Eq. 5-8) is looked up from
+        ``tags.cls``, the classes of all S+k positions."""
         if self.position not in ("relative", "rotary", "none") or self.window > 0:
             raise ValueError(f"incremental decoding needs causal relative/rotary/none attention, not {self.position!r}"
                              + (f" with window {self.window}" if self.window > 0 else ""))
         b, k, c = x.shape
-        q, k_new, v = self.qkv(x).view(b, k, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         s = kv_cache.rows_and_length(cache)[1]
         n = s + k
         hooks = list(self.injections) if tags is not None else []
         if hooks and tags.cls.size(1) != n:
             raise ValueError(f"incremental attention: tags for {tags.cls.size(1)} positions, expected {s} cached + {k} new")
         new_tags = TagContext(cls=tags.cls[:, s:], table=tags.table, memo=tags.memo) if hooks else None
-        key_cls = tags.cls[:, None, None, :].expand(b, self.num_heads, k, n) if hooks else None  # c_ij = table[i, cls_j]
+        q, k_new, v = self._step_projections(x, hooks, new_tags, s)
+        keys, values = kv_cache.append(cache, k_new, v)
+        cols = kv_cache.shared_columns(cache, n, x.device) if kv_cache.is_shared(cache) else None
+        q_content = q + self.u_bias[None, :, None, :] if self.relative is not None else q
+        if cols is not None:  # columns: the rows' prefixes (positions 0 .. Lp-1), then own positions lo .. n-1
+            keys, values = keys[:, :, cols.lo:], values[:, :, cols.lo:]
+            qs = q_content * self.score_scale
+            own = torch.matmul(qs, keys.transpose(-1, -2))
+            scores = torch.cat([kv_cache.prefix_scores(cache, qs), own], -1) if cols.width else own  # AC
+        else:
+            scores = torch.matmul(q_content * self.score_scale, keys.transpose(-1, -2))  # AC, (B, H, k, S+k)
+        key_cls = None  # c_ij = table[i, cls_j], by column
+        if hooks:
+            key_cls = (tags.cls if cols is None else cols.select(tags.cls))[:, None, None, :].expand_as(scores)
+        q_pos = q
+        if self.relative is not None:
+            q_pos = self.relative.effective_query(q)  # q + v
+            scores = scores + self._step_bd(q, q_pos, cache, s, cols, hooks, new_tags, key_cls)
+        biases = [e for e in (inj.score_bias(q, q_pos, new_tags, self.scale) for inj in hooks) if e is not None]
+        if biases:  # Eq. 7, 8: bias[i, cls_j]
+            scores = scores + _total(biases).gather(-1, key_cls)
+        scores = self._add_pair_terms(scores, q_content, pairs, None if cols is None else cols.select)
+        out, probs = self._step_mix(scores, values, cache, s, cols, need_weights)
+        out = self.out_proj(out.transpose(1, 2).reshape(b, k, c))
+        return (out, probs) if need_weights else (out, None)
 
+    def _step_projections(self, x, hooks, new_tags, s: int):
+        """q, k, v (B, H, k, d) of the new positions S .. S+k-1: rotary (with the tag phases) applied to q
+        and k at their absolute positions, the value offsets added to v."""
+        b, k, _ = x.shape
+        q, k_new, v = self.qkv(x).view(b, k, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if self.rotary is not None:  # absolute positions S .. S+k-1
             angles = self.rotary.angles(k, x.device, offset=s)[None, None]
             for inj in hooks:
@@ -194,77 +222,58 @@ class SiPEAttention(nn.Module):
         offsets = [o for o in (inj.value_offset(new_tags) for inj in hooks) if o is not None]
         if offsets:  # Eq. 9, by linearity on the values (as the full forward)
             v = v + _total(offsets).to(v.dtype)
-        keys, values = kv_cache.append(cache, k_new, v)
-        shared = kv_cache.is_shared(cache)
-        q_content = q + self.u_bias[None, :, None, :] if self.relative is not None else q
-        if shared:  # columns: the rows' prefixes (positions 0 .. Lp-1), then own positions lo .. n-1
-            plen = kv_cache.prefix_lengths(cache).to(x.device)
-            lp, lo = (cache["pk"].size(2) if len(cache["plen"]) else 0), int(cache["lo"])
-            keys, values = keys[:, :, lo:], values[:, :, lo:]
-            qs = q_content * self.score_scale
-            own = torch.matmul(qs, keys.transpose(-1, -2))
-            scores = torch.cat([kv_cache.prefix_scores(cache, qs), own], -1) if lp else own  # AC
-            cols = torch.cat([torch.arange(lp, device=x.device), torch.arange(lo, n, device=x.device)])
-            valid = torch.cat([cols[None, :lp] < plen[:, None], cols[None, lp:] >= plen[:, None]], 1)
+        return q, k_new, v
 
-            def to_columns(t):  # (..., n) by absolute key position -> (..., Lp + n - lo)
-                return torch.cat([t[..., :lp], t[..., lo:]], -1) if lp else t[..., lo:]
-            if hooks:
-                key_cls = to_columns(tags.cls)[:, None, None, :].expand_as(scores)
-        else:
-            scores = torch.matmul(q_content * self.score_scale, keys.transpose(-1, -2))  # AC, (B, H, k, S+k)
-            to_columns = None
-        q_pos = q
-        if self.relative is not None:
-            q_pos = self.relative.effective_query(q)  # q + v
-            r = cache.get("r")
-            if r is None or r.size(1) < n:  # W_R r for distances N-1 .. 0 (descending), grown geometrically
-                r = self.relative.keys(max(n, 2 * (0 if r is None else r.size(1)), 64), q.dtype, x.device)
-                cache["r"] = r
-            # column j of (B, H, k, n): distance n-1-j. One (H, B k, d) @ (H, d, n) product: r is shared by
-            # every row, so it is not broadcast (copied) to (B, H, d, n) as a batched matmul would
-            h, d = self.num_heads, self.head_dim
-            by_key = torch.matmul((q_pos * self.scale).transpose(0, 1).reshape(h, b * k, d),
-                                  r[:, r.size(1) - n:].transpose(-1, -2)).view(h, b, k, n).transpose(0, 1)
-            if k == 1:  # the one query is the last position: key j at distance n-1-j
-                bd = by_key  # BD (Eq. 3)
-            else:  # query S+a, key j: distance S+a-j, column n-1-(S+a-j)
-                dist = (torch.arange(s, n, device=x.device)[:, None] - torch.arange(n, device=x.device)[None, :]).clamp_(min=0)
-                bd = by_key.gather(-1, (n - 1 - dist).expand(b, self.num_heads, k, n))  # BD (Eq. 3); j > i masked below
-            if to_columns is not None:
-                bd = to_columns(bd)
-            gates = [g for g in (inj.position_scale(q, q_pos, new_tags, self.scale) for inj in hooks) if g is not None]
-            if gates:  # (1 + c) BD, c_ij = gate[i, cls_j] (Eq. 5-6)
-                bd = torch.addcmul(bd, bd, _total(gates).gather(-1, key_cls))
-            scores = scores + bd
-        biases = [e for e in (inj.score_bias(q, q_pos, new_tags, self.scale) for inj in hooks) if e is not None]
-        if biases:  # Eq. 7, 8: bias[i, cls_j]
-            scores = scores + _total(biases).gather(-1, key_cls)
-        scores = self._add_pair_terms(scores, q_content, pairs, to_columns)
-        if shared:
-            hidden = ~valid[:, None, None, :]
+    def _step_bd(self, q, q_pos, cache, s: int, cols, hooks, new_tags, key_cls):
+        """BD (Eq. 3), or (1 + c) BD with c_ij = gate[i, cls_j] (Eq. 5-6), of the new rows, by column."""
+        b, h, k, d = q.shape
+        n = s + k
+        r = kv_cache.relative_keys(cache, n, lambda size: self.relative.keys(size, q.dtype, q.device))
+        # column j of (B, H, k, n): distance n-1-j. One (H, B k, d) @ (H, d, n) product: r is shared by
+        # every row, so it is not broadcast (copied) to (B, H, d, n) as a batched matmul would
+        by_key = torch.matmul((q_pos * self.scale).transpose(0, 1).reshape(h, b * k, d),
+                              r[:, r.size(1) - n:].transpose(-1, -2)).view(h, b, k, n).transpose(0, 1)
+        if k == 1:  # the one query is the last position: key j at distance n-1-j
+            bd = by_key  # BD (Eq. 3)
+        else:  # query S+a, key j: distance S+a-j, column n-1-(S+a-j)
+            dist = (torch.arange(s, n, device=q.device)[:, None] - torch.arange(n, device=q.device)[None, :]).clamp_(min=0)
+            bd = by_key.gather(-1, (n - 1 - dist).expand(b, h, k, n))  # BD (Eq. 3); j > i masked later
+        if cols is not None:
+            bd = cols.select(bd)
+        gates = [g for g in (inj.position_scale(q, q_pos, new_tags, self.scale) for inj in hooks) if g is not None]
+        if gates:  # (1 + c) BD, c_ij = gate[i, cls_j] (Eq. 5-6)
+            bd = torch.addcmul(bd, bd, _total(gates).gather(-1, key_cls))
+        return bd
+
+    def _step_mix(self, scores, values, cache, s: int, cols, need_weights: bool):
+        """The causal mask, softmax and value mix of the new rows: (B, H, k, d) and the probabilities
+        (B, H, k, S+k) by absolute key position (``need_weights``)."""
+        b, h, k, _ = scores.shape
+        n = s + k
+        if cols is not None:
+            hidden = ~cols.valid[:, None, None, :]
             if k > 1:  # the new rows among themselves: query S+a sees keys j <= S+a
-                hidden = hidden | (cols[None, None, None, :] > torch.arange(s, n, device=x.device)[None, None, :, None])
+                queries = torch.arange(s, n, device=scores.device)
+                hidden = hidden | (cols.positions[None, None, None, :] > queries[None, None, :, None])
             scores = scores.masked_fill(hidden, float("-inf"))
         elif k > 1:  # the new rows among themselves: query S+a sees keys j <= S+a
-            future = torch.ones(k, n, dtype=torch.bool, device=x.device).triu_(s + 1)
+            future = torch.ones(k, n, dtype=torch.bool, device=scores.device).triu_(s + 1)
             scores = scores.masked_fill(future, float("-inf"))
         probs = _softmax(scores)
         dropped = F.dropout(probs, p=self.dropout, training=self.training)
-        if shared:  # a row's columns before its own start are stale (maybe never written): no 0 * nan
-            mine = valid[:, lp:]
-            out = torch.matmul(dropped[..., lp:], values.masked_fill(~mine[:, None, :, None], 0.0))
-            if lp:
-                out = out + kv_cache.prefix_mix(cache, dropped[..., :lp])
-            if need_weights:  # back to absolute key positions
-                shown = probs.masked_fill(hidden, 0.0)
-                probs = probs.new_zeros(b, self.num_heads, k, n)
-                probs[..., lo:] += shown[..., lp:]
-                probs[..., :lp] += shown[..., :lp]
-        else:
-            out = torch.matmul(dropped, values)
-        out = self.out_proj(out.transpose(1, 2).reshape(b, k, c))
-        return (out, probs) if need_weights else (out, None)
+        if cols is None:
+            return torch.matmul(dropped, values), probs
+        lp = cols.width  # a row's columns before its own start are stale (maybe never written): no 0 * nan
+        mine = cols.valid[:, lp:]
+        out = torch.matmul(dropped[..., lp:], values.masked_fill(~mine[:, None, :, None], 0.0))
+        if lp:
+            out = out + kv_cache.prefix_mix(cache, dropped[..., :lp])
+        if need_weights:  # back to absolute key positions
+            shown = probs.masked_fill(hidden, 0.0)
+            probs = probs.new_zeros(b, h, k, n)
+            probs[..., cols.lo:] += shown[..., lp:]
+            probs[..., :lp] += shown[..., :lp]
+        return out, probs
 
     @staticmethod
     def reorder_cache(cache: Dict[str, torch.Tensor], new_order: torch.Tensor) -> Dict[str, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""GiLT's graph-feature score term (arXiv 2605.15562; gilt-facts.md section 3), one more score term
+"""GiLT's graph-feature score term (arXiv 2605.15562; docs/gilt-reference.md section 3), one more score term
 of :class:`~sipe_fairseq.modules.attention.SiPEAttention` (its ``pair_terms``).
 
 For query position i and key position j, three small integers v_f(i, j) in 0..150 (degree, depth,
@@ -69,7 +69,7 @@ class GraphFeatureTerm(nn.Module):
 
     def key_offsets(self, w_k: Optional[torch.Tensor], num_heads: int) -> torch.Tensor:
         """W_k P_f e_f[v] per head: (3 * 151, H, d_head); ``w_k`` None: P_f e_f[v] itself, added directly
-        to the per-head keys (GiLT-GPT2, gilt-facts.md section 6)."""
+        to the per-head keys (GiLT-GPT2, docs/gilt-reference.md section 6)."""
         keys = self.feature_vectors()
         if w_k is not None:
             keys = torch.matmul(keys, w_k.t().to(self.proj.dtype))

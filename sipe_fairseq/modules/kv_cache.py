@@ -1,5 +1,6 @@
 """The KV cache of one attention layer for incremental decoding: a dict the decoder keeps per layer
-(``SiPEAttention._cached_forward`` reads it, :func:`reorder` follows the batch rows).
+(``SiPEAttention._cached_forward`` asks it through the functions below, never by key; :func:`reorder` follows
+the batch rows).
 
 ``k``, ``v`` (R, H, n, d): every row's keys and values by absolute position, as views of preallocated
 buffers (``{k,v}_buf``, with a ``{k,v}_spare`` of the same size that a reorder gathers into):
@@ -21,7 +22,7 @@ A branching reorder writes each repeated row's prefix + own positions once, as a
 the rows, so a beam copies about K rows per word instead of every child. The numbers are those of
 the plain cache (tests/test_incremental.py).
 """
-from typing import Dict, Tuple
+from typing import Callable, Dict, NamedTuple, Tuple
 
 import torch
 
@@ -144,6 +145,41 @@ def prefix_lengths(cache: Cache) -> torch.Tensor:
     """(R,) the shared prefix length of each row (0: none), as the last reorder left it."""
     start = cache.get("start")
     return start if start is not None else _starts(cache["parent"], cache["plen"])
+
+
+# ---------------------------------------------------------------------- what a layer's step reads
+
+def relative_keys(cache: Cache, n: int, build: Callable[[int], torch.Tensor]) -> torch.Tensor:
+    """W_R r (H, N, d) for distances N-1 .. 0 with N >= ``n``, kept in the cache (one for every row, so a
+    reorder keeps it as it is); ``build(N)`` makes it when it is missing or too short, N grown
+    geometrically (at least 64)."""
+    r = cache.get("r")
+    if r is None or r.size(1) < n:
+        r = build(max(n, 2 * (0 if r is None else r.size(1)), 64))
+        cache["r"] = r
+    return r
+
+
+class Columns(NamedTuple):
+    """The key columns of one step over a shared cache: the rows' prefixes (positions 0 .. width-1),
+    then the own positions lo .. n-1 (module docstring)."""
+    width: int  # Lp, the prefixes' width (0: no prefix yet)
+    lo: int  # the lowest own start of any row
+    positions: torch.Tensor  # (width + n - lo,) the absolute key position of each column
+    valid: torch.Tensor  # (R, width + n - lo) the columns a row sees: its prefix, then its own positions
+
+    def select(self, t: torch.Tensor) -> torch.Tensor:
+        """(..., n) by absolute key position -> (..., width + n - lo), the columns."""
+        return torch.cat([t[..., :self.width], t[..., self.lo:]], -1) if self.width else t[..., self.lo:]
+
+
+def shared_columns(cache: Cache, n: int, device) -> Columns:
+    """The :class:`Columns` of a step that has ``n`` positions in all, over a shared cache (:func:`is_shared`)."""
+    plen = prefix_lengths(cache).to(device)
+    width, lo = (cache["pk"].size(2) if len(cache["plen"]) else 0), int(cache["lo"])
+    cols = torch.cat([torch.arange(width, device=device), torch.arange(lo, n, device=device)])
+    valid = torch.cat([cols[None, :width] < plen[:, None], cols[None, width:] >= plen[:, None]], 1)
+    return Columns(width, lo, cols, valid)
 
 
 # ---------------------------------------------------------------------- attention over shared prefixes

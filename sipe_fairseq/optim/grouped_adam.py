@@ -1,7 +1,7 @@
 """Optimizer ``grouped_adam``: fairseq's Adam (decoupled weight decay, i.e. AdamW) with one torch
 parameter group per model parameter group and a learning-rate multiplier per group
 (``--lr-scales gilt=5,arc=5``), for GiLT-GPT2's post-training: the pre-trained weights at the base
-rate, the new key projections (stage 1) and the arc scorer (stage 2) at a higher one (gilt-facts.md
+rate, the new key projections (stage 1) and the arc scorer (stage 2) at a higher one (docs/gilt-reference.md
 section 6).
 
 A parameter's group is fairseq's ``param_group`` attribute (the convention of fairseq's

@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
+from tqdm import tqdm
+
 from ..hexatag import HexatagError, encode_tree
 from .base import BackendLoadError, ParsedSentence, ParseError
 from .registry import DEFAULT_BACKEND, resolve_parser
@@ -99,7 +101,7 @@ _worker_error: Optional[str] = None
 def _load(spec: str, factory, arg: str, threads: int):
     """The backend ``factory(arg)``; any failure becomes one :class:`BackendLoadError` naming ``spec``."""
     try:
-        import torch
+        import torch  # lazy (heavy): the parsing layer needs no torch; a backend that runs on it gets its threads
         torch.set_num_threads(threads)
     except ImportError:
         pass
@@ -161,8 +163,6 @@ class LineTagger:
         """One :class:`TaggedLine` per line, in order (see the module docstring); with ``segment``,
         one per sentence of a parsed line (a failed line gives one). ``linenos``: the lines' numbers
         in their file (default 1, 2, ..)."""
-        from tqdm import tqdm
-
         batches = [lines[i:i + self.batch_size] for i in range(0, len(lines), self.batch_size)]
         if self._pool is not None:
             results = self._pool.imap(_work, [(b, self.pretokenized, self.segment) for b in batches])

@@ -1,4 +1,5 @@
 """The spaCy dependency-parser backend (``spacy[:MODEL]``)."""
+import importlib.util
 import os
 from collections import Counter
 from typing import List, Optional, Sequence
@@ -13,12 +14,10 @@ def spacy_available(model: Optional[str] = None) -> Optional[str]:
     """``None`` if spaCy imports (and the pipeline ``model``, a package or a directory, is
     installed), else the reason it does not."""
     try:
-        import spacy  # noqa: F401
+        import spacy  # noqa: F401  lazy (heavy): spaCy is optional and slow to import
     except Exception as e:  # ImportError, or a binary incompatibility (numpy ABI)
         return f"spaCy is not importable ({type(e).__name__}: {e}); install it with `bash scripts/setup.sh --spacy`"
     if model and not os.path.isdir(model):
-        import importlib.util
-
         if importlib.util.find_spec(model) is None:
             return f"spaCy pipeline {model!r} is not installed; install it with `bash scripts/setup.sh --spacy`"
     return None
@@ -55,7 +54,7 @@ class SpacyParser:
             reason = spacy_available()
             if reason:
                 raise RuntimeError(reason)
-            import spacy
+            import spacy  # lazy (heavy): spaCy is optional and slow to import
 
             try:
                 self._nlp = spacy.load(self.model, exclude=list(self.EXCLUDE))
@@ -73,7 +72,7 @@ class SpacyParser:
         """Per input (a word list with ``pretokenized``, else raw text): its sentences with heads and
         labels; one sentence per input unless ``segment``. Raises :class:`ParseError` (with the
         input's index) for an empty input or a word that is empty or holds whitespace."""
-        from spacy.tokens import Doc
+        from spacy.tokens import Doc  # lazy (heavy): spaCy is optional and slow to import
 
         docs = []
         for k, item in enumerate(items):

@@ -1,5 +1,5 @@
 """GiLT's structure from the prefix: each new word's arcs to earlier nodes (:class:`ArcPolicy`;
-gilt-facts.md sections 2-4).
+docs/gilt-reference.md sections 2-4).
 
 When word i (the i-th of its sentence) arrives at its first subword x_k, the LM has already paid for
 x_k under the graph so far; the arc scorer reads o_i = [h^(L/2+1)_(k-1); h^(L-1)_(k-1); emb(x_k)]
@@ -14,7 +14,8 @@ Which counts a beam branches on (``count_rule``):
 * ``top-then-allowed`` (default, the authors' rule): the counts among the top ``count_beam`` of all
   30 classes that are allowed (c <= 2i - 1), so an early word may branch on fewer counts; a
   hypothesis with none of its top counts allowed takes its most likely allowed count;
-* ``allowed-then-top``: the top ``count_beam`` among the allowed counts (this plugin's rule before).
+* ``allowed-then-top``: the top ``count_beam`` among the allowed counts, so every word branches on
+  ``count_beam`` counts when it may take that many.
 
 ``self`` takes the most likely allowed count (the same under both rules). ``given`` forces the
 sentence's graph; its cost prices the gold arcs as independent Bernoullis over the word's 2i pairs
@@ -33,7 +34,7 @@ from .policy import BRANCH, FORCED, GREEDY, SAMPLE, StructurePolicy
 from .sentences import Sentence
 
 COUNT_RULES = ("top-then-allowed", "allowed-then-top")
-DEFAULT_COUNT_BEAM = 5  # counts each hypothesis branches on (gilt-facts.md section 4: scorebeamsize 5)
+DEFAULT_COUNT_BEAM = 5  # counts each hypothesis branches on (docs/gilt-reference.md section 4: the reference uses 5)
 
 
 def check_prefix_decodable(model) -> None:

@@ -1,5 +1,5 @@
 """Task ``gilt_lm``: causal LM over a ``sipe-preprocess`` directory with GiLT's gold graphs
-(``{split}.arcs``), teacher-forced (gilt-facts.md section 1).
+(``{split}.arcs``), teacher-forced (docs/gilt-reference.md section 1).
 
 A task of its own rather than a structure option on ``hexatag_lm``: the model inputs differ
 (word-level graph tensors instead of per-position tags), blocks must hold whole sentences, and

@@ -16,6 +16,7 @@ from fairseq.data import Dictionary, IdDataset, NestedDictionaryDataset, NumelDa
 from fairseq.tasks import FairseqTask, register_task
 
 from ..data.tag_dictionary import TAG_KINDS
+from ..models.sipe_tagger import SiPETaggerModel
 from .sipe_data import EpochShuffledDataset, SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
@@ -58,8 +59,6 @@ class HexatagTaggingTask(SiPEDataMixin, FairseqTask):
         logger.info(f"{split}: {len(tokens)} sentences")
 
     def build_model(self, cfg, from_checkpoint=False):
-        from ..models.sipe_tagger import SiPETaggerModel
-
         init = None if from_checkpoint else SiPETaggerModel.prepare_encoder(cfg, self)
         model = super().build_model(cfg, from_checkpoint)
         if init is not None and init.state:

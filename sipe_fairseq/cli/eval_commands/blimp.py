@@ -32,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "masked-LM encoders (hexatag_mlm, stock masked_lm: pseudo-log-likelihood)")
     p.add_argument("--blimp", nargs="+", action="extend", required=True, metavar="FILE_OR_DIR",
                    help="BLiMP JSONL file(s) or folder(s) of *.jsonl (repeatable)")
+    p.add_argument("--every", type=int_at_least(1), default=1, metavar="N",
+                   help="score the 1st, (N+1)-th, ... pair of each paradigm only (10: the fixed, documented 10%% sample "
+                        "of the full BLiMP; the report counts the pairs kept) (default: %(default)s, every pair)")
     add_tree_arguments(p)
     p.add_argument("--score", choices=("lm", "joint"), default="lm",
                    help="lm: log p(x | tags), summed over tokens incl. </s> (default; encoders: the pseudo-log-"
@@ -62,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, "gilt_count_beam", 5) < 1:
             raise ValueError("--gilt-count-beam: expected an integer >= 1")
         checkpoints = checkpoint_specs(args.path)
-        pairs = read_blimp(args.blimp)
+        read = read_blimp(args.blimp)
+        pairs = blimp.every_nth(read, args.every)
+        args.sample = {"every": args.every, "read": len(read), "kept": len(pairs)}
     except (ValueError, FileNotFoundError) as e:
         logger.error("%s", e)
         return USAGE_ERROR
@@ -94,6 +99,7 @@ def _run(args: argparse.Namespace, checkpoints: Dict[str, str], pairs: List[Blim
         logger.error("%s", e)
         return USAGE_ERROR
     add_metadata(report, prepared, args.score, checkpoints, args.data, args.blimp)
+    report["sample"] = args.sample
     report["tags"] = list(args.tag_sources) if args.tag_sources else "default (given; GiLT: self)"
     report["tag_width"] = width_of(args)
     log_excluded(report, args.show_skipped)

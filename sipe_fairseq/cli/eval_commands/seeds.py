@@ -5,7 +5,8 @@ import json
 import logging
 
 from sipe_fairseq.eval import seeds
-from sipe_fairseq.eval.seeds import SeedsError, aggregate, markdown, read_reports
+from sipe_fairseq.cli.options import int_at_least
+from sipe_fairseq.eval.seeds import SeedsError, aggregate, compare, markdown, markdown_paired, read_reports
 
 logger = logging.getLogger(__name__)
 
@@ -18,17 +19,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                               "syntaxgym --json files (seed from the file name, NAME-sSEED.json)")
     p.add_argument("--per", choices=("token", "word"), default="token", help="perplexity per token or per word")
     p.add_argument("--seed-suffix", default=r"-s(\d+)$", help="regex removed from a row name to find its group")
+    p.add_argument("--baseline", metavar="NAME",
+                   help="also compare every row with this one (e.g. none): the paired difference per seed, its mean "
+                        "and a bootstrap 95%% interval over items, from the per-sentence / per-pair / per-item records "
+                        "of the reports")
+    p.add_argument("--bootstrap", type=int_at_least(100), default=1000, metavar="N",
+                   help="bootstrap replicates of --baseline's interval (default: %(default)s)")
+    p.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap draws (default: %(default)s)")
     p.add_argument("--markdown", help="also write the table here")
     p.add_argument("--json", help="also write the aggregated numbers here")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        table = aggregate(read_reports(args.reports, args.seed_suffix), args.per, args.seed_suffix)
+        rows = read_reports(args.reports, args.seed_suffix)
+        table = aggregate(rows, args.per, args.seed_suffix)
+        paired = compare(rows, args.baseline, args.per, args.seed_suffix, args.bootstrap, args.bootstrap_seed) \
+            if args.baseline else None
     except SeedsError as e:
         logger.error("%s", e)
         return 2
     text = markdown(table, args.per)
+    if paired is not None:
+        text += "\n\n" + markdown_paired(paired, args.baseline, args.per)
+        table = {"groups": table, "paired": {"baseline": args.baseline, "rows": paired}}
     print(text)
     if args.markdown:
         with open(args.markdown, "w") as f:

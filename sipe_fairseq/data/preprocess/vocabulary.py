@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Dict, List, Optional
 
+import sentencepiece as spm
+from fairseq.data import Dictionary
+
 from ..tag_dictionary import (
     FIRST_TAG_ID, NOTAG, TAG_KINDS, build_label_dictionary, build_tag_dictionary, load_tag_dictionary, tag_names,
 )
@@ -25,8 +28,6 @@ logger = logging.getLogger(__name__)
 def train_spm(sentences, vocab_size: int = 8000, model_type: str = "unigram") -> bytes:
     """Train sentencepiece on space-joined sentences; returns the serialized model (deterministic:
     single thread, trained from memory so the model records no file names)."""
-    import sentencepiece as spm
-
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences), model_writer=buf, vocab_size=vocab_size, model_type=model_type,
@@ -43,8 +44,6 @@ def spm_vocab_text(sp) -> str:
 def build_token_dictionary(words_per_sentence, pieces: Dict[str, List[str]], threshold=0, nwords=-1, padding_factor=8):
     """fairseq's ``build_dictionary`` for the text of these sentences, without the text file:
     piece counts plus one ``</s>`` per line, ``add_symbol`` in sorted order, ``finalize``."""
-    from fairseq.data import Dictionary
-
     d = Dictionary()
     word_counts = Counter(chain.from_iterable(words_per_sentence))
     counter = Counter()
@@ -61,8 +60,6 @@ def build_token_dictionary(words_per_sentence, pieces: Dict[str, List[str]], thr
 def load_token_dictionary(path: str):
     """A fairseq ``Dictionary`` from ``path`` (``--srcdict``). Lines are checked first as fairseq reads
     them (``<token> <count> [#fairseq:overwrite]``, no duplicate token), so an error names the line."""
-    from fairseq.data import Dictionary
-
     seen = {}
     with open(path, encoding="utf-8") as f:
         for n, raw in enumerate(f, 1):
@@ -93,8 +90,6 @@ def _subword_model(opts: PreprocessOptions, train: SplitData, dest: str):
     """``(sentencepiece processor or None, manifest entry)``; writes ``spm.model``/``spm.vocab``."""
     if opts.no_split:
         return None, None
-    import sentencepiece as spm
-
     if opts.spm_model:
         with open(opts.spm_model, "rb") as f:
             model = f.read()

@@ -1,4 +1,4 @@
-"""fairseq's ``MultiheadAttention`` with GiLT-GPT2's graph key offsets (arXiv 2605.15562; gilt-facts.md
+"""fairseq's ``MultiheadAttention`` with GiLT-GPT2's graph key offsets (arXiv 2605.15562; docs/gilt-reference.md
 section 6): one more score term of the existing attention, for the upper blocks of a post-trained
 ``transformer_lm`` (``models/gilt_transformer_lm.py``).
 
@@ -8,7 +8,7 @@ distance; 3 x 151 x 256) to d, whose output is added *directly* to the per-head 
     A_ij = q_i . (k_j + d_ij) / sqrt(d_head),   d_ij = P [e_deg; e_dep; e_dist](i, j)
 
 A bias-free Linear 768 -> d over the concatenation is the sum of three Linear 256 -> d, so the term
-is :class:`~.graph_term.GraphFeatureTerm` called with ``w_k=None``: the tables are projected once per
+is :class:`~sipe_fairseq.modules.graph_term.GraphFeatureTerm` called with ``w_k=None``: the tables are projected once per
 layer and each (query, key) pair gathers its three columns of a (B, H, Tq, 453) score table.
 
 Only the score changes; the keys and values cached for incremental decoding stay fairseq's own.
@@ -24,7 +24,7 @@ import torch
 from fairseq import utils
 from fairseq.modules import MultiheadAttention
 
-from .graph_term import GraphContext, GraphFeatureTerm
+from ..modules.graph_term import GraphContext, GraphFeatureTerm
 
 
 class GraphKeyAttention(MultiheadAttention):

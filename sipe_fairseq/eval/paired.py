@@ -1,0 +1,121 @@
+"""Paired comparisons of a row with a baseline over seeds, with a bootstrap interval over items.
+
+A verdict about a model ("better than ``none``") needs more than the mean of each side: the same items
+(test sentences, BLiMP pairs, SyntaxGym items) are scored by both, and seeds are paired (seed 1 of the
+row with seed 1 of the baseline). For one score, :func:`paired_difference` reports
+
+* the difference per seed on all items, and its mean over seeds (the point estimate);
+* a percentile bootstrap 95% interval of that mean: each replicate draws the items with replacement
+  (within each stratum: SyntaxGym suites, so that every suite keeps its item count) once, applies the
+  same draw to every seed of both sides, and recomputes the mean over seeds of the differences;
+* a verdict: "better" or "worse" only when the interval excludes 0, otherwise "no difference shown".
+
+Items come as :class:`Items`: per item a key, a numerator, a denominator and a stratum. The statistic of
+a set of items is, per kind:
+
+* ``ppl``: ``exp(sum numerators / sum denominators)`` with negative log-likelihoods over token counts
+  (perplexity per token; lower is better);
+* ``accuracy``: ``100 x`` the mean over strata of ``sum numerators / sum denominators`` (BLiMP: one
+  stratum, accuracy over pairs; SyntaxGym: the mean over suites of the fraction of items that pass;
+  higher is better).
+"""
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+KINDS = ("ppl", "accuracy")
+LOWER_IS_BETTER = {"ppl": True, "accuracy": False}
+
+
+@dataclass
+class Items:
+    kind: str  # one of KINDS
+    keys: List[str]
+    num: List[float]
+    den: List[float]
+    strata: List[str]
+
+    def aligned(self, keys: Sequence[str]) -> "Items":
+        """The items in the order of ``keys`` (every key must be present)."""
+        at = {k: i for i, k in enumerate(self.keys)}
+        idx = [at[k] for k in keys]
+        return Items(self.kind, list(keys), [self.num[i] for i in idx], [self.den[i] for i in idx],
+                     [self.strata[i] for i in idx])
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "keys": self.keys, "num": self.num, "den": self.den, "strata": self.strata}
+
+    @staticmethod
+    def from_json(d: dict) -> "Items":
+        return Items(d["kind"], list(d["keys"]), list(d["num"]), list(d["den"]), list(d["strata"]))
+
+
+def statistic(kind: str, num: np.ndarray, den: np.ndarray, strata_index: Sequence[np.ndarray],
+              weights: Optional[np.ndarray] = None) -> np.ndarray:
+    """The statistic of items under ``weights`` (replicate x item counts; None: each item once)."""
+    w = np.ones((1, len(num))) if weights is None else weights
+    if kind == "ppl":
+        return np.exp((w @ num) / (w @ den))
+    per_stratum = [(w[:, idx] @ num[idx]) / (w[:, idx] @ den[idx]) for idx in strata_index]
+    return 100.0 * np.mean(per_stratum, axis=0)
+
+
+def _strata_index(strata: Sequence[str]) -> List[np.ndarray]:
+    order: Dict[str, List[int]] = {}
+    for i, s in enumerate(strata):
+        order.setdefault(s, []).append(i)
+    return [np.asarray(v) for v in order.values()]
+
+
+def _draw(rng: np.random.Generator, strata_index: Sequence[np.ndarray], n: int, size: int) -> np.ndarray:
+    """Replicate x item counts: the items of each stratum drawn with replacement, as many as it holds."""
+    counts = np.zeros((size, n))
+    for idx in strata_index:
+        counts[:, idx] = rng.multinomial(len(idx), np.full(len(idx), 1.0 / len(idx)), size=size)
+    return counts
+
+
+def paired_difference(row: Dict[str, Items], base: Dict[str, Items], replicates: int = 1000, seed: int = 0,
+                      chunk: int = 100) -> dict:
+    """Row minus baseline for the seeds both have (``{seed: Items}`` each; the same kind). The items are
+    those both sides scored at every paired seed. ``{"seeds", "per_seed", "mean", "low", "high", "items",
+    "verdict", "kind"}``; ``ValueError`` when no seed or no item is shared."""
+    seeds = sorted(set(row) & set(base), key=str)
+    if not seeds:
+        raise ValueError("no seed in common with the baseline")
+    kind = row[seeds[0]].kind
+    if any(x[s].kind != kind for s in seeds for x in (row, base)):
+        raise ValueError("items of different kinds")
+    keys = set(row[seeds[0]].keys)
+    for s in seeds:
+        keys &= set(row[s].keys) & set(base[s].keys)
+    keys = [k for k in row[seeds[0]].keys if k in keys]
+    if not keys:
+        raise ValueError("no item in common with the baseline")
+    sides = [(row[s].aligned(keys), base[s].aligned(keys)) for s in seeds]
+    strata_index = _strata_index(sides[0][0].strata)
+    arrays = [tuple((np.asarray(x.num, dtype=np.float64), np.asarray(x.den, dtype=np.float64)) for x in pair)
+              for pair in sides]
+    per_seed = [float(statistic(kind, a[0], a[1], strata_index)[0] - statistic(kind, b[0], b[1], strata_index)[0])
+                for a, b in arrays]
+    rng = np.random.default_rng(seed)
+    reps = []
+    for start in range(0, replicates, chunk):
+        w = _draw(rng, strata_index, len(keys), min(chunk, replicates - start))
+        diff = np.mean([statistic(kind, a[0], a[1], strata_index, w) - statistic(kind, b[0], b[1], strata_index, w)
+                        for a, b in arrays], axis=0)
+        reps.append(diff)
+    reps = np.concatenate(reps)
+    low, high = (float(x) for x in np.percentile(reps, [2.5, 97.5]))
+    return {"kind": kind, "seeds": [str(s) for s in seeds], "per_seed": per_seed, "mean": float(np.mean(per_seed)),
+            "low": low, "high": high, "items": len(keys), "replicates": replicates,
+            "verdict": verdict(kind, low, high)}
+
+
+def verdict(kind: str, low: float, high: float) -> str:
+    """"better" / "worse" when the interval excludes 0 (the direction by ``kind``), else "no difference shown"."""
+    if low <= 0.0 <= high:
+        return "no difference shown"
+    lower = high < 0.0
+    return "better" if lower == LOWER_IS_BETTER[kind] else "worse"
