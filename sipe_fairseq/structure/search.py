@@ -108,7 +108,10 @@ class _Search:
 
     # ---------------------------------------------------------------- the rows
     def reorder(self, order: torch.Tensor) -> None:
-        """The rows become ``order`` (indices into the current rows), here and in the policy."""
+        """The rows become ``order`` (indices into the current rows), here and in the policy (nothing to do
+        when every row keeps its place: ``given`` and ``self``, one child per row)."""
+        if len(order) == len(self.row_sent) and bool((order == torch.arange(len(order))).all()):
+            return
         self.row_sent, self.score, self.lm, self.cost = (
             self.row_sent[order], self.score[order], self.lm[order], self.cost[order])
         self.policy.reorder(order.to(self.policy.device))
