@@ -76,7 +76,7 @@ def main(argv=None):
     p.add_argument("--tags-max-sentences", type=int_at_least(1), default=None, metavar="N",
                    help="score the first N sentences only with --tags (N >= 1)")
     p.add_argument("--tags-top-pairs", type=int_at_least(0), default=0, metavar="M",
-                   help="SiPE, beam:K: expand each hypothesis with its tag heads' M best allowed pairs only (the "
+                   help="SiPE, beam:K, mix:K: expand each hypothesis with its tag heads' M best allowed pairs only (the "
                         "fast-track pruning of word-synchronous beams; default 0: every allowed pair)")
     p.add_argument("--tags-mass", type=mass_fraction, default=1.0, metavar="P",
                    help="beam:K, mix:K: at each word's ranking keep a sentence's best hypotheses until their share of "
