@@ -104,7 +104,7 @@ def main(argv=None):
         results[inj]["self_tags_ppl"] = float(m.group(2))
     print("[4/4] scoring: sipe-eval-lm and agreement minimal pairs", flush=True)
     from sipe_fairseq.checkpoints import load_lm as load
-    from sipe_fairseq.cli.eval_lm import evaluate
+    from sipe_fairseq.cli.eval_lm import evaluate_lm
     from sipe_fairseq.data.encode import SentenceEncoder
     from sipe_fairseq.eval.scoring import perplexity_markdown as markdown
     from sipe_fairseq.eval.minimal_pairs import pair_accuracy
@@ -113,7 +113,7 @@ def main(argv=None):
     pair_rows = [(g.words, [bad if i == k else w for i, w in enumerate(g.words)], g.heads, uid) for g, k, bad, uid in pairs]
     scores, acc = {}, {}
     for inj, r in results.items():
-        scores[inj] = evaluate(r["ckpt"], str(data), "test", max_tokens=4096)
+        scores[inj] = evaluate_lm(r["ckpt"], str(data), "test", max_tokens=4096)
         model, _ = load(r["ckpt"], str(data))
         acc[inj] = pair_accuracy(model, encoder, pair_rows)
     names = list(results)

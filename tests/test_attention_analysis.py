@@ -159,7 +159,7 @@ def test_corpus_analysis_decoder_and_encoder(data_dir, tmp_path):
     want = sum(m[0, h, 3, 1] for m in maps for h in range(4)).item() / 12
     assert arcs[1]["mass"]["lm"] == pytest.approx(want, rel=1e-5)
     assert report["summary"]["mlm"]["compared"] == 1
-    table = A.markdown(report)
+    table = A.attention_markdown(report)
     assert "| arcs scored | 1 | 2 |" in table and "| not visible (causal, key after query) | 1 | 0 |" in table
     # dep-head: object -> verb, visible to the decoder only where the object comes after the verb
     back = A.analyse(models, sentences, enc, "obj", "dep-head")

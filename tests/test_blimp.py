@@ -266,9 +266,9 @@ def test_accuracy_on_a_hand_made_case(monkeypatch):
         "m1": {"g0": -1, "b0": -2, "g1": -5, "b1": -3, "g2": -2, "b2": -2, "g3": -1, "b3": -9},  # A: 1/3 (tie loses), B: 1/1
         "m2": {"g0": -3, "b0": -2, "g1": -1, "b1": -3, "g2": -1, "b2": -2, "g3": -9, "b3": -1},  # A: 2/3, B: 0/1
     }
-    monkeypatch.setattr(blimp, "score_sentences", lambda model, prepared, *a, **k: model_scores[model])
+    monkeypatch.setattr(blimp, "score_prepared", lambda model, prepared, *a, **k: model_scores[model])
     prepared = blimp.Prepared(encoded={}, skipped={"": "empty sentence"}, counts=Counter(), tree_source={}, seconds=0.0)
-    report = blimp.evaluate(pairs, {"m1": "m1", "m2": "m2"}, prepared, dictionary=None)
+    report = blimp.evaluate_blimp(pairs, {"m1": "m1", "m2": "m2"}, prepared, dictionary=None)
     a, b = report["paradigms"]["A"], report["paradigms"]["B"]
     assert (a["pairs"], a["scored"], a["skipped"]) == (3, 3, 0) and (b["pairs"], b["scored"], b["skipped"]) == (2, 1, 1)
     assert a["accuracy"] == pytest.approx({"m1": 100 / 3, "m2": 200 / 3}) and b["accuracy"] == {"m1": 100.0, "m2": 0.0}
@@ -279,7 +279,7 @@ def test_accuracy_on_a_hand_made_case(monkeypatch):
     [skip] = report["skipped_pairs"]
     assert (skip["UID"], skip["pairID"], skip["sentences"][0]["which"], skip["sentences"][0]["reason"]) == \
         ("B", "1", "bad", "empty sentence")
-    md = blimp.markdown(report)
+    md = blimp.blimp_markdown(report)
     assert "| A | syntax | 3 | 0 | 33.3 | 66.7 |" in md and "| B | morphology | 2 | 1 | 100.0 | 0.0 |" in md
     assert "mean over 2 paradigms" in md and "skipped pairs: 1" in md
 

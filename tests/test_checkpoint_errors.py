@@ -157,6 +157,6 @@ def test_init_encoder_refuses_in_one_line(bad_checkpoints, tmp_path, kind, reaso
     else:
         path = bad_checkpoints[kind]
     with pytest.raises(CheckpointError) as err:
-        encoder_init.read_checkpoint(path, dictionary=None, dict_path="unused")
+        encoder_init.read_encoder_init(path, dictionary=None, dict_path="unused")
     msg = str(err.value)
     assert msg.startswith("--init-encoder") and f"{path}: " in msg and reason in msg and "\n" not in msg

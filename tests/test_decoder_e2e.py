@@ -13,7 +13,7 @@ from fairseq.data import data_utils
 sipe_fairseq.register()
 
 from sipe_fairseq.checkpoints import load_lm as load  # noqa: E402
-from sipe_fairseq.cli.eval_lm import evaluate  # noqa: E402
+from sipe_fairseq.cli.eval_lm import evaluate_lm  # noqa: E402
 from sipe_fairseq.modules.assembly import INJECTION_CHOICES  # noqa: E402
 from sipe_fairseq.modules.tag_embedding import FIRST_TAG_ID  # noqa: E402
 
@@ -52,7 +52,7 @@ def test_train_then_eval_lm(name, data_dir, trained):
                "--gen-subset", "valid", "--max-tokens", "1024", "--num-workers", "0"], data_dir.parent)
     bits = float(re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", out).group(1))
     assert valid and abs(float(valid[-1]) - bits) < 1.5e-3, (valid, bits)
-    ours = evaluate(str(ckpt), str(data_dir), "valid", max_tokens=1024)
+    ours = evaluate_lm(str(ckpt), str(data_dir), "valid", max_tokens=1024)
     assert abs(ours["lm"]["bits"] - bits) < 1e-3
     sees_tags = "none" not in name
     assert (ours["joint"]["nll"] > ours["lm"]["nll"]) == sees_tags

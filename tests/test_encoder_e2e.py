@@ -155,7 +155,7 @@ def test_word_start_check_counts_disagreements(data_dir):
     from sipe_fairseq.data.words import word_start_mask
 
     d = Dictionary.load(str(data_dir / "dict.txt"))
-    starts = word_start_mask(d)
+    starts = word_start_mask(d, specials=True).byte()
     assert check_word_starts(starts, str(data_dir), "valid", d) == {
         "positions": int(sum(int((t != d.eos()).sum()) for t in data_utils.load_indexed_dataset(str(data_dir / "valid"), None))),
         "words": sum(int((t >= FIRST_TAG_ID).sum())

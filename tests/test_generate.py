@@ -6,6 +6,7 @@ independent computation: a full forward over each finished hypothesis with the t
 whose anchors come from the training-side rule (``data/lm_dataset.tag_targets``).
 """
 import math
+import re
 import os
 import sys
 from pathlib import Path
@@ -299,19 +300,20 @@ def trained(tmp_path_factory):
     return data, save / "checkpoint_best.pt"
 
 
-def run(cmd, cwd, stdin=None):
+def run(cmd, cwd, stdin=None, with_log=False):
+    """stdout (``with_log``: then stderr, where the task logs the structure lines under fairseq's commands)."""
     proc = launcher.run(cmd, cwd=cwd, env=ENV, timeout=600, input=stdin)
     assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
+    return proc.stdout + proc.stderr if with_log else proc.stdout
 
 
 def tagged_lines(out):
+    """{kind: {id: text}} of fairseq's H lines and the TAGS/TREE lines the task logs (after the log prefix)."""
     rows = {}
     for line in out.splitlines():
-        head, _, rest = line.partition("\t")
-        kind, _, sid = head.partition("-")
-        if kind in ("H", "TAGS", "TREE"):
-            rows.setdefault(kind, {})[sid] = rest
+        found = re.match(r"(H)-(\S+)\t(.*)$", line) or re.search(r"\b(TAGS|TREE)-(\S+)\t(.*)$", line)
+        if found:
+            rows.setdefault(found.group(1), {})[found.group(2)] = found.group(3)
     return rows
 
 
@@ -323,7 +325,7 @@ def test_fairseq_generate_end_to_end(trained):
     out = run([BIN / "fairseq-generate", data, "--user-dir", PLUGIN, "--task", "hexatag_lm", "--path", ck,
                "--gen-subset", "test", "--sample-break-mode", "eos", "--tokens-per-sample", "64", "--prefix-size", "2",
                "--sampling", "--beam", "1", "--max-len-b", "30", "--seed", "3", "--batch-size", "8", "--num-workers", "0"],
-              data.parent)
+              data.parent, with_log=True)
     rows = tagged_lines(out)
     assert len(rows["H"]) == 40 and set(rows["TAGS"]) == set(rows["H"]) == set(rows["TREE"])
     for sid, tree in rows["TREE"].items():
@@ -338,7 +340,7 @@ def test_fairseq_interactive_end_to_end(trained):
     data, ck = trained
     out = run([BIN / "fairseq-interactive", data, "--user-dir", PLUGIN, "--task", "hexatag_lm", "--path", ck,
                "--bpe", "sentencepiece", "--sentencepiece-model", data / "spm.model", "--beam", "2",
-               "--max-len-b", "20", "--tokens-per-sample", "64"], data.parent, stdin="the dog\nthe cat saw\n")
+               "--max-len-b", "20", "--tokens-per-sample", "64"], data.parent, stdin="the dog\nthe cat saw\n", with_log=True)
     rows = tagged_lines(out)
     assert len(rows["TREE"]) == 2 and len(rows["H"]) == 2
     for tree in rows["TREE"].values():

@@ -254,9 +254,11 @@ def check_arcs_and_graph(arcs_text, graph_rows):
 def arc_blocks(out):
     """[(id, ARCS text, GRAPH rows)] in output order (a hypothesis's GRAPH rows follow its ARCS line)."""
     blocks = []
-    for line in out.splitlines():
-        kind, _, rest = line.partition("-")
-        sid, _, text = rest.partition("\t")
+    for line in out.splitlines():  # the task logs them: after the log prefix
+        found = re.search(r"\b(ARCS|GRAPH)-(\S+)\t(.*)$", line)
+        if not found:
+            continue
+        kind, sid, text = found.groups()
         if kind == "ARCS":
             blocks.append((sid, text, []))
         elif kind == "GRAPH":
@@ -298,11 +300,12 @@ def test_fairseq_generate_end_to_end(gilt_checkpoint, toy_data, decoding):
     assert n_arcs > 0
 
 
-def stdout_of(cmd, cwd=None, stdin=None):
-    """Run ``cmd`` (exit status 0 asserted) and return its stdout only."""
+def stdout_of(cmd, cwd=None, stdin=None, with_log=False):
+    """Run ``cmd`` (exit status 0 asserted) and return its stdout only (``with_log``: then its stderr, where the
+    task logs the ARCS/GRAPH lines under fairseq's commands, not interleaved)."""
     proc = launcher.run(cmd, cwd=cwd, input=stdin, env=ENV, timeout=600)
     assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
+    return proc.stdout + proc.stderr if with_log else proc.stdout
 
 
 def test_fairseq_interactive_end_to_end(gilt_checkpoint, toy_data):
@@ -310,7 +313,7 @@ def test_fairseq_interactive_end_to_end(gilt_checkpoint, toy_data):
     out = stdout_of([BIN / "fairseq-interactive", toy_data, "--user-dir", PLUGIN, "--task", "gilt_lm", "--path",
                      gilt_checkpoint, "--bpe", "sentencepiece", "--sentencepiece-model", toy_data / "spm.model", "--beam",
                      "2", "--max-len-b", "20", "--tokens-per-sample", "64", "--sample-break-mode", "eos"],
-                    stdin="the dog\nthe cat saw\n")
+                    stdin="the dog\nthe cat saw\n", with_log=True)
     blocks = arc_blocks(out)
     assert len(blocks) == 4 and len(re.findall(r"^H-", out, re.M)) == 2  # every beam hypothesis's arcs, the best's H
     for _, text, graph in blocks:

@@ -14,7 +14,8 @@ import sipe_fairseq
 from sipe_fairseq.data.gilt_dataset import block_graph, position_words
 from sipe_fairseq.models.gilt_lm import GiltConfig, GiltDecoder
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig
-from sipe_fairseq.modules.arc_scorer import arc_losses, sinusoid
+from sipe_fairseq.modules.arc_scorer import arc_losses
+from sipe_fairseq.modules.positional import sinusoid
 from sipe_fairseq.modules.tag_embedding import FIRST_TAG_ID
 import launcher
 from conftest import small_dictionary  # noqa: E402

@@ -481,7 +481,7 @@ def test_finetune_end_to_end(lm, glue_dirs):
         assert "loading pretrained model from" in log and "initialized fresh" in log
         valid = re.findall(rf"valid on 'valid' subset \|.* \| {logged} ([-\d.]+) \|", log)
         assert valid, log[-3000:]
-        rows[name] = row = glue_eval.evaluate(str(root / f"ck-{name}" / "checkpoint_last.pt"), str(glue_dirs[name]), "valid")
+        rows[name] = row = glue_eval.evaluate_glue(str(root / f"ck-{name}" / "checkpoint_last.pt"), str(glue_dirs[name]), "valid")
         assert row["task"] == glue_task("cola" if name == "syn" else name).name and row["n"] == (50 if name == "syn" else 4)
         assert abs(row[ours] - float(valid[-1])) <= 0.051, (name, row, valid)  # fairseq rounds to 0.1
     # the classifier learns a label decided by a word far from the final position it reads

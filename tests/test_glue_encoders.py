@@ -235,7 +235,7 @@ def test_finetune_end_to_end(pretrained):
         valid = re.findall(r"valid on 'valid' subset \|.* \| accuracy ([\d.]+) \|", log)
         assert len(valid) == 6, log[-3000:]
         ck = root / f"ft-{name}" / "checkpoint_last.pt"
-        row = glue_eval.evaluate(str(ck), str(data), "valid")
+        row = glue_eval.evaluate_glue(str(ck), str(data), "valid")
         assert row["n"] == 40 and abs(row["accuracy"] - float(valid[-1])) <= 0.051, (name, row, valid)
         assert row["accuracy"] >= 85, (name, row, valid)
         mlm, ft = (checkpoint_utils.load_checkpoint_to_cpu(str(p)) for p in (pretrained["ckpt"][name], ck))
@@ -250,7 +250,7 @@ def test_finetune_end_to_end(pretrained):
     state = torch.load(str(root / "ft-sipe_deberta" / "checkpoint_last.pt"), map_location="cpu", weights_only=False)
     state["extra_state"]["best"] = state["extra_state"]["val_loss"] = np.float64(55.5)
     torch.save(state, str(root / "numpy-best.pt"))
-    assert glue_eval.evaluate(str(root / "numpy-best.pt"), str(data), "valid")["n"] == 40
+    assert glue_eval.evaluate_glue(str(root / "numpy-best.pt"), str(data), "valid")["n"] == 40
     out = run([sys.executable, "-m", "sipe_fairseq.cli.eval", "glue", "--data", data, "--path",
                root / "ft-roberta" / "checkpoint_last.pt"], root)  # fairseq's roberta: argparse checkpoint
     assert re.search(r"rte valid \(n=40\): accuracy [\d.]+", out), out

@@ -12,7 +12,7 @@ from fairseq.data import Dictionary
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.cli.options import configure_progress
 from sipe_fairseq.eval import progress as P
-from sipe_fairseq.eval.prefix_scores import score_encoded
+from sipe_fairseq.eval.scoring import score_encoded_with_progress
 from sipe_fairseq.eval.scoring import token_logprobs
 from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS, encode
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel
@@ -45,7 +45,7 @@ def setup():
 
 def _run(model, d, encoded):
     lps = token_logprobs(model, encoded, d.eos(), d.pad(), batch_size=2)  # 3 batches
-    scores = score_encoded(model, encoded, "given", d, batch_sentences=2)
+    scores = score_encoded_with_progress(model, encoded, "given", d, batch_sentences=2)
     return lps, scores
 
 

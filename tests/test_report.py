@@ -159,7 +159,7 @@ def _chain_conllu(word_lists):
 
 
 def test_report_end_to_end_on_two_tiny_checkpoints(tmp_path, toy_corpus, toy_data, train_checkpoint):
-    from sipe_fairseq.cli.eval_lm import evaluate
+    from sipe_fairseq.cli.eval_lm import evaluate_lm
     from sipe_fairseq.data import toy_grammar as tg
     from sipe_fairseq.eval import syntaxgym as sg
 
@@ -196,9 +196,9 @@ def test_report_end_to_end_on_two_tiny_checkpoints(tmp_path, toy_corpus, toy_dat
     assert (none["injection"], none["first_layer"], pos["injection"], pos["first_layer"]) == ("none", None, "position", 2)
     assert report["settings"]["split"] == "test" and report["settings"]["trees"].startswith("conllu:")
 
-    # perplexities: the same numbers as sipe-eval-lm's evaluate(); no tags -> joint = conditional
+    # perplexities: the same numbers as sipe-eval-lm's evaluate_lm(); no tags -> joint = conditional
     for row, ck in ((none, ck_none), (pos, ck_pos)):
-        rows = evaluate(str(ck), str(data), "test")
+        rows = evaluate_lm(str(ck), str(data), "test")
         assert row["ppl"] == pytest.approx(rows["lm"]["ppl"], rel=1e-6)
         assert row["joint_ppl"] == pytest.approx(rows["joint"]["ppl"], rel=1e-6)
         assert row["ppl_word"] == pytest.approx(rows["lm.per_word"]["ppl"], rel=1e-6)

@@ -29,7 +29,8 @@ from sipe_fairseq.data import toy_grammar as tg  # noqa: E402
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID  # noqa: E402
 from sipe_fairseq.eval import blimp  # noqa: E402
 from sipe_fairseq.eval import syntaxgym as sg  # noqa: E402
-from sipe_fairseq.eval.prefix_scores import markdown_tag_sources, score_encoded, score_split_sources  # noqa: E402
+from sipe_fairseq.eval.prefix_scores import markdown_tag_sources, score_split_sources  # noqa: E402
+from sipe_fairseq.eval.scoring import score_encoded_with_progress  # noqa: E402
 from sipe_fairseq.structure.family import StructureOptions  # noqa: E402
 from sipe_fairseq.eval.scoring import token_logprobs  # noqa: E402
 from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS  # noqa: E402
@@ -161,7 +162,7 @@ def test_blimp_tag_sources_match_prefix_scores(toy):
     texts = list(prepared.encoded)
     encoded = [prepared.encoded[t] for t in texts]
     d = enc.dictionary
-    scores = score_encoded(model, encoded, "self", d, StructureOptions(placement=str(task.args.tag_head_placement)))
+    scores = score_encoded_with_progress(model, encoded, "self", d, StructureOptions(placement=str(task.args.tag_head_placement)))
     full = chosen_tags_logprobs(model, encoded, scores, d)
     for s, lp in zip(scores, full):
         assert s.logprob == pytest.approx(float(lp.sum()), abs=1e-4)
@@ -229,7 +230,7 @@ def test_syntaxgym_tag_sources_and_prefix_differences(toy, later_parser, tmp_pat
     sg.tree_and_encode(sentences, LaterWordsParser(), enc)
     d = enc.dictionary
     encoded = [s.encoded[:3] for s in sentences]
-    scores = score_encoded(model, encoded, "self", d, StructureOptions(placement=str(task.args.tag_head_placement)))
+    scores = score_encoded_with_progress(model, encoded, "self", d, StructureOptions(placement=str(task.args.tag_head_placement)))
     full = chosen_tags_logprobs(model, encoded, scores, d)
     checked = 0
     for s, lp in zip(sentences, full):
@@ -316,6 +317,6 @@ def test_tags_mass_in_eval_lm_and_blimp(toy, capsys):
     prepared = blimp.prepare(pairs, ConlluTrees(str(toy["trees"])), enc)
     texts = list(prepared.encoded)
     options = StructureOptions(placement=str(task.args.tag_head_placement), mass=0.5, top_pairs=3)
-    scores = score_encoded(model, [prepared.encoded[t] for t in texts], "mix:2", enc.dictionary, options)
+    scores = score_encoded_with_progress(model, [prepared.encoded[t] for t in texts], "mix:2", enc.dictionary, options)
     total = {t: s.logprob for t, s in zip(texts, scores)}
     assert report["overall"]["correct"]["pos [mix:2]"] == sum(total[p.good] > total[p.bad] for p in pairs)

@@ -12,7 +12,7 @@ sipe_fairseq.register()
 from sipe_fairseq.cli.preprocess import main as preprocess_main  # noqa: E402
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID  # noqa: E402
 from sipe_fairseq.checkpoints import load_tagger  # noqa: E402
-from sipe_fairseq.eval.tagger import evaluate  # noqa: E402
+from sipe_fairseq.eval.tagger import evaluate_tagger  # noqa: E402
 from sipe_fairseq.hexatag import decode, parse_tags  # noqa: E402
 
 from conftest import PLUGIN, TOY  # noqa: E402
@@ -54,16 +54,16 @@ class Oracle(torch.nn.Module):
 def test_evaluate(trained):
     data, ckpt = trained
     model, task = load_tagger(str(ckpt), str(data))
-    scores = evaluate(model, task, "test")
+    scores = evaluate_tagger(model, task, "test")
     assert scores["sentences"] == TOY["n_test"] == 40 and 0 <= scores["uas"] <= 100
     task.load_dataset("test")
     oracle = Oracle(task.datasets["test"], task.source_dictionary.pad())
-    perfect = evaluate(oracle, task, "test", batch_size=7)
+    perfect = evaluate_tagger(oracle, task, "test", batch_size=7)
     assert perfect["uas"] == 100.0 and perfect["exact_match"] == 100.0 and perfect["words"] == scores["words"]
 
 
 def test_sipe_eval_tagger_command(trained, tmp_path, capsys):
-    """``sipe-eval tagger`` prints the scores of :func:`evaluate` and writes them with ``--json``."""
+    """``sipe-eval tagger`` prints the scores of :func:`evaluate_tagger` and writes them with ``--json``."""
     import json
 
     from sipe_fairseq.cli.eval import main as eval_main

@@ -232,7 +232,7 @@ def check_dictionaries(dictionary, dict_path: str, encoder_dict_path: str, rows:
                          f"its token embedding only {rows} rows: wrong dictionary (see --init-encoder-dict)")
 
 
-def read_checkpoint(path: str, dictionary, dict_path: str, dict_override: str = "") -> EncoderInit:
+def read_encoder_init(path: str, dictionary, dict_path: str, dict_override: str = "") -> EncoderInit:
     """Spec and body weights of a ``hexatag_mlm`` (sipe_*) or fairseq ``roberta`` checkpoint; anything else
     raises :class:`CheckpointError` (one line)."""
     try:

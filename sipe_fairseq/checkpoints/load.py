@@ -67,20 +67,36 @@ def scoring_task(saved_name: Optional[str]) -> str:
     return "gilt_lm" if saved_name == "gilt_lm" else "hexatag_lm"
 
 
-def load_lm(path: str, data: str, context_window: int = 0):
+def saved_data_dir(path: str, saved_task: dict) -> str:
+    """The data directory a checkpoint's task was trained on, when it still holds a ``dict.txt``;
+    :class:`CheckpointError` naming what is missing otherwise."""
+    data = str(saved_task.get("data") or "").split(os.pathsep)[0]
+    if not data:
+        raise CheckpointError(f"checkpoint {path}: no data directory saved in it: pass the sipe-preprocess directory "
+                              "it was trained on (data=DIR, --data DIR)")
+    if not os.path.isfile(os.path.join(data, "dict.txt")):
+        raise CheckpointError(f"checkpoint {path}: its data directory {data} (saved in the checkpoint) has no dict.txt "
+                              "here: pass the sipe-preprocess directory it was trained on (data=DIR, --data DIR)")
+    return data
+
+
+def load_lm(path: str, data: Optional[str] = None, context_window: int = 0):
     """(model, task) for a checkpoint, scored on ``data``: a ``hexatag_lm`` task for decoders
     (``hexatag_lm`` and stock ``language_modeling`` checkpoints; ``gilt_lm`` for GiLT ones), a ``hexatag_mlm`` task for
     masked-LM encoders (``hexatag_mlm`` and stock ``masked_lm`` ones, e.g. fairseq ``roberta``),
     built from the checkpoint's own task settings; the encoder task's dictionary is ``dict.txt``
-    with ``<mask>`` appended, as in training."""
+    with ``<mask>`` appended, as in training. ``data`` None: the directory saved in the checkpoint
+    (:func:`saved_data_dir`). Weights that do not fit the data's dictionary raise :class:`CheckpointError`."""
     # lazy (heavy): importing sipe_fairseq.checkpoints stays light
     from fairseq import checkpoint_utils
     from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
     from omegaconf import OmegaConf
 
-    overrides = {"data": data}
-    state = read_checkpoint(path, overrides)  # registers the plugin's tasks (sipe_fairseq.register)
+    state = read_checkpoint(path, {"data": data} if data else None)  # registers the plugin's tasks (sipe_fairseq.register)
     saved = OmegaConf.to_container(state["cfg"]["task"], resolve=True)
+    if data is None:
+        data = saved_data_dir(path, saved)
+    overrides = {"data": data}
     name = scoring_task(saved.get("_name"))
     if context_window and name == "hexatag_mlm":
         raise ValueError(f"{path}: a masked-LM encoder ({saved['_name']} checkpoint) has no --context-window")
@@ -92,7 +108,14 @@ def load_lm(path: str, data: str, context_window: int = 0):
     cfg.data = data
     cfg.tokens_per_sample -= context_window  # as fairseq-eval-lm does
     task = task_cls.setup_task(cfg)
-    models, _ = checkpoint_utils.load_model_ensemble([path], arg_overrides=overrides, task=task, state=state)
+    try:
+        models, _ = checkpoint_utils.load_model_ensemble([path], arg_overrides=overrides, task=task, state=state)
+    except RuntimeError as e:
+        if "size mismatch" not in str(e):
+            raise
+        detail = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), "")
+        raise CheckpointError(f"checkpoint {path} does not fit the data directory {data} (another dictionary?): "
+                              f"{detail}") from None
     return models[0], task
 
 

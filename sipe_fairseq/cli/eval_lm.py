@@ -40,7 +40,7 @@ from sipe_fairseq.tasks.sipe_data import EvaluationError
 logger = logging.getLogger(__name__)
 
 
-def evaluate(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None, tags=None,
+def evaluate_lm(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None, tags=None,
              options=None, max_sentences=None, batch_sentences=256):
     """:func:`~sipe_fairseq.eval.scoring.score_split` of one checkpoint (loaded once by
     :func:`~sipe_fairseq.checkpoints.load.load_lm`); with ``tags`` (tag sources), also
@@ -113,7 +113,7 @@ def main(argv=None):
         options = StructureOptions(constrained=not args.tags_unconstrained, top_pairs=args.tags_top_pairs,
                                    abstain=args.tags_abstain, mass=args.tags_mass,
                                    count_beam=args.gilt_count_beam, count_rule=args.gilt_count_rule)
-        results = {name: evaluate(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size,
+        results = {name: evaluate_lm(path, args.data, args.gen_subset, args.context_window, args.max_tokens, args.batch_size,
                                   sources, options, args.tags_max_sentences, args.tags_batch_sentences)
                    for name, path in checkpoint_specs(args.path).items()}
         empty = [f"{name} [{source}]" for name, r in results.items() for source, row in (r.get("tag_sources") or {}).items()

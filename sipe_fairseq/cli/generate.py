@@ -39,19 +39,13 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
-import torch
-
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, load_lm
 from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.options import float_above, int_at_least
-from sipe_fairseq.data.arcs import per_word, tree_arcs
 from sipe_fairseq.data.encode import SentenceEncoder
-from sipe_fairseq.data.tag_dictionary import NOTAG_ID
-from sipe_fairseq.parsing import BackendLoadError, parse_each, resolve_parser, split_words
+from sipe_fairseq.parsing import BackendLoadError, resolve_parser
 from sipe_fairseq.parsing import get_parser as get_backend
-from sipe_fairseq.structure.family import is_gilt
-from sipe_fairseq.structure.generation import (WORD_MARK, StructuredSequenceGenerator, format_arcs, graph_rows,
-                                              hypothesis_words)
+from sipe_fairseq.structure.prompts import GenerationSettings, PromptError, build_generator, generate, parse_prompts
 
 logger = logging.getLogger(__name__)
 
@@ -81,12 +75,17 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+def settings_of(args) -> GenerationSettings:
+    return GenerationSettings(beam=args.beam, nbest=args.nbest, sampling=args.sampling, sampling_topk=args.sampling_topk,
+                              temperature=args.temperature, max_len=args.max_len, seed=args.seed,
+                              continue_word=getattr(args, "continue_word", False))
+
+
 def option_problem(args) -> Optional[str]:
     """The first option value argparse cannot check alone, as one line (None: all fine); no model is loaded."""
-    if args.nbest > args.beam:
-        return f"--nbest {args.nbest} is larger than --beam {args.beam}"
-    if args.sampling_topk == 0 or args.sampling_topk < -1:
-        return f"--sampling-topk {args.sampling_topk}: expected k >= 1 (or -1: all words)"
+    problem = settings_of(args).problem()
+    if problem:
+        return problem
     if args.prompt_tags is not None:
         try:
             resolve_parser(args.prompt_tags)  # the backend's name only: loading it may load a model
@@ -116,37 +115,8 @@ def read_prompts(name: str) -> List[str]:
     return [line.rstrip("\n") for line in io.StringIO(text, newline=None)]  # universal newlines, as text mode reads
 
 
-class PromptError(ValueError):
-    """A prompt that cannot be generated from (one line naming it): exit status 2."""
-
-
 def _name(prompts: str) -> str:
     return "<stdin>" if prompts == "-" else prompts
-
-
-def conllu_block(prompt: str, words: List[str], hypo: dict, nth: int, index: int) -> str:
-    lines = [f"# sent_id = {index + 1}.{nth + 1}", f"# prompt = {prompt}", f"# text = {' '.join(words)}",
-             f"# score = {float(hypo['positional_scores'].sum()):.4f}"]
-    if "arcs" in hypo:  # GiLT: a graph
-
-        lines.append(f"# arcs = {format_arcs(words, hypo)}")
-        return "\n".join(lines + graph_rows(words, hypo)) + "\n\n"
-    tags = hypo.get("tags")
-    if tags is not None:
-        lines.append("# tags = " + " ".join(f"{t}/{n}{'*' if o == 'prompt' else ''}"
-                                            for (t, n), o in zip(tags, hypo["tag_origin"])))
-    heads = hypo.get("heads")
-    for i, w in enumerate(words):
-        head = "_" if heads is None else str(heads[i])
-        rel = "_" if heads is None else ("root" if heads[i] == 0 else "dep")
-        misc = "_" if tags is None else f"Hexatag={tags[i][0]},{tags[i][1]}"
-        lines.append(f"{i + 1}\t{w}\t_\t_\t_\t_\t{head}\t{rel}\t_\t{misc}")
-    return "\n".join(lines) + "\n\n"
-
-
-def _words_of_plain(hypo, dictionary) -> List[str]:
-    text = "".join(dictionary[int(t)] for t in hypo["tokens"][:-1])
-    return [w for w in text.split(WORD_MARK) if w]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -184,72 +154,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def run(args, prompts: List[str], model, task, backend=None) -> int:
-    """Generate from every prompt (``backend``: the ``--prompt-tags`` parser, loaded); every prompt is
-    parsed, encoded and checked against the model's positions before the first is generated from."""
-    model.eval()
-    d = task.source_dictionary
-    encoder = SentenceEncoder(args.data, d)
+    """Generate from every prompt (``backend``: the ``--prompt-tags`` parser, loaded) and write one CoNLL-U
+    block per hypothesis (:func:`sipe_fairseq.structure.prompts.generate`: every prompt is parsed, encoded
+    and checked against the model's positions before the first is generated from)."""
     name = _name(args.prompts)
-    parses: List[Optional[tuple]] = [None] * len(prompts)
-    if backend is not None:
-        nonempty = [i for i, p in enumerate(prompts) if p.strip()]
-        for i, parse in zip(nonempty, parse_each(backend, [prompts[i] for i in nonempty])):
-            if isinstance(parse, Exception):
-                raise PromptError(f"{name}:{i + 1}: the parser failed on the prompt: {parse}")
-            parses[i] = parse
-    gen_args = argparse.Namespace(beam=args.beam, sampling=args.sampling, sampling_topk=args.sampling_topk,
-                                  temperature=args.temperature, max_len_a=0, max_len_b=args.max_len, min_len=1,
-                                  continue_word=getattr(args, "continue_word", False))
+    where = lambda index: f"{name}:{index + 1}"  # noqa: E731
+    parses = parse_prompts(backend, prompts, where) if backend is not None else None
+    settings = settings_of(args)
     try:
-        generator = task.build_generator([model], gen_args)
+        generator = build_generator(model, task, settings)
     except ValueError as e:  # a model that cannot choose the tags or arcs it reads (no tag heads, no arc scorer)
         logger.error(f"{args.path}: {e}")
         return CHECKPOINT_EXIT_STATUS
-    generator.print_structure = False
-
-    structured = isinstance(generator, StructuredSequenceGenerator)
-    limit = int(generator.max_len)  # the model's positions: fairseq's generator ends every hypothesis by then
-    encoded = []
-    for index, prompt in enumerate(prompts):  # all prompts checked before any output
-        words, heads = parses[index] if parses[index] is not None else (split_words(prompt), None)
-        tokens, terms, nts, _ = encoder.encode(words, heads)
-        n = len(tokens) - 1  # the prompt's tokens (without </s>), all forced: the continuation starts after them
-        room = limit - 1 - n  # fairseq: at most limit - 1 tokens before the final </s>
-        if room < 1:
-            raise PromptError(f"{name}:{index + 1}: prompt of {len(words)} words is {n} tokens; the model's {limit} "
-                              f"positions leave no room for a continuation (at most {limit - 2} prompt tokens); "
-                              "prompts are never cut")
-        if room < args.max_len:
-            logger.warning(f"{name}:{index + 1}: prompt of {n} tokens: at most {room} tokens generated after it, not "
-                           f"--max-len {args.max_len} (the model's {limit} positions)")
-        encoded.append((words, heads, tokens, terms, nts))
-    torch.manual_seed(args.seed)
+    results = generate(model, task, prompts, SentenceEncoder(args.data, task.source_dictionary), settings, parses,
+                       where, generator)
     out = sys.stdout
-    counts = {"prompts": 0, "hypotheses": 0, "trees": 0, "graphs": 0}
-    for index, prompt in enumerate(prompts):
-        words, heads, tokens, terms, nts = encoded[index]
-        eos = torch.tensor([d.eos()])
-        notag = torch.tensor([NOTAG_ID])
-        sample = {"id": torch.tensor([index]), "net_input": {
-            "src_tokens": torch.cat([eos, tokens[:-1]])[None], "src_lengths": torch.tensor([len(tokens)]),
-            "src_terminals": torch.cat([notag, terms[:-1]])[None], "src_nonterminals": torch.cat([notag, nts[:-1]])[None]}}
-        if heads is not None and is_gilt(model):  # the parse's tree as the prompt words' arcs
-            sample["prompt_arcs"] = [per_word(tree_arcs(heads), len(heads))]
-        # --max-len counts the tokens after the prompt (the structured generator adds the prompt's length;
-        # a plain LM's fairseq generator counts the forced prompt too)
-        generator.max_len_b = args.max_len if structured else len(tokens) - 1 + args.max_len
-        with torch.no_grad():
-            hypos = task.inference_step(generator, [model], sample)[0]
-        counts["prompts"] += 1
-        for nth, hypo in enumerate(hypos[:args.nbest]):
-            words_out = hypothesis_words(hypo, d) if "word_starts" in hypo else _words_of_plain(hypo, d)
-            out.write(conllu_block(prompt, words_out, hypo, nth, index))
-            counts["hypotheses"] += 1
-            counts["trees"] += int(hypo.get("heads") is not None)
-            counts["graphs"] += int("arcs" in hypo)
+    for per_prompt in results:
+        for continuation in per_prompt:
+            out.write(continuation.conllu())
     out.flush()
-    logger.info(f"prompts: {counts['prompts']}, hypotheses: {counts['hypotheses']}, with a tree: {counts['trees']}, "
-                f"with a graph: {counts['graphs']}")
     return 0
 
 

@@ -39,9 +39,19 @@ class SentenceEncoder:
                tags: Optional[Sequence[Tuple[str, str]]] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, List[int]]:
         """Returns ``(tokens, terminals, nonterminals, first_piece_positions)``; tags come from
         ``tags`` or from ``heads`` (projectivized if needed); with neither, every tag is ``<notag>``."""
+        return self._encode(self.pieces(words), heads, tags)[:4]
+
+    def encode_many(self, sentences: Sequence[Tuple[Sequence[str], Optional[Sequence[int]]]]) -> List[tuple]:
+        """:meth:`encode` of every ``(words, heads)``, with one sentencepiece call for all their distinct words;
+        each result also holds the heads the tags encode (projectivized if needed; None without heads)."""
+        cleaned = [[clean_word(w)[0] for w in words] for words, _ in sentences]
+        mapping, _ = segment_words([w for ws in cleaned for w in ws], self.sp)
+        return [self._encode([mapping[w] for w in ws], heads) for ws, (_, heads) in zip(cleaned, sentences)]
+
+    def _encode(self, pieces: List[List[str]], heads=None, tags=None):
+        used = None
         if tags is None and heads is not None:
-            tags, _, _ = encode_tree(list(heads))
-        pieces = self.pieces(words)
+            tags, used, _ = encode_tree(list(heads))
         toks, terms, nts, firsts = [], [], [], []
         for k, ps in enumerate(pieces):
             firsts.append(len(toks))
@@ -57,4 +67,4 @@ class SentenceEncoder:
         terms.append(NOTAG_ID)
         nts.append(NOTAG_ID)
         as_t = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
-        return as_t(toks), as_t(terms), as_t(nts), firsts
+        return as_t(toks), as_t(terms), as_t(nts), firsts, used

@@ -212,7 +212,7 @@ class Vocabulary:
 
 def vocabulary(dictionary, tag_dictionaries: Mapping[str, object], no_split: bool) -> Vocabulary:
     """A :class:`Vocabulary` from fairseq dictionaries (token, and kind -> tag dictionary)."""
-    starts = word_start_mask(dictionary, no_split).numpy().astype(bool)  # the masked-LM whole-word rule
+    starts = word_start_mask(dictionary, specials=True, no_split=no_split).numpy()  # the masked-LM whole-word rule
     starts[[dictionary.bos(), dictionary.pad(), dictionary.eos(), dictionary.unk()]] = False  # </s>, <unk>: checked apart
     return Vocabulary(len(dictionary), dictionary.eos(), dictionary.unk(), starts,
                       {k: len(d) for k, d in tag_dictionaries.items()})

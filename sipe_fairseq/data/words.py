@@ -8,9 +8,11 @@ rules around it:
   :data:`WORD_MARK`, so one word never becomes two text tokens;
 * each word is split into pieces on its own (:func:`segment_words`), so pieces never cross words; a
   word that yields no piece is written as ``[WORD_MARK]``;
-* a piece starts a word when it carries the mark (:func:`starts_word`); for masked-LM whole-word
-  masking and data validation, specials, fairseq's padding symbols, ``<mask>`` and, with
-  ``--no-split``, every piece count as word starts too (:func:`word_start_mask`).
+* a piece starts a word when it carries the mark (:func:`starts_word`); :func:`word_start_mask` is
+  that rule over a whole vocabulary, with one explicit choice for the symbols that are no piece
+  (``specials``): for masked-LM whole-word masking and data validation, specials, fairseq's padding
+  symbols and ``<mask>`` count as word starts (each is a word of its own) and, with ``--no-split``,
+  every piece; for generation none of them starts a word.
 """
 import re
 from typing import Dict, List, Sequence, Tuple
@@ -52,10 +54,16 @@ def segment_words(words: Sequence[str], sp=None, threads: int = 1) -> Tuple[Dict
     return out, n_none
 
 
-def word_start_mask(dictionary, no_split: bool = False) -> torch.Tensor:
-    """fairseq's ``mask_whole_words`` for a ``sipe-preprocess`` vocabulary: 1 where a token starts a
-    word -- specials, padding symbols, and pieces with the U+2581 mark (every piece with ``--no-split``)."""
-    return torch.ByteTensor([
-        int(no_split or i < dictionary.nspecial or starts_word(sym) or sym.startswith("madeupword")
-            or sym == "<mask>")
-        for i, sym in enumerate(dictionary.symbols)])
+def word_start_mask(dictionary, *, specials: bool, no_split: bool = False) -> torch.Tensor:
+    """(V,) bool: True where a symbol of ``dictionary`` starts a word: a piece with the U+2581 mark
+    (:func:`starts_word`; every symbol with ``no_split``, the ``--no-split`` data).
+
+    The rule for the symbols that are no piece (the dictionary's specials ``<s> <pad> </s> <unk>``,
+    fairseq's padding symbols ``madeupword*`` and ``<mask>``) is the caller's, stated at every call:
+    ``specials=True`` counts each as a word start, a word of its own (fairseq's ``mask_whole_words``
+    for masked-LM whole-word masking, and data validation); ``specials=False`` counts none (generation:
+    a word starts only at a marked piece, so ``</s>`` or ``<unk>`` never opens a word)."""
+    return torch.tensor([
+        no_split or starts_word(sym) or (specials and (i < dictionary.nspecial or sym.startswith("madeupword")
+                                                        or sym == "<mask>"))
+        for i, sym in enumerate(dictionary.symbols)], dtype=torch.bool)

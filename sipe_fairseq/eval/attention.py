@@ -37,7 +37,7 @@ from fairseq.models import FairseqEncoderModel
 
 from ..data.tag_dictionary import NOTAG_ID
 from ..hexatag import HexatagError
-from ..structure.family import structure_of, takes_tags
+from ..structure.family import family_of, takes_tags
 from .progress import progress
 from .tables import table
 
@@ -119,7 +119,7 @@ def sentence_attention(model, tokens: torch.Tensor, terms: torch.Tensor, nts: to
         src = torch.cat([tokens.new_tensor([dictionary.bos()]), tokens])
         a = torch.cat([terms.new_tensor([NOTAG_ID]), terms])
         b = torch.cat([nts.new_tensor([NOTAG_ID]), nts])
-        use_tags = structure_of(model.encoder) == "hexatags"
+        use_tags = family_of(model.encoder).reads_tags
     else:  # </s> x_1 .. x_n
         src = torch.cat([tokens.new_tensor([dictionary.eos()]), tokens[:-1]])
         a = torch.cat([terms.new_tensor([NOTAG_ID]), terms[:-1]])
@@ -197,7 +197,7 @@ def analyse(models: "OrderedDict[str, tuple]", sentences, encoder, relation: str
             "summary": summary, "arcs": arcs_out}
 
 
-def markdown(report: dict) -> str:
+def attention_markdown(report: dict) -> str:
     names = list(report["summary"])
     layers = "all" if report["layers"] is None else ",".join(map(str, report["layers"]))
     lines = [f"relation `{report['relation']}` ({report['direction']}), layers {layers}, heads averaged; "

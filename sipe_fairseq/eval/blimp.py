@@ -22,7 +22,7 @@ per model and source, named ``model`` for ``given`` and ``model [self]``, ``mode
 ``given`` = the tree source's tags, a parse of the whole sentence (default, the paper's protocol);
 ``self`` = the sentence's exact ``log q(x)`` with tags the model chooses from the prefix only;
 ``beam:K`` = the word-synchronous beam's lower bound on ``log p(x)`` (tags paid for), both from
-:func:`~sipe_fairseq.structure.scoring.score_sentences` (``--score`` applies to ``given`` only; the
+:func:`~sipe_fairseq.eval.scoring.score_sentence_batch` (``--score`` applies to ``given`` only; the
 tree source then only marks word starts, which ``--parser none`` takes from sentencepiece's U+2581).
 
 Masked-LM encoders (``hexatag_mlm`` checkpoints: ``sipe_roberta``, ``sipe_deberta``,
@@ -68,9 +68,9 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..hexatag import HexatagError, encode_tree
 from ..parsing import ParseError, normalize_text, parse_each, tree_source_stats
-from ..structure.family import StructureOptions, is_gilt
+from ..structure.family import StructureOptions
 from ..structure.sources import source_label
-from .prefix_scores import score_encoded, sources_for
+from .prefix_scores import sources_for
 from .progress import progress
 from .scoring import score_sentence_batch, too_long
 from .tables import table
@@ -261,36 +261,24 @@ def tag_head_placement(task) -> str:
     return str(getattr(getattr(task, "args", None), "tag_head_placement", "first_subword"))
 
 
-def score_sentences(model, prepared: Prepared, dictionary, batch_size: int = 64, joint: bool = False,
-                    placement: str = "first_subword") -> Dict[str, float]:
-    """``text -> log-likelihood`` for every prepared sentence that ``model`` can score (not the
-    :func:`unscorable` ones), longest first for even batches."""
+def score_prepared(model, prepared: Prepared, dictionary, source: str = "given", batch_size: int = 64,
+                   joint: bool = False, placement: str = "first_subword", count_beam: int = 5,
+                   width: Optional[Dict[str, float]] = None) -> Dict[str, float]:
+    """``text -> log-likelihood`` under tag ``source`` (``--tags``) for every prepared sentence that
+    ``model`` can score (not the :func:`unscorable` ones), longest first for even batches, through
+    :func:`~sipe_fairseq.eval.scoring.score_sentence_batch`: ``given`` = the tree source's tags
+    (``joint`` as ``--score``); ``self``/``beam:K`` = tags from the prefix only: the sentence's exact
+    ``log q(x)`` (self) or the beam's bound on ``log p(x)`` (already joint), decoders only. GiLT
+    checkpoints get graphs instead of tags under every source (given: the tree source's tree as arcs,
+    ``joint`` adding the arcs' cost; ``count_beam`` counts per beam hypothesis). ``width``: the beams' ``mass``
+    and ``top_pairs`` (:class:`~sipe_fairseq.structure.family.StructureOptions`)."""
     skip = unscorable(model, prepared)
     texts = sorted((t for t in prepared.encoded if t not in skip), key=lambda t: -len(prepared.encoded[t][0]))
     scores = score_sentence_batch(model, [prepared.encoded[t] for t in texts], dictionary, batch_size=batch_size,
-                                  joint=joint, placement=placement)
+                                  joint=joint, placement=placement, source=source,
+                                  options=StructureOptions(placement=placement, count_beam=count_beam, **(width or {})),
+                                  heads=[prepared.heads.get(t) for t in texts])
     return dict(zip(texts, scores))
-
-
-def score_sentences_tags(model, prepared: Prepared, dictionary, source: str = "given", batch_size: int = 64,
-                         joint: bool = False, placement: str = "first_subword", count_beam: int = 5,
-                         width: Optional[Dict[str, float]] = None) -> Dict[str, float]:
-    """:func:`score_sentences` under tag ``source`` (``--tags``): ``given`` = the tree source's
-    tags (:func:`score_sentences`, ``joint`` as ``--score``); ``self``/``beam:K`` = tags from the
-    prefix only: the sentence's exact ``log q(x)`` (self) or the beam's bound on ``log p(x)``
-    (already joint), decoders only. GiLT checkpoints get graphs instead of tags under every source
-    (given: the tree source's tree as arcs, ``joint`` adding the arcs' cost; ``count_beam`` counts per
-    beam hypothesis), all through :func:`~sipe_fairseq.structure.scoring.score_encoded`. ``width``: the
-    beams' ``mass`` and ``top_pairs`` (:class:`~sipe_fairseq.structure.family.StructureOptions`)."""
-    if source == "given" and not is_gilt(model):
-        return score_sentences(model, prepared, dictionary, batch_size, joint, placement)
-    skip = unscorable(model, prepared)
-    texts = [t for t in prepared.encoded if t not in skip]
-    heads = [prepared.heads.get(t) for t in texts]
-    scores = score_encoded(model, [prepared.encoded[t] for t in texts], source, dictionary,
-                           StructureOptions(placement=placement, count_beam=count_beam, **(width or {})), heads=heads,
-                           batch_sentences=batch_size)
-    return {t: (s.joint if joint and source == "given" else s.logprob) for t, s in zip(texts, scores)}
 
 
 def _row(meta: Optional[Dict[str, str]] = None) -> dict:
@@ -364,7 +352,7 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
             "skipped_pairs": skipped_pairs, "unscored_pairs": unscored_pairs, "per_pair": per_pair}
 
 
-def evaluate(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Prepared, dictionary,
+def evaluate_blimp(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Prepared, dictionary,
              batch_size: int = 64, joint: bool = False, placements: Optional[Dict[str, str]] = None,
              tags: Optional[Sequence[str]] = ("given",), count_beam: int = 5,
              width: Optional[Dict[str, float]] = None) -> dict:
@@ -380,8 +368,8 @@ def evaluate(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Pr
             t0 = time.perf_counter()
             label = source_label(name, source)
             unscored[label] = unscorable(model, prepared)
-            scores[label] = score_sentences_tags(model, prepared, dictionary, source, batch_size, joint, placement,
-                                                 count_beam, width)
+            scores[label] = score_prepared(model, prepared, dictionary, source, batch_size, joint, placement,
+                                           count_beam, width)
             seconds[label] = time.perf_counter() - t0
     report = compute_report(pairs, scores, prepared.skipped, unscored)
     report["seconds"] = {"trees": prepared.seconds, "scoring": seconds}
@@ -392,7 +380,7 @@ def _fmt(x: Optional[float]) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1f}"
 
 
-def markdown(report: dict) -> str:
+def blimp_markdown(report: dict) -> str:
     """One row per paradigm, per field and overall (pairs, paradigm mean); one column per model."""
     names = report["models"]
 

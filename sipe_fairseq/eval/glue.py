@@ -124,7 +124,7 @@ def predict(model, task, split: str = "valid", max_tokens: Optional[int] = 8192,
     return preds, targets
 
 
-def evaluate(path: str, data: Optional[str] = None, split: str = "valid", task_name: Optional[str] = None,
+def evaluate_glue(path: str, data: Optional[str] = None, split: str = "valid", task_name: Optional[str] = None,
              max_tokens: Optional[int] = 8192, batch_size: Optional[int] = None) -> Dict[str, object]:
     """Predict ``split`` and score it with the task's GLUE metric; returns a result row."""
     model, task = load_with_task(path, data)

@@ -1,5 +1,6 @@
-"""Whole splits and sentence sets scored under structure sources (``--tags given,self,beam:K``),
-summarized and tabulated: the aggregation around the structure engine (:mod:`sipe_fairseq.structure`).
+"""Whole splits scored under structure sources (``--tags given,self,beam:K``), summarized and
+tabulated: the aggregation around the structure engine (:mod:`sipe_fairseq.structure`). Sentence sets
+(BLiMP, SyntaxGym) are scored through :mod:`sipe_fairseq.eval.scoring`, the entry point for sentence scores.
 
 Every sentence is scored alone (a ``</s>`` starts it, as ``--sample-break-mode eos``). A row per
 source: perplexity per token and per word (words + ``</s>``), bits per token by position type, the
@@ -19,7 +20,6 @@ import os
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import torch
 from fairseq import utils
 from fairseq.data import data_utils
 
@@ -29,20 +29,18 @@ from ..data.arcs import decode_words
 from ..data.tag_dictionary import TAG_KINDS
 from ..data.tag_streams import load_tag_streams
 from ..hexatag.constrained import PAIRS
-from ..structure import scoring as engine
 from ..structure.arcs import flat_arcs
-from ..structure.family import StructureOptions, structure_of
+from ..structure.family import StructureOptions, family_named, family_of
 from ..structure.record import POSITION_TYPES, SentenceScore, joint_token_logprobs
 from ..structure.scoring import score_sentences
 from ..structure.sentences import prepare
 from .progress import progress
-from .scoring import token_logprobs
 from .tables import table
 
 
 def default_sources(model) -> List[str]:
     """The source when none is asked for: GiLT ``self`` (its own graph), others ``given``."""
-    return ["self"] if structure_of(model) == "arcs" else ["given"]
+    return [family_of(model).default_source]
 
 
 def sources_for(model, requested: Optional[Sequence[str]]) -> List[str]:
@@ -155,8 +153,8 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
     if max_sentences is not None:
         sentences = sentences[:max_sentences]
     gold = given_tags(sentences)
-    kind = structure_of(model)
-    if kind == "arcs" and any(s.arcs is None for s in sentences) and "given" in sources:
+    family = family_of(model)
+    if family.predicts_arcs and any(s.arcs is None for s in sentences) and "given" in sources:
         raise ValueError(f"split {split!r}: tag source 'given' for a GiLT model needs the data's {split}.arcs")
     limit = model.max_positions()
     limit = min(x for x in limit if x is not None) if isinstance(limit, (tuple, list)) else limit
@@ -164,14 +162,14 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
     d = task.source_dictionary
     results = {}
     common = dict(counts, longer_than_max_positions=longer, placement=options.placement,
-                  constrained=options.constrained, model=kind)
-    if kind == "arcs":
+                  constrained=options.constrained, model=family.name)
+    if family.predicts_arcs:
         common.update(count_beam=options.count_beam, count_rule=options.count_rule)
     elif options.top_pairs:
         common.update(top_pairs=options.top_pairs)
     if options.mass < 1.0:
         common.update(mass=options.mass)
-    if kind == "hexatags" and options.abstain:
+    if family.reads_tags and options.abstain:
         common.update(abstain=options.abstain)
     given_scores = None
     for source in sorted(sources, key=lambda x: x != "given"):  # given first: the beams' search errors need it
@@ -184,9 +182,9 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
         if any("abstained" in s.extra for s in scores):
             row["abstained_words"] = sum(s.extra.get("abstained", 0) for s in scores)
         row.update(common, seconds=time.time() - start)
-        if kind == "arcs" and source != "given":
+        if family.predicts_arcs and source != "given":
             row.update(arc_scores([s.extra["arcs"] for s in scores], [gold_arc_set(s.arcs) for s in sentences]))
-        if given_scores is not None and kind == "hexatags" and source.startswith("beam"):
+        if given_scores is not None and family.reads_tags and source.startswith("beam"):
             row.update(search_errors(given_scores, scores))
         results[source] = row
         if source == "given":
@@ -215,8 +213,13 @@ SHORT_LABELS = {"given": "given p(x\\|tags)", "given-joint": "given joint", "sel
 GILT_SHORT = {"given": "given p(x\\|G)"}
 
 
+def _predicts_arcs(row: dict) -> bool:
+    """Whether a score row is a GiLT model's (its ``model`` field: the family's name)."""
+    return family_named(row.get("model", "none")).predicts_arcs
+
+
 def _source_label(source: str, row: dict) -> Tuple[str, bool]:
-    gilt = row.get("model") == "arcs"
+    gilt = _predicts_arcs(row)
     if gilt and source in GILT_LABELS:
         return GILT_LABELS[source]
     if source in SOURCE_LABELS:
@@ -227,7 +230,7 @@ def _source_label(source: str, row: dict) -> Tuple[str, bool]:
 
 
 def _short_label(source: str, row: dict) -> str:
-    if row.get("model") == "arcs" and source in GILT_SHORT:
+    if _predicts_arcs(row) and source in GILT_SHORT:
         return GILT_SHORT[source]
     return SHORT_LABELS.get(source, source)
 
@@ -286,33 +289,3 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
                  "positions run per token (every hypothesis at every step)."
                  + (f" Sentences of no word, not scored: {empty}." if empty else ""))
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------ sentence sets
-def score_encoded(model, encoded, source: str, dictionary, options: Optional[StructureOptions] = None, heads=None,
-                  batch_sentences: int = 256) -> List[SentenceScore]:
-    """:func:`sipe_fairseq.structure.scoring.score_encoded` with a progress bar (``tags SOURCE``)."""
-    bar = progress(desc=f"tags {source}", unit=" sent", total=len(encoded))
-    try:
-        return engine.score_encoded(model, encoded, source, dictionary, options, heads, batch_sentences,
-                                    progress=bar.update)
-    finally:
-        bar.close()
-
-
-def sentence_logprob_fn(model, source: str, dictionary, options: Optional[StructureOptions] = None):
-    """A ``logprob_fn(model, encoded, eos, pad, batch_size, heads=None)`` returning per-token
-    log-probs (the signature of :func:`~sipe_fairseq.eval.scoring.token_logprobs`, which SyntaxGym
-    takes) under ``source``; beam rows are the running bound's increments, so a region's surprisal is
-    the difference of the prefix score at its boundaries. ``wants_heads``: GiLT's ``given`` needs trees."""
-    if structure_of(model) != "arcs" and source == "given":
-        return token_logprobs
-
-    def fn(model, encoded, eos, pad, batch_size, heads=None):
-        scores = score_encoded(model, encoded, source, dictionary, options, heads=heads, batch_sentences=batch_size)
-        return [torch.tensor(s.token_logprobs, dtype=torch.float64) for s in scores]
-
-    fn.wants_heads = structure_of(model) == "arcs"
-    return fn
-
-

@@ -337,7 +337,7 @@ def format_delta(x, is_baseline: bool = False) -> str:
     return f"{chr(0x2191) if x > 0 else chr(0x2193)} {x:+.2f}"
 
 
-def markdown(report: dict) -> str:
+def table2_markdown(report: dict) -> str:
     """Table 2's layout: model, then per metric its value and its Δ (%) against the baseline."""
     metrics = [Metric(c["key"], c["label"], c["higher_is_better"]) for c in report.get("columns") or []] or METRICS
     head = ["model"]
@@ -492,10 +492,10 @@ def _score_one(name: str, model, task, jobs: set, sources: list, inputs: ReportI
         for src in sources:
             label = source_label(name, src)
             scores.blimp_unscored[label] = blimp.unscorable(model, data.prepared)
-            scores.blimp_scores[label] = blimp.score_sentences_tags(model, data.prepared, data.encoder.dictionary, src,
-                                                                    inputs.batch_size, joint=inputs.blimp_score == "joint",
-                                                                    placement=blimp.tag_head_placement(task),
-                                                                    count_beam=inputs.gilt_count_beam)
+            scores.blimp_scores[label] = blimp.score_prepared(model, data.prepared, data.encoder.dictionary, src,
+                                                              inputs.batch_size, joint=inputs.blimp_score == "joint",
+                                                              placement=blimp.tag_head_placement(task),
+                                                              count_beam=inputs.gilt_count_beam)
         scores.blimp_seconds[name] = time.perf_counter() - t1
     if "syntaxgym" in jobs:
         d = data.encoder.dictionary

@@ -2,8 +2,13 @@
 
 * whole splits (perplexity, ``sipe-eval-lm``, Table 2's PPL): :func:`score_split`,
   :func:`summarize`, :func:`perplexity_markdown`;
-* single sentences (BLiMP, SyntaxGym, minimal pairs): :func:`token_logprobs`,
-  :func:`score_sentence_batch` (decoders left to right, encoders by pseudo-log-likelihood).
+* single sentences (BLiMP, SyntaxGym, minimal pairs): the entry point for sentence scores.
+  :func:`score_sentence_batch` gives whole-sentence scores (BLiMP, minimal pairs),
+  :func:`sentence_logprob_fn` per-token scores (SyntaxGym's regions), under any structure source:
+  ``given`` tags in plain forwards here (decoders left to right, encoders by
+  pseudo-log-likelihood), every other source (and a GiLT model's given graph) through the
+  structure engine (:func:`sipe_fairseq.structure.scoring.score_encoded`, with a progress bar:
+  :func:`score_encoded_with_progress`).
 
 Tag log-probabilities come from :func:`~sipe_fairseq.modules.tag_heads.tag_log_probs`.
 
@@ -36,8 +41,8 @@ the model dictionary's ``<mask>`` and its tags by ``<notag>``, exactly as traini
 forward pass (right-padded; padding is masked out of attention). Models that see no tags get none.
 
 :func:`score_sentence_batch` is the one entry point for whole-sentence scores used by the
-minimal-pair evaluations (BLiMP): it dispatches on the model kind (:func:`model_kind`) through
-:data:`SENTENCE_SCORERS`.
+minimal-pair evaluations (BLiMP): under ``given`` (a model that is not GiLT) it dispatches on the model
+kind (:func:`model_kind`) through :data:`SENTENCE_SCORERS`, otherwise to the structure engine.
 """
 import math
 from collections import defaultdict
@@ -53,7 +58,9 @@ from ..data.tag_dictionary import NOTAG_ID, TAG_HEADS
 from ..data.tag_timing import fixed_target_positions, time_sentence_streams
 from ..modules.arc_scorer import arc_losses
 from ..modules.tag_heads import tag_log_probs
-from ..structure.family import structure_of, takes_tags
+from ..structure.family import StructureOptions, family_of, takes_tags
+from ..structure.record import SentenceScore
+from ..structure.scoring import score_encoded
 from .progress import progress
 from .tables import table
 
@@ -67,7 +74,7 @@ def score_batches(model, batches: Iterable[dict], eos: int, pad: int) -> Dict[st
     """Sum NLLs (nats) over batches of a ``hexatag_lm`` dataset; returns sums and counts."""
     model.eval()
     use_tags = takes_tags(model)
-    inputs = {"src_tokens", "src_lengths"} | ({"src_words"} if structure_of(model) == "arcs" else set())  # GiLT's words
+    inputs = {"src_tokens", "src_lengths"} | ({"src_words"} if family_of(model).predicts_arcs else set())  # GiLT's words
     sums = defaultdict(float)
     for sample in progress(batches, desc="perplexity"):
         if "net_input" not in sample:
@@ -304,7 +311,7 @@ def pseudo_log_likelihoods(model, encoded: Sequence[Encoded], dictionary, batch_
     model.eval()
     enc = model.encoder
     mask = _mask_index(model, dictionary)
-    use_tags = structure_of(enc) == "hexatags"
+    use_tags = family_of(enc).reads_tags
     if use_tags and getattr(enc, "deprel", None) is not None:
         raise ValueError(f"{type(model).__name__} reads a deprel stream (--sipe-input-strategy "
                          f"{enc.cfg.sipe_input_strategy}); minimal-pair sentences are encoded without deprels")
@@ -410,12 +417,52 @@ SENTENCE_SCORERS: Dict[str, Callable[..., List[float]]] = {"decoder": decoder_se
 
 
 def score_sentence_batch(model, encoded: Sequence[Encoded], dictionary, batch_size: int = 32,
-                         joint: bool = False, placement: str = "first_subword") -> List[float]:
-    """Whole-sentence log-likelihood (nats) of each encoded sentence, by model kind: decoders
-    :func:`decoder_sentence_scores` (``batch_size`` sentences per pass), encoders the
-    pseudo-log-likelihood :func:`encoder_sentence_scores` (``batch_size`` masked copies per pass)."""
+                         joint: bool = False, placement: str = "first_subword", source: str = "given",
+                         options: Optional[StructureOptions] = None, heads=None) -> List[float]:
+    """Whole-sentence log-likelihood (nats) of each encoded sentence under structure ``source``.
+    ``given`` (a model that is not GiLT), by model kind: decoders :func:`decoder_sentence_scores`
+    (``batch_size`` sentences per pass), encoders the pseudo-log-likelihood :func:`encoder_sentence_scores`
+    (``batch_size`` masked copies per pass). Every other source, and a GiLT model's given graph (from
+    ``heads``: each sentence's tree), through the structure engine (:func:`score_encoded_with_progress`,
+    ``options``, default ``placement`` alone; ``batch_size`` sentences per batch): ``self``/``beam:K``
+    tags from the prefix only, the exact ``log q(x)`` (self) or the beam's bound on ``log p(x)``
+    (already joint); ``joint`` adds a GiLT given graph's arc cost."""
+    if source != "given" or family_of(model).predicts_arcs:
+        options = options or StructureOptions(placement=placement)
+        scores = score_encoded_with_progress(model, encoded, source, dictionary, options, heads, batch_size)
+        return [s.joint if joint and source == "given" else s.logprob for s in scores]
     kind = model_kind(model)
     if kind not in SENTENCE_SCORERS:
         raise NotImplementedError(f"no sentence scorer for {kind} models ({type(model).__name__}) "
                                   "(register one in SENTENCE_SCORERS)")
     return SENTENCE_SCORERS[kind](model, encoded, dictionary, batch_size=batch_size, joint=joint, placement=placement)
+
+
+# ---------------------------------------------------------------------------- structure sources
+def score_encoded_with_progress(model, encoded: Sequence[Encoded], source: str, dictionary,
+                                options: Optional[StructureOptions] = None, heads=None,
+                                batch_sentences: int = 256) -> List[SentenceScore]:
+    """:func:`sipe_fairseq.structure.scoring.score_encoded` with a progress bar (``tags SOURCE``)."""
+    bar = progress(desc=f"tags {source}", unit=" sent", total=len(encoded))
+    try:
+        return score_encoded(model, encoded, source, dictionary, options, heads, batch_sentences, progress=bar.update)
+    finally:
+        bar.close()
+
+
+def sentence_logprob_fn(model, source: str, dictionary, options: Optional[StructureOptions] = None):
+    """A ``logprob_fn(model, encoded, eos, pad, batch_size, heads=None)`` returning per-token
+    log-probs (the signature of :func:`token_logprobs`, which SyntaxGym takes) under ``source``; beam
+    rows are the running bound's increments, so a region's surprisal is the difference of the prefix
+    score at its boundaries. ``wants_heads``: GiLT's ``given`` needs trees."""
+    arcs = family_of(model).predicts_arcs
+    if not arcs and source == "given":
+        return token_logprobs
+
+    def fn(model, encoded, eos, pad, batch_size, heads=None):
+        scores = score_encoded_with_progress(model, encoded, source, dictionary, options, heads=heads,
+                                             batch_sentences=batch_size)
+        return [torch.tensor(s.token_logprobs, dtype=torch.float64) for s in scores]
+
+    fn.wants_heads = arcs
+    return fn

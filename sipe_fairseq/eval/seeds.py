@@ -194,7 +194,7 @@ def _score_order(score: str):
     return (suite, len(fixed) + (kind != "beam"), int(k) if k.isdigit() else 0, score)
 
 
-def markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:
+def seeds_markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:
     scores = []
     for group in table.values():
         scores += [s for s in group if s not in scores]

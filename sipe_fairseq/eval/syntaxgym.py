@@ -40,13 +40,14 @@ import logging
 
 from ..structure.family import StructureOptions
 from ..structure.sources import source_label
-from .prefix_scores import sentence_logprob_fn, sources_for
+from .prefix_scores import sources_for
+from .scoring import sentence_logprob_fn
 from .syntaxgym_formula import (EQUALITY_ATOL, EQUALITY_RTOL, MAX_DEPTH, BinOp, FormulaError, Neg, Node, Number,  # noqa: F401
                                 Ref, SyntaxGymError, evaluate_formula, parse_formula)
 from .syntaxgym_output import report_markdown  # noqa: F401
 from .syntaxgym_scoring import (critical_region, evaluate_suites, merge_reports, prefix_tag_differences,  # noqa: F401
-                                region_surprisals, region_token_spans, score_sentences)
-from .syntaxgym_suites import (Condition, Item, Prediction, Region, Sentence, Suite, encode_sentences,  # noqa: F401
+                                region_surprisals, region_token_spans, score_regions)
+from .syntaxgym_suites import (Condition, Item, Prediction, Region, Suite, SuiteSentence, encode_sentences,  # noqa: F401
                                find_suites, load_suite, parse_sentences, read_suites, sentences_of,
                                tree_and_encode)
 
@@ -57,7 +58,7 @@ def tag_source_columns(name: str, model, task, dictionary, sources, count_beam: 
     """``{column: (model, eos, pad, logprob_fn)}`` for :func:`evaluate_suites`: one column per tag
     source (:func:`~sipe_fairseq.structure.sources.source_label`; ``sources`` None: the model's default,
     given, for GiLT self), the per-token log-probs of
-    :func:`~sipe_fairseq.eval.prefix_scores.sentence_logprob_fn` at the checkpoint's own
+    :func:`~sipe_fairseq.eval.scoring.sentence_logprob_fn` at the checkpoint's own
     ``--tag-head-placement``: ``given`` = the parser's tags (GiLT: its tree as arcs), ``self`` =
     the model's own choice from the prefix, ``beam:K`` = the increments of the beam's running
     logsumexp (GiLT: ``count_beam`` counts per hypothesis), so a region's surprisal is the

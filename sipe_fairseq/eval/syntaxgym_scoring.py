@@ -6,25 +6,25 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .scoring import token_logprobs, too_long
 from .syntaxgym_formula import EQUALITY_ATOL, EQUALITY_RTOL, evaluate_formula
-from .syntaxgym_suites import Sentence, Suite
+from .syntaxgym_suites import SuiteSentence, Suite
 
 LN2 = math.log(2.0)
 
 
-def region_token_spans(sentence: Sentence) -> List[Tuple[int, int, int]]:
+def region_token_spans(sentence: SuiteSentence) -> List[Tuple[int, int, int]]:
     """``(region number, first token, end token)`` per region; the final ``</s>`` is in none."""
     toks, _, _, firsts = sentence.encoded
     bounds = list(firsts) + [len(toks) - 1]
     return [(num, bounds[a], bounds[b]) for num, a, b in sentence.condition.spans()]
 
 
-def region_surprisals(sentence: Sentence, logprobs) -> Dict[int, float]:
+def region_surprisals(sentence: SuiteSentence, logprobs) -> Dict[int, float]:
     """Region number -> summed ``-log2 p`` of its tokens, from natural-log token probabilities."""
     lp = [float(x) for x in logprobs]
     return {num: (0.0 - sum(lp[a:b])) / LN2 for num, a, b in region_token_spans(sentence)}  # empty: 0.0, not -0.0
 
 
-def score_sentences(model, sentences: Sequence[Sentence], eos: int, pad: int,
+def score_regions(model, sentences: Sequence[SuiteSentence], eos: int, pad: int,
                     batch_size: int = 32, logprob_fn: Optional[Callable] = None):
     """Region surprisals per sentence (``None`` with a reason for those it cannot score):
     returns ``(surprisals, failures)`` as lists aligned with ``sentences``. A ``logprob_fn`` with
@@ -44,7 +44,7 @@ def score_sentences(model, sentences: Sequence[Sentence], eos: int, pad: int,
 # ----------------------------------------------------------------------------- evaluation
 
 
-def evaluate_suites(suites: Sequence[Suite], sentences: Sequence[Sentence], models: Dict[str, Tuple[object, int, int]],
+def evaluate_suites(suites: Sequence[Suite], sentences: Sequence[SuiteSentence], models: Dict[str, Tuple[object, int, int]],
                     batch_size: int = 32, atol: float = EQUALITY_ATOL, rtol: float = EQUALITY_RTOL,
                     logprob_fn: Optional[Callable] = None) -> dict:
     """Score the (parsed, encoded) sentences under every model ``{name: (model, eos, pad)}`` (or a
@@ -57,7 +57,7 @@ def evaluate_suites(suites: Sequence[Suite], sentences: Sequence[Sentence], mode
     for name in names:
         spec = models[name]
         model, eos, pad, *own_fn = spec() if callable(spec) else spec  # (model, eos, pad[, logprob_fn of this column])
-        per_model[name] = score_sentences(model, sentences, eos, pad, batch_size, own_fn[0] if own_fn else logprob_fn)
+        per_model[name] = score_regions(model, sentences, eos, pad, batch_size, own_fn[0] if own_fn else logprob_fn)
         del model
     report = {"format": "sipe-syntaxgym/1", "models": names, "unit": "bits",
               "equality": {"atol": atol, "rtol": rtol}, "suites": {}, "items": [], "overall": {}}
@@ -127,7 +127,7 @@ def critical_region(suite: Suite) -> Optional[int]:
     return min(numbers) if numbers else None
 
 
-def _prefix(sentence: Sentence, critical: int):
+def _prefix(sentence: SuiteSentence, critical: int):
     """(words, tag pairs per word, parser heads per word or None) of the regions before ``critical``
     in the condition's order, or None when the condition lacks that region or the sentence has no
     encoding."""
@@ -152,7 +152,7 @@ def _common_prefix_differs(prefixes) -> bool:
     return False
 
 
-def prefix_tag_differences(suites: Sequence[Suite], sentences: Sequence[Sentence]) -> dict:
+def prefix_tag_differences(suites: Sequence[Suite], sentences: Sequence[SuiteSentence]) -> dict:
     """Items whose conditions have identical words before the critical region
     (:func:`critical_region`) but different given tags on them: with tags from a parse of the
     whole sentence the model sees information from the critical region and after.

@@ -143,7 +143,7 @@ def find_suites(paths: Sequence[Union[str, Path]]) -> List[Path]:
 
 
 @dataclass
-class Sentence:
+class SuiteSentence:
     """One (suite, item, condition): its words, tags source, and why it cannot be scored (if so)."""
     suite: str
     item: int
@@ -157,16 +157,16 @@ class Sentence:
         return self.condition.words
 
 
-def sentences_of(suites: Sequence[Suite]) -> List[Sentence]:
+def sentences_of(suites: Sequence[Suite]) -> List[SuiteSentence]:
     out = []
     for s in suites:
         for it in s.items:
             for c in it.conditions.values():
-                out.append(Sentence(s.name, it.number, c, failure=None if c.words else "empty sentence (no words)"))
+                out.append(SuiteSentence(s.name, it.number, c, failure=None if c.words else "empty sentence (no words)"))
     return out
 
 
-def parse_sentences(sentences: Sequence[Sentence], parser, batch_size: int = 256) -> None:
+def parse_sentences(sentences: Sequence[SuiteSentence], parser, batch_size: int = 256) -> None:
     """Set ``heads`` from ``parser.parse_words`` (``parser=None``: no tags). A batch the parser
     refuses (``ValueError`` such as :class:`~sipe_fairseq.parsing.base.ParseError`, or ``KeyError``
     from gold trees) is redone sentence by sentence; a sentence whose parse fails or is not one tree
@@ -207,7 +207,7 @@ def parse_sentences(sentences: Sequence[Sentence], parser, batch_size: int = 256
             s.heads = heads
 
 
-def encode_sentences(sentences: Sequence[Sentence], encoder) -> None:
+def encode_sentences(sentences: Sequence[SuiteSentence], encoder) -> None:
     """Encode every scorable sentence with a :class:`~sipe_fairseq.data.encode.SentenceEncoder`."""
     for s in sentences:
         if s.failure is None:
@@ -217,7 +217,7 @@ def encode_sentences(sentences: Sequence[Sentence], encoder) -> None:
                 s.failure = f"encoding error: {type(e).__name__}: {e}"
 
 
-def read_suites(paths: Sequence[Union[str, Path]]) -> Tuple[List[Suite], List[Sentence]]:
+def read_suites(paths: Sequence[Union[str, Path]]) -> Tuple[List[Suite], List[SuiteSentence]]:
     """The suites of files and directories (checked by :func:`load_suite`; names must differ) and
     their sentences (:func:`sentences_of`), before any parser or model is loaded."""
     suites = [load_suite(p) for p in find_suites(paths)]
@@ -230,7 +230,7 @@ def read_suites(paths: Sequence[Union[str, Path]]) -> Tuple[List[Suite], List[Se
     return suites, sentences
 
 
-def tree_and_encode(sentences: Sequence[Sentence], source, encoder) -> None:
+def tree_and_encode(sentences: Sequence[SuiteSentence], source, encoder) -> None:
     """Parse (a tree source without ``parse_words``, e.g. ``--parser none``, gives no tags) and encode."""
     parse_sentences(sentences, source if hasattr(source, "parse_words") else None)
     encode_sentences(sentences, encoder)

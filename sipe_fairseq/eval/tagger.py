@@ -14,7 +14,7 @@ from ..data.tag_dictionary import FIRST_TAG_ID, tag_names
 from ..hexatag import decode
 
 
-def evaluate(model, task, split: str, batch_size: int = 64) -> dict:
+def evaluate_tagger(model, task, split: str, batch_size: int = 64) -> dict:
     """UAS / exact match (constrained decoding) and unconstrained tag accuracies on ``split``."""
     task.load_dataset(split)
     ds = task.datasets[split]

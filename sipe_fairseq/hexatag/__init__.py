@@ -3,7 +3,7 @@
 >>> encode([3, 3, 0, 3, 3])
 [('l', 'L1'), ('l', 'R1'), ('r', 'L0'), ('r', 'L0'), ('r', 'EOS')]
 """
-from .conllu_io import Sentence, read_conllu
+from .conllu_io import ConlluSentence, read_conllu
 from .errors import ConlluError, HexatagError, NonProjectiveError, TreeError
 from .tags import EOS, NONTERMINALS, TERMINALS, decode, encode, encode_tree
 from .tree import check_tree, is_projective, nonprojective_arcs, projectivize
@@ -28,5 +28,5 @@ def parse_tags(line: str):
 __all__ = [
     "TERMINALS", "NONTERMINALS", "EOS", "encode", "decode", "encode_tree", "format_tags",
     "parse_tags", "check_tree", "is_projective", "nonprojective_arcs", "projectivize",
-    "read_conllu", "Sentence", "HexatagError", "TreeError", "NonProjectiveError", "ConlluError",
+    "read_conllu", "ConlluSentence", "HexatagError", "TreeError", "NonProjectiveError", "ConlluError",
 ]

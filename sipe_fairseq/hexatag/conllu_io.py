@@ -22,7 +22,7 @@ from .tree import check_tree
 
 
 @dataclass
-class Sentence:
+class ConlluSentence:
     words: List[str]
     heads: List[int]
     deprels: List[str]
@@ -64,7 +64,7 @@ def undecodable(line: str) -> Optional[str]:
     return None
 
 
-def parse_sentence(block: Union[str, Sequence[str]], path, start: int) -> Sentence:
+def parse_sentence(block: Union[str, Sequence[str]], path, start: int) -> ConlluSentence:
     """Parse one CoNLL-U sentence (a string or its lines) that starts at line ``start`` of ``path``."""
     lines = block.rstrip("\n").split("\n") if isinstance(block, str) else block
     words, heads, deprels, mwt, mwt_lines, empty, meta = [], [], [], [], [], 0, {}
@@ -123,11 +123,11 @@ def parse_sentence(block: Union[str, Sequence[str]], path, start: int) -> Senten
         check_tree(heads)
     except TreeError as e:
         raise ConlluError(path, start, f"invalid tree: {e}") from e
-    return Sentence(words, heads, deprels, start, meta.get("sent_id"), meta.get("text"), mwt, empty)
+    return ConlluSentence(words, heads, deprels, start, meta.get("sent_id"), meta.get("text"), mwt, empty)
 
 
-def read_conllu(source: Union[str, Path, io.TextIOBase]) -> Iterator[Sentence]:
-    """Yield :class:`Sentence` objects from a CoNLL-U file (or open text stream)."""
+def read_conllu(source: Union[str, Path, io.TextIOBase]) -> Iterator[ConlluSentence]:
+    """Yield :class:`ConlluSentence` objects from a CoNLL-U file (or open text stream)."""
     if isinstance(source, (str, Path)):
         with open(source, encoding="utf-8", errors="surrogateescape") as f:  # bad bytes: ConlluError with the line
             yield from read_conllu_lines(f, str(source))
@@ -135,6 +135,6 @@ def read_conllu(source: Union[str, Path, io.TextIOBase]) -> Iterator[Sentence]:
         yield from read_conllu_lines(source, getattr(source, "name", "<stream>"))
 
 
-def read_conllu_lines(lines: Iterable[str], path="<stream>") -> Iterator[Sentence]:
+def read_conllu_lines(lines: Iterable[str], path="<stream>") -> Iterator[ConlluSentence]:
     for start, block in sentence_blocks(lines):
         yield parse_sentence(block, path, start)

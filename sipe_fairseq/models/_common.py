@@ -1,12 +1,13 @@
 """Helpers shared by the model assemblies (not a registered module): the tag-input checks, the tag
 heads, the architecture presets and the parameter log."""
 import logging
+import os
 from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 
-from ..hexatag.errors import OptionError
+from ..hexatag.errors import CheckpointError, OptionError
 from ..modules import tag_head
 
 logger = logging.getLogger(__name__)
@@ -20,6 +21,20 @@ def log_parameters(name: str, body) -> None:
     n = sum(p.numel() for p in body.parameters())
     sipe = sum(p.numel() for k, p in body.named_parameters() if k.startswith(SIPE_PREFIXES) or "injections" in k)
     logger.info(f"{name}: {n:,} parameters ({sipe:,} SiPE: tag tables, fusion and projections)")
+
+
+class RefusesFairseqHub:
+    """fairseq's ``Model.from_pretrained(model_dir, checkpoint_file, data_name_or_path)`` builds a hub
+    interface whose ``score`` and ``generate`` know nothing of the tags or arcs these decoders read; it
+    refuses in one line naming ``sipe_fairseq.hub.load``, the interface that does (its model object sits
+    above the models, in the evaluation layer, so a model cannot return it)."""
+
+    @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", **kwargs):
+        path = os.path.join(str(model_name_or_path), str(checkpoint_file))
+        data = os.path.join(str(model_name_or_path), str(data_name_or_path))
+        raise CheckpointError(f"{cls.__name__}.from_pretrained: fairseq's hub interface cannot read this model's "
+                              f"structure; use sipe_fairseq.hub.load({path!r}, data={data!r})")
 
 
 def preset(args, **defaults) -> None:

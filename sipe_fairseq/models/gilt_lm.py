@@ -25,7 +25,7 @@ from fairseq.models import FairseqLanguageModel, register_model, register_model_
 
 from ..modules.arc_scorer import ArcScorer
 from ..modules.graph_term import GraphFeatureTables, attach_graph_terms
-from ._common import log_parameters, preset
+from ._common import RefusesFairseqHub, log_parameters, preset
 from .gilt_arcs import GiltArcsMixin, pair_values  # noqa: F401  (pair_values: the feature gather, also imported from here)
 from .sipe_lm import SiPEDecoder, SiPEDecoderConfig, sipe_txl_small, sipe_txl_tiny
 
@@ -131,7 +131,7 @@ class GiltDecoder(GiltArcsMixin, SiPEDecoder):
         return self.embed_tokens(tokens[:, -1]) * self.embed_scale
 
 
-class GiltLanguageModel(FairseqLanguageModel):
+class GiltLanguageModel(RefusesFairseqHub, FairseqLanguageModel):
     @classmethod
     def build_model(cls, args, task):
         decoder = GiltDecoder(args, task.target_dictionary)

@@ -43,7 +43,7 @@ from ..modules import tag_pair_classes
 from ..modules.arc_scorer import ArcScorer
 from .graph_key_attention import GraphKeyAttention
 from ..modules.graph_term import GraphFeatureTables, GraphFeatureTerm
-from ._common import check_tag_inputs, log_parameters, preset
+from ._common import RefusesFairseqHub, check_tag_inputs, log_parameters, preset
 from .gilt_arcs import GiltArcsMixin
 from .sipe_transformer_lm import _TaggedEmbedding
 
@@ -196,7 +196,7 @@ class GiltTransformerDecoder(GiltArcsMixin, TransformerDecoder):
 
 
 @register_model(MODEL, dataclass=GiltTransformerLMConfig)
-class GiltTransformerLanguageModel(TransformerLanguageModel):
+class GiltTransformerLanguageModel(RefusesFairseqHub, TransformerLanguageModel):
     @classmethod
     def build_model(cls, args, task):
         model = super().build_model(args, task)  # fairseq's embedding (and decoder, replaced)

@@ -149,8 +149,8 @@ class SiPEEncoder(FairseqEncoder):
 
     @property
     def needs_tags(self) -> bool:
-        """Whether the tags change its output (an injection): ``structure == "hexatags"``."""
-        return self.structure == "hexatags"
+        """Whether the tags change its output (an injection; then its ``structure`` is hexatags)."""
+        return self.tags is not None
 
     def upgrade_state_dict_named(self, state_dict, name):
         """A checkpoint saved before the DeBERTa-v3 table (``buckets`` rows, no recorded layout) gets

@@ -21,8 +21,8 @@ from ..hexatag.timing import TIMINGS, check_timing
 from ..modules import (SiPETransformerLayer, TagContext, WordAwareInput, attach_injections, kv_cache, parse_injection,
                        tag_pair_classes)
 from ..modules.assembly import INJECTION_CHOICES, TAG_TABLE_CHOICES, build_tag_tables, tag_context
-from ._common import (add_tag_logits, build_tag_heads, check_tag_inputs, log_parameters, preset, tag_heads_enabled,
-                      task_tag_timing)
+from ._common import (RefusesFairseqHub, add_tag_logits, build_tag_heads, check_tag_inputs, log_parameters, preset,
+                      tag_heads_enabled, task_tag_timing)
 from .classification import ClassificationHeadsMixin
 
 logger = logging.getLogger(__name__)
@@ -265,7 +265,7 @@ class SiPEDecoder(FairseqIncrementalDecoder):
         return self.cfg.max_target_positions or self.cfg.tokens_per_sample
 
 
-class _SiPELanguageModel(ClassificationHeadsMixin, FairseqLanguageModel):
+class _SiPELanguageModel(RefusesFairseqHub, ClassificationHeadsMixin, FairseqLanguageModel):
     """A decoder LM; with a registered classification head it also classifies sentences from the
     last non-pad position (``--task hexatag_sentence_prediction``, see :mod:`.classification`)."""
 

@@ -115,7 +115,7 @@ class SiPETaggerModel(BaseFairseqModel):
                              "the architecture is the checkpoint's)")
         dictionary = task.source_dictionary
         if init_path:
-            init = encoder_init.read_checkpoint(init_path, dictionary, task.dictionary_path,
+            init = encoder_init.read_encoder_init(init_path, dictionary, task.dictionary_path,
                                                 getattr(cfg, "init_encoder_dict", ""))
         else:  # +1: the body also sees <s>
             init = encoder_init.EncoderInit("", encoder_init.spec_from_arch(arch, len(dictionary), task.max_positions() + 1))

@@ -15,8 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..modules import HexatagEmbedding, tag_pair_classes
-from ._common import (add_tag_logits, build_tag_heads, check_tag_inputs, missing_tags_error, preset, tag_heads_enabled,
-                      task_tag_timing)
+from ._common import (RefusesFairseqHub, add_tag_logits, build_tag_heads, check_tag_inputs, missing_tags_error, preset,
+                      tag_heads_enabled, task_tag_timing)
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class SiPETransformerLMConfig(TransformerLanguageModelConfig):
 
 
 @register_model("sipe_transformer_lm", dataclass=SiPETransformerLMConfig)
-class SiPETransformerLanguageModel(TransformerLanguageModel):
+class SiPETransformerLanguageModel(RefusesFairseqHub, TransformerLanguageModel):
     """``transformer_lm`` + hexatag input injection (always on: use ``transformer_lm`` for none)."""
 
     @classmethod

@@ -25,15 +25,9 @@ import torch.nn.functional as F
 
 from ..data.graph_features import MAX_VALUE, N_FEATURES
 from .graph_term import FEATURE_DIM
+from .positional import sinusoid
 
 MAX_COUNT = 29
-
-
-def sinusoid(distance: torch.Tensor, dim: int) -> torch.Tensor:
-    """Transformer sinusoid of integer distances: (...,) -> (..., dim)."""
-    inv = 1.0 / (10000 ** (torch.arange(0, dim, 2, device=distance.device, dtype=torch.float32) / dim))
-    ang = distance.float()[..., None] * inv
-    return torch.cat([ang.sin(), ang.cos()], dim=-1)
 
 
 def _mlp(d_in, d_hidden, d_out):
@@ -196,4 +190,4 @@ def word_inputs(inner, tokens_embedded: torch.Tensor, word_pos: torch.Tensor, se
     return o * word[..., None].to(o.dtype)
 
 
-__all__ = ["ArcScorer", "MAX_COUNT", "arc_layer_indices", "arc_losses", "sinusoid", "word_inputs"]
+__all__ = ["ArcScorer", "MAX_COUNT", "arc_layer_indices", "arc_losses", "word_inputs"]

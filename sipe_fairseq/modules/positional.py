@@ -6,9 +6,11 @@ import torch.nn as nn
 
 
 def sinusoid(positions: torch.Tensor, dim: int) -> torch.Tensor:
-    """Sinusoidal vectors (len, dim) for (float) positions, [sin | cos] halves as in Transformer-XL."""
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, device=positions.device, dtype=torch.float) / dim))
-    angles = positions.float()[:, None] * inv_freq[None, :]
+    """The one sinusoid of the package: (...,) positions or distances (any dtype, computed in float32) ->
+    (..., dim) vectors of [sin | cos] halves, angle ``p / 10000^(2k/dim)`` for k < dim/2 (Transformer-XL's
+    relative term; GiLT's arc scorer's distances)."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, device=positions.device, dtype=torch.float32) / dim))
+    angles = positions.float()[..., None] * inv_freq
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 

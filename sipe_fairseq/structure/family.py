@@ -7,6 +7,9 @@
   ``sipe_transformer_lm``): they read hexatags (:class:`~.hexatags.HexatagPolicy`);
 * ``"none"``: every other left-to-right LM (``--sipe-injection none``, stock ``transformer_lm``).
 
+Code outside ``structure/`` never compares family names: it asks :func:`family_of` for the model's
+:class:`Family` (what the family reads, predicts and is scored with by default) or the policy itself.
+
 Every decoder (and encoder) declares what it is, with class (or instance) attributes read here only:
 ``structure`` (one of :data:`STRUCTURES`; a module that declares nothing, such as fairseq's own
 decoders, is ``"none"``) and ``takes_tags`` (its forward takes the hexatag streams ``src_terminals`` and
@@ -51,6 +54,41 @@ def takes_tags(model) -> bool:
 
 def is_gilt(model) -> bool:
     return structure_of(model) == "arcs"
+
+
+@dataclass(frozen=True)
+class Family:
+    """What callers outside ``structure/`` need to know of a model family (they never compare names).
+
+    ``name``: the declared structure (one of :data:`STRUCTURES`; the ``model`` field of score rows);
+    ``reads_tags``: the hexatag streams change its output (SiPE with an injection);
+    ``predicts_arcs``: GiLT: it reads graph features, predicts arcs (arc F1 against the gold graph) and
+    takes the words (``src_words``); its ``given`` structure is a tree's arcs, which only the structure
+    engine can feed (the graph features are built per prefix), so ``given`` needs the sentences' trees
+    and runs through :mod:`.scoring`, not one plain forward;
+    ``default_source``: the ``--tags`` source when none is asked for (GiLT ``self``: its own graph;
+    the others ``given``)."""
+    name: str
+    reads_tags: bool
+    predicts_arcs: bool
+    default_source: str
+
+
+FAMILIES = {"hexatags": Family("hexatags", reads_tags=True, predicts_arcs=False, default_source="given"),
+            "arcs": Family("arcs", reads_tags=False, predicts_arcs=True, default_source="self"),
+            "none": Family("none", reads_tags=False, predicts_arcs=False, default_source="given")}
+
+
+def family_of(model) -> Family:
+    """The :class:`Family` of a decoder LM (its decoder's declaration) or of a module itself (an encoder)."""
+    return FAMILIES[structure_of(model)]
+
+
+def family_named(name: str) -> Family:
+    """The :class:`Family` of a structure name recorded in a score row (``row["model"]``)."""
+    if name not in FAMILIES:
+        raise ValueError(f"structure {name!r}: not one of {STRUCTURES}")
+    return FAMILIES[name]
 
 
 def policy_for(model, options: StructureOptions = None, needs_heads: bool = True):

@@ -21,7 +21,7 @@ Its decoder keeps the family's :class:`~.policy.StructurePolicy` (the same one t
 Each finished hypothesis gets ``word_starts`` (indices into ``tokens``) and, per word, its structure
 and origin (``model``/``prompt``): SiPE ``tags``, ``tag_origin``, ``tag_logprobs`` and ``heads`` (the
 tree, None if the tags do not form one); GiLT ``arcs``, ``arc_origin``, ``arc_counts``,
-``arc_count_logprobs``. :meth:`StructureChoosingDecoder.output_lines` prints them
+``arc_count_logprobs``. :meth:`StructureChoosingDecoder.output_lines` formats them
 (``TAGS-``/``TREE-`` or ``ARCS-``/``GRAPH-`` lines).
 """
 import logging
@@ -34,7 +34,7 @@ from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel
 from fairseq.sequence_generator import SequenceGenerator
 
 from ..data.tag_dictionary import FIRST_TAG_ID
-from ..data.words import WORD_MARK, starts_word
+from ..data.words import WORD_MARK, word_start_mask
 from ..hexatag import decode
 from ..hexatag.constrained import is_valid
 from ..hexatag.tags import NONTERMINALS, TERMINALS
@@ -44,12 +44,6 @@ from .sentences import PAIR_INDEX
 
 logger = logging.getLogger(__name__)
 MODEL, PROMPT = 1, 2  # structure origin per word
-
-
-def word_start_mask(dictionary) -> torch.Tensor:
-    """(V,) bool: the symbols whose piece starts a word (:func:`~sipe_fairseq.data.words.starts_word`; no special
-    symbol does, unlike the masked-LM's whole-word mask)."""
-    return torch.tensor([starts_word(dictionary[i]) for i in range(len(dictionary))], dtype=torch.bool)
 
 
 def hypothesis_words(hypo: dict, dictionary) -> List[str]:
@@ -81,7 +75,7 @@ class StructureChoosingDecoder(FairseqIncrementalDecoder):
             raise ValueError("this model reads no structure: generate with it directly")
         policy_for(model, self.options)  # ValueError now (no tag heads, no arc scorer), not at the first step
         self.sample_structure, self.continue_word = sample_structure, continue_word
-        self.register_buffer("starts_word", word_start_mask(dictionary), persistent=False)
+        self.register_buffer("starts_word", word_start_mask(dictionary, specials=False), persistent=False)
         self.eos = dictionary.eos()
         self.max_len: Optional[int] = None  # set per batch by StructuredSequenceGenerator
         self.prompt = None  # the next batch's (prefix tokens, per sentence per word given structure)
@@ -247,7 +241,7 @@ class StructureChoosingDecoder(FairseqIncrementalDecoder):
                 "arc_count_logprobs": count_lp}
 
     def output_lines(self, hypo: dict, dictionary) -> List[Tuple[str, str]]:
-        """``(kind, text)`` lines printed for a finished hypothesis (``KIND-<id>\\ttext``)."""
+        """``(kind, text)`` lines logged for a finished hypothesis (``KIND-<id>\\ttext``)."""
         words = hypothesis_words(hypo, dictionary)
         if self.structure == "arcs":
             return [("ARCS", format_arcs(words, hypo))] + [("GRAPH", r) for r in graph_rows(words, hypo)]
@@ -331,7 +325,7 @@ def wrap_for_generation(models, dictionary, placement: str, sample_structure: bo
     return out, any(isinstance(m, StructureChoosingLM) for m in out)
 
 
-# ---------------------------------------------------------------------- printed forms
+# ---------------------------------------------------------------------- text forms
 def format_tags(words: List[str], hypo: dict) -> List[str]:
     """``word/terminal,non-terminal`` per word (``*`` marks prompt tags) and the tree's heads."""
     tags = " ".join(f"{w}/{t},{n}{'*' if o == 'prompt' else ''}"

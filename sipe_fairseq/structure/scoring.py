@@ -1,4 +1,7 @@
-"""Sentences in, :class:`~.record.SentenceScore` out: every caller's entry to the structure engine.
+"""Sentences in, :class:`~.record.SentenceScore` out under a structure source: the structure engine's
+scoring interface. Evaluation reaches it through the entry point for sentence scores,
+:mod:`sipe_fairseq.eval.scoring` (BLiMP, SyntaxGym), and through :mod:`sipe_fairseq.eval.prefix_scores`
+(whole splits); ``fairseq-eval-lm --inference-tags`` through :mod:`.inference`.
 
 Sentences are sorted by length and scored ``batch_sentences`` at a time (:func:`.search.search`: every
 hypothesis of every sentence of a batch through one decoder call per position). A larger batch runs
@@ -101,7 +104,8 @@ def sentences_from_encoded(encoded, dictionary, eos: int, heads=None) -> List[Se
 
 def score_encoded(model, encoded, source: str, dictionary, options: Optional[StructureOptions] = None, heads=None,
                   batch_sentences: int = 256, **kwargs) -> List[SentenceScore]:
-    """:func:`score_sentences` over ``(tokens, terminals, nonterminals)`` sentences (BLiMP, SyntaxGym)."""
+    """:func:`score_sentences` over ``(tokens, terminals, nonterminals)`` sentences (BLiMP, SyntaxGym, through
+    :func:`sipe_fairseq.eval.scoring.score_sentence_batch` and :func:`~sipe_fairseq.eval.scoring.sentence_logprob_fn`)."""
     sentences = sentences_from_encoded(encoded, dictionary, dictionary.eos(), heads)
     return score_sentences(model, sentences, source, options, dictionary.eos(), dictionary.pad(), batch_sentences,
                            **kwargs)

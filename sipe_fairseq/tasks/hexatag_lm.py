@@ -116,9 +116,11 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """``language_modeling``'s step; the prompt keeps the structure the sample brings (a tagged
-        model: the data's tags), and each hypothesis's structure is printed: ``TAGS-<id>``/``TREE-<id>``
+        model: the data's tags). Each hypothesis carries the structure the model chose (see
+        :mod:`sipe_fairseq.structure.generation`), and its lines are logged (INFO, this module's logger;
+        under ``fairseq-generate`` and ``fairseq-interactive`` on stderr): ``TAGS-<id>``/``TREE-<id>``
         (SiPE) or ``ARCS-<id>`` and one ``GRAPH-<id>`` row per word (GiLT)
-        (``generator.print_structure = False`` silences them)."""
+        (``generator.log_structure = False``: not logged). Nothing is printed."""
         if not isinstance(generator, StructuredSequenceGenerator):
             return super().inference_step(generator, models, sample, prefix_tokens, constraints)
         bos = self.source_dictionary.bos() if getattr(self.args, "add_bos_token", False) else self.source_dictionary.eos()
@@ -134,12 +136,13 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
             if str(e).startswith("generation:"):
                 raise OptionError(str(e)) from e
             raise
-        if getattr(generator, "print_structure", True):
+        if getattr(generator, "log_structure", True):
             for i, beam in enumerate(hypos):
                 sid = int(sample["id"][i]) if "id" in sample else i
                 for j, hypo in enumerate(beam):
                     tag = f"{sid}" if len(beam) == 1 else f"{sid}.{j}"
-                    print("\n".join(f"{kind}-{tag}\t{text}" for kind, text in wrapper.output_lines(hypo, self.target_dictionary)))
+                    for kind, text in wrapper.output_lines(hypo, self.target_dictionary):
+                        logger.info(f"{kind}-{tag}\t{text}")
         return hypos
 
     no_window_reason = None  # blocks longer than the model's positions: scored in windows unless a subclass says why not

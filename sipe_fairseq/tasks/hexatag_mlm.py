@@ -87,7 +87,7 @@ class HexatagMaskedLMTask(SiPEDataMixin, MaskedLMTask):
     def whole_word_mask(self, data_path, split):
         """``--mask-whole-words``: word starts from the vocabulary (sentencepiece's U+2581; every token
         for ``--no-split`` data, read from manifest.json), checked against the split's tag streams."""
-        starts = word_start_mask(self.source_dictionary, expectations(data_path, split).no_split)
+        starts = word_start_mask(self.source_dictionary, specials=True, no_split=expectations(data_path, split).no_split).byte()
         check = check_word_starts(starts, data_path, split, self.source_dictionary)
         if check["differ"]:
             logger.warning(f"{split}: --mask-whole-words: at {check['differ']} of {check['positions']} positions the "

@@ -12,8 +12,8 @@ from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
 from sipe_fairseq.cli.options import add_data_argument, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import attention
-from sipe_fairseq.eval.attention import (DIRECTIONS, AttentionAnalysisError, is_encoder, analyse, markdown, parse_layers,
-                                         plot_sentence, relation_arcs, sentence_attention, word_spans)
+from sipe_fairseq.eval.attention import (DIRECTIONS, AttentionAnalysisError, is_encoder, analyse, attention_markdown,
+                                         parse_layers, plot_sentence, relation_arcs, sentence_attention, word_spans)
 from sipe_fairseq.hexatag import HexatagError
 from sipe_fairseq.hexatag.conllu_io import read_conllu
 
@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
         models[name] = (model, not is_encoder(model))
     report = analyse(models, sentences, encoder, args.relation, args.direction, layers, args.max_sentences)
     report.update(data=args.data, conllu=args.conllu, checkpoints=checkpoints)
-    print(markdown(report), end="")
+    print(attention_markdown(report), end="")
     if args.plot:
         visible = [r["sentence"] for r in report["arcs"] if all(v is not None for v in r["mass"].values())]
         k = args.plot_sentence if args.plot_sentence is not None else (visible[0] if visible else None)

@@ -14,7 +14,7 @@ from sipe_fairseq.cli.options import (add_count_beam_argument, add_data_argument
                                       width_line, width_of)
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import blimp
-from sipe_fairseq.eval.blimp import (USAGE_ERROR, BlimpPair, add_metadata, evaluate, log_excluded, markdown,
+from sipe_fairseq.eval.blimp import (USAGE_ERROR, BlimpPair, add_metadata, blimp_markdown, evaluate_blimp, log_excluded,
                                      nothing_scored, prepare, read_blimp, tag_head_placement)
 from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args
 from sipe_fairseq.structure.sources import parse_sources as parse_tag_sources
@@ -92,9 +92,9 @@ def _run(args: argparse.Namespace, checkpoints: Dict[str, str], pairs: List[Blim
         models[name] = model
         placements[name] = tag_head_placement(task)
     try:
-        report = evaluate(pairs, models, prepared, encoder.dictionary, args.batch_size, joint=args.score == "joint",
-                          placements=placements, tags=args.tag_sources, count_beam=getattr(args, "gilt_count_beam", 5),
-                          width=width_of(args))
+        report = evaluate_blimp(pairs, models, prepared, encoder.dictionary, args.batch_size, joint=args.score == "joint",
+                                placements=placements, tags=args.tag_sources, count_beam=getattr(args, "gilt_count_beam", 5),
+                                width=width_of(args))
     except ValueError as e:  # e.g. --tags self with an encoder or a model without tag heads
         logger.error("%s", e)
         return USAGE_ERROR
@@ -103,7 +103,7 @@ def _run(args: argparse.Namespace, checkpoints: Dict[str, str], pairs: List[Blim
     report["tags"] = list(args.tag_sources) if args.tag_sources else "default (given; GiLT: self)"
     report["tag_width"] = width_of(args)
     log_excluded(report, args.show_skipped)
-    table = markdown(report) + width_line(args.tag_sources, report["tag_width"])
+    table = blimp_markdown(report) + width_line(args.tag_sources, report["tag_width"])
     print(table, end="")
     if args.markdown:
         Path(args.markdown).write_text(table, encoding="utf-8")

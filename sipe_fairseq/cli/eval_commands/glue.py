@@ -7,7 +7,7 @@ import shlex
 
 from sipe_fairseq.checkpoints.model_flags import model_flags
 from sipe_fairseq.eval import glue
-from sipe_fairseq.eval.glue import evaluate
+from sipe_fairseq.eval.glue import evaluate_glue
 
 HELP = "GLUE metric of a fine-tuned hexatag_sentence_prediction checkpoint (or --model-flags of a pre-trained one)"
 DESCRIPTION = glue.__doc__
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     if args.model_flags:
         print(" ".join(shlex.quote(f) for f in model_flags(args.path)))
         return 0
-    row = evaluate(args.path, args.data, args.split, args.task_name, args.max_tokens, args.batch_size)
+    row = evaluate_glue(args.path, args.data, args.split, args.task_name, args.max_tokens, args.batch_size)
     if args.json:
         print(json.dumps(row, sort_keys=True))
     else:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sipe_fairseq.cli.options import add_count_beam_argument, float_at_least, int_at_least
 from sipe_fairseq.eval import report as report_engine
-from sipe_fairseq.eval.report import ReportError, ReportInputs, build_report, markdown
+from sipe_fairseq.eval.report import ReportError, ReportInputs, build_report, table2_markdown
 from sipe_fairseq.eval.syntaxgym import EQUALITY_ATOL, EQUALITY_RTOL, SyntaxGymError
 from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args
 
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     except (ReportError, SyntaxGymError) as e:
         logger.error("%s", e)
         return 2
-    table = markdown(report)
+    table = table2_markdown(report)
     print(table, end="")
     if args.markdown:
         Path(args.markdown).write_text(table, encoding="utf-8")

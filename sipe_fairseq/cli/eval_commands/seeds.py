@@ -6,7 +6,7 @@ import logging
 
 from sipe_fairseq.eval import seeds
 from sipe_fairseq.cli.options import int_at_least
-from sipe_fairseq.eval.seeds import SeedsError, aggregate, compare, markdown, markdown_paired, read_reports
+from sipe_fairseq.eval.seeds import SeedsError, aggregate, compare, markdown_paired, read_reports, seeds_markdown
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     except SeedsError as e:
         logger.error("%s", e)
         return 2
-    text = markdown(table, args.per)
+    text = seeds_markdown(table, args.per)
     if paired is not None:
         text += "\n\n" + markdown_paired(paired, args.baseline, args.per)
         table = {"groups": table, "paired": {"baseline": args.baseline, "rows": paired}}

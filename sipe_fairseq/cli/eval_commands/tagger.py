@@ -8,7 +8,7 @@ import torch
 
 from sipe_fairseq.checkpoints.load import load_tagger
 from sipe_fairseq.eval import tagger
-from sipe_fairseq.eval.tagger import evaluate
+from sipe_fairseq.eval.tagger import evaluate_tagger
 
 HELP = "UAS / exact match of a sipe_tagger"
 DESCRIPTION = tagger.__doc__
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     model, task = load_tagger(args.path, args.data)
-    scores = evaluate(model, task, args.split, args.batch_size)
+    scores = evaluate_tagger(model, task, args.split, args.batch_size)
     print(f"{args.split}: sentences {scores['sentences']}, words {scores['words']}, "
           f"UAS {scores['uas']:.2f}, exact match {scores['exact_match']:.2f}")
     if args.json:
