@@ -228,3 +228,27 @@ def test_branching_reorders_match_full_forward(dictionary, position, injection, 
                 tokens, terms, nts = tokens[:, :end], terms[:, :end], nts[:, :end]
                 shared_seen |= any(kv_cache.is_shared(c) for c in state.values() if isinstance(c, dict))
     assert shared_seen
+
+
+def test_many_rows_without_a_prefix_beside_a_shared_one(dictionary, monkeypatch):
+    """A branching reorder of a short cache (own positions <= OWN_LIMIT) leaves most rows without a
+    shared prefix: more of them than any prefix has children (a batch of sentences, one branching).
+    The next steps still equal a full forward of the rows' sequences (a row without a prefix once read
+    a slot past its prefix group's width: IndexError)."""
+    from sipe_fairseq.modules import kv_cache
+
+    monkeypatch.setattr(kv_cache, "SHARE_FROM", 0)
+    model = build(dictionary, "relative", "position")
+    tokens, terms, nts, _ = make_batch(dictionary, lengths=(6,) * 6)
+    state = {}
+    with torch.no_grad():
+        model(tokens[:, :2], src_terminals=terms[:, :2], src_nonterminals=nts[:, :2], incremental_state=state)
+        order = torch.tensor([0, 0, 1, 2, 3, 4, 5])
+        model.reorder_incremental_state(state, order)
+        assert any(kv_cache.is_shared(c) for c in state.values() if isinstance(c, dict))
+        tokens, terms, nts = tokens[order], terms[order], nts[order]
+        for end in (3, 4):
+            y, _ = model(tokens[:, :end], src_terminals=terms[:, :end], src_nonterminals=nts[:, :end],
+                         incremental_state=state)
+            fy, _ = model(tokens[:, :end], src_terminals=terms[:, :end], src_nonterminals=nts[:, :end])
+            torch.testing.assert_close(F.log_softmax(y, -1), F.log_softmax(fy, -1)[:, -1:], rtol=0, atol=ATOL)

@@ -273,3 +273,50 @@ def test_report_has_a_column_group_per_tag_source(toy):
     assert [c["label"] for c in again["columns"]] == labels
     for key in ("blimp", "ppl", "blimp@self", "ppl@self", "ppl_word@self"):
         assert again["rows"][0][key] == pytest.approx(row[key], rel=1e-12), key
+
+
+# ----------------------------------------------------------------------------- --tags-mass
+def test_tags_mass_in_eval_lm_and_blimp(toy, capsys):
+    """``--tags-mass P``: ``sipe-eval-lm`` reports the setting, the live hypotheses per word (at most K,
+    fewer than at P = 1) and the decoder positions per token (1 for given); ``sipe-eval blimp``'s
+    ``[mix:2]`` column is the pairs whose good sentence has the higher log q under the same options
+    (scored again through the engine); P outside (0, 1] exits 2."""
+    from sipe_fairseq.cli.eval_lm import main as eval_lm_main
+
+    rows = {}
+    for mass in ("1", "0.5"):
+        out = toy["root"] / f"mass{mass}.json"
+        assert eval_lm_main([str(toy["data"]), "--path", f"pos={toy['ck']}", "--gen-subset", "test", "--tags",
+                             "given,mix:4", "--tags-mass", mass, "--json", str(out), "--no-progress"]) == 0
+        rows[mass] = json.loads(out.read_text())["pos"]["tag_sources"]
+    printed = capsys.readouterr().out
+    assert "live hyp/word" in printed and "share of the prefix mass reaches 0.5" in printed
+    full, half = rows["1"]["mix:4"], rows["0.5"]["mix:4"]
+    assert rows["1"]["given"]["positions_per_token"] == 1.0 and rows["1"]["given"]["live_per_word"] == 1.0
+    assert half["mass"] == 0.5 and "mass" not in full
+    assert 1.0 <= half["live_per_word"] < full["live_per_word"] <= 4.0
+    assert half["positions_per_token"] < full["positions_per_token"]
+    for bad in ("0", "1.5", "x"):
+        with pytest.raises(SystemExit) as e:
+            eval_lm_main([str(toy["data"]), "--path", f"pos={toy['ck']}", "--tags", "mix:4", "--tags-mass", bad])
+        assert e.value.code == 2
+    assert "--tags-mass" in capsys.readouterr().err
+
+    out, md = toy["root"] / "blimp_mass.json", toy["root"] / "blimp_mass.md"
+    assert eval_main(["blimp", "--data", str(toy["data"]), "--path", f"pos={toy['ck']}", "--blimp", str(toy["pairs"]),
+                      "--trees", str(toy["trees"]), "--tags", "mix:2", "--tags-mass", "0.5", "--tags-top-pairs", "3",
+                      "--json", str(out), "--markdown", str(md), "--batch-size", "8"]) == 0
+    report = json.loads(out.read_text())
+    assert report["tag_width"] == {"mass": 0.5, "top_pairs": 3} and "reaches 0.5 (--tags-mass)" in md.read_text()
+    model, task = load(toy)
+    from sipe_fairseq.data.encode import SentenceEncoder
+    from sipe_fairseq.parsing.sources import ConlluTrees
+
+    enc = SentenceEncoder(str(toy["data"]))
+    pairs = blimp.read_blimp([toy["pairs"]])
+    prepared = blimp.prepare(pairs, ConlluTrees(str(toy["trees"])), enc)
+    texts = list(prepared.encoded)
+    options = StructureOptions(placement=str(task.args.tag_head_placement), mass=0.5, top_pairs=3)
+    scores = score_encoded_with_progress(model, [prepared.encoded[t] for t in texts], "mix:2", enc.dictionary, options)
+    total = {t: s.logprob for t, s in zip(texts, scores)}
+    assert report["overall"]["correct"]["pos [mix:2]"] == sum(total[p.good] > total[p.bad] for p in pairs)

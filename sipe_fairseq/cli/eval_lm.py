@@ -34,7 +34,7 @@ import sipe_fairseq
 from sipe_fairseq.cli import logs
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
 from sipe_fairseq.cli.options import (add_max_memory_argument, add_progress_argument, configure_progress, int_at_least,
-                                      output_path_problem, probability)
+                                      mass_fraction, output_path_problem, probability)
 from sipe_fairseq.cli.output import write_json
 from sipe_fairseq.eval.finite import first_non_finite
 from sipe_fairseq.eval.report import layer_info
@@ -99,8 +99,11 @@ def main(argv=None):
     p.add_argument("--tags-max-sentences", type=int_at_least(1), default=None, metavar="N",
                    help="score the first N sentences only with --tags (N >= 1)")
     p.add_argument("--tags-top-pairs", type=int_at_least(0), default=0, metavar="M",
-                   help="SiPE, beam:K: expand each hypothesis with its tag heads' M best allowed pairs only (the "
+                   help="SiPE, beam:K, mix:K: expand each hypothesis with its tag heads' M best allowed pairs only (the "
                         "fast-track pruning of word-synchronous beams; default 0: every allowed pair)")
+    p.add_argument("--tags-mass", type=mass_fraction, default=1.0, metavar="P",
+                   help="beam:K, mix:K: at each word's ranking keep a sentence's best hypotheses until their share of "
+                        "the prefix mass reaches P, at most K, at least one (an adaptive width; default 1: the K best)")
     p.add_argument("--tags-abstain", type=probability, default=0.0, metavar="P",
                    help="SiPE, self: leave a word <notag> when its best allowed pair has probability below P (default "
                         "0: never; for models trained with --tag-dropout)")
@@ -132,7 +135,7 @@ def main(argv=None):
     sipe_fairseq.register()
     try:
         options = StructureOptions(constrained=not args.tags_unconstrained, top_pairs=args.tags_top_pairs,
-                                   abstain=args.tags_abstain, max_memory=args.max_memory,
+                                   abstain=args.tags_abstain, max_memory=args.max_memory, mass=args.tags_mass,
                                    count_beam=args.gilt_count_beam, count_rule=args.gilt_count_rule)
         results = {name: evaluate_lm(path, args.data, args.gen_subset, args.context_window, args.max_tokens,
                                      args.batch_size, sources, options, args.tags_max_sentences,

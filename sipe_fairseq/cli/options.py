@@ -12,7 +12,7 @@ before any work starts.
 """
 import argparse
 import os
-from typing import Callable, Iterable, Optional
+from typing import Callable, Dict, Iterable, Optional
 
 from sipe_fairseq.eval.progress import set_progress
 
@@ -93,6 +93,44 @@ def add_max_memory_argument(p) -> None:
                    help="memory a tag source's batch may hold, e.g. 512M or 2G (estimated before scoring: "
                         "sipe_fairseq/structure/memory.py; batches shrink to fit, a source that cannot fit even one "
                         "sentence is refused with exit status 2; default: half the available memory)")
+
+
+def mass_fraction(text: str) -> float:
+    """argparse type: a share of probability mass in (0, 1] (``--tags-mass``), else one clear error."""
+    value = _float(text, "a share of probability mass")
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a share of probability mass in (0, 1], got {text!r}")
+    return value
+
+
+# the suites' beam and mix width (issue 35: the setting measured within 0.2% of mix:16 at >= 5x its speed goes
+# here, docs/benchmarks.md); 1 and 0: the K best over every allowed pair
+SUITE_WIDTH = {"mass": 1.0, "top_pairs": 0}
+
+
+def add_width_arguments(p, mass: float = SUITE_WIDTH["mass"], top_pairs: int = SUITE_WIDTH["top_pairs"]) -> None:
+    """``--tags-mass`` and ``--tags-top-pairs``: how wide ``beam:K`` and ``mix:K`` search (the suites;
+    ``sipe-eval-lm`` declares its own beside its other ``--tags`` options)."""
+    p.add_argument("--tags-mass", type=mass_fraction, default=mass, metavar="P",
+                   help="beam:K, mix:K: at each word's ranking keep a sentence's best hypotheses until their share of "
+                        "the prefix mass reaches P, at most K, at least one (default %(default)s; 1: the K best)")
+    p.add_argument("--tags-top-pairs", type=int_at_least(0), default=top_pairs, metavar="M",
+                   help="SiPE, beam:K, mix:K: expand each hypothesis with its tag heads' M best allowed pairs only "
+                        "(default %(default)s; 0: every allowed pair)")
+
+
+def width_of(args) -> Dict[str, float]:
+    """The ``mass`` and ``top_pairs`` of :func:`add_width_arguments` (StructureOptions fields)."""
+    return {"mass": getattr(args, "tags_mass", 1.0), "top_pairs": getattr(args, "tags_top_pairs", 0)}
+
+
+def width_line(sources, width: Dict[str, float]) -> str:
+    """A report's line saying how wide its beam and mix columns searched ("" without such a column)."""
+    if not any(str(s).startswith(("beam:", "mix:")) for s in sources or ()):
+        return ""
+    pairs = "every allowed pair" if not width["top_pairs"] else f"the heads' {width['top_pairs']} best allowed pairs"
+    return (f"\nbeam:K and mix:K columns: at most K hypotheses per word, kept until their share of the prefix mass "
+            f"reaches {width['mass']:g} (--tags-mass), each expanded with {pairs} (--tags-top-pairs).\n")
 
 
 def unwritable(path: str) -> Optional[str]:

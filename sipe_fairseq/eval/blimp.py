@@ -262,19 +262,21 @@ def tag_head_placement(task) -> str:
 
 
 def score_prepared(model, prepared: Prepared, dictionary, source: str = "given", batch_size: int = 64,
-                   joint: bool = False, placement: str = "first_subword", count_beam: int = 5) -> Dict[str, float]:
+                   joint: bool = False, placement: str = "first_subword", count_beam: int = 5,
+                   width: Optional[Dict[str, float]] = None) -> Dict[str, float]:
     """``text -> log-likelihood`` under tag ``source`` (``--tags``) for every prepared sentence that
     ``model`` can score (not the :func:`unscorable` ones), longest first for even batches, through
     :func:`~sipe_fairseq.eval.scoring.score_sentence_batch`: ``given`` = the tree source's tags
     (``joint`` as ``--score``); ``self``/``beam:K`` = tags from the prefix only: the sentence's exact
     ``log q(x)`` (self) or the beam's bound on ``log p(x)`` (already joint), decoders only. GiLT
     checkpoints get graphs instead of tags under every source (given: the tree source's tree as arcs,
-    ``joint`` adding the arcs' cost; ``count_beam`` counts per beam hypothesis)."""
+    ``joint`` adding the arcs' cost; ``count_beam`` counts per beam hypothesis). ``width``: the beams' ``mass``
+    and ``top_pairs`` (:class:`~sipe_fairseq.structure.family.StructureOptions`)."""
     skip = unscorable(model, prepared)
     texts = sorted((t for t in prepared.encoded if t not in skip), key=lambda t: -len(prepared.encoded[t][0]))
     scores = score_sentence_batch(model, [prepared.encoded[t] for t in texts], dictionary, batch_size=batch_size,
                                   joint=joint, placement=placement, source=source,
-                                  options=StructureOptions(placement=placement, count_beam=count_beam),
+                                  options=StructureOptions(placement=placement, count_beam=count_beam, **(width or {})),
                                   heads=[prepared.heads.get(t) for t in texts])
     return dict(zip(texts, scores))
 
@@ -352,7 +354,8 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
 
 def evaluate_blimp(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Prepared, dictionary,
              batch_size: int = 64, joint: bool = False, placements: Optional[Dict[str, str]] = None,
-             tags: Optional[Sequence[str]] = ("given",), count_beam: int = 5) -> dict:
+             tags: Optional[Sequence[str]] = ("given",), count_beam: int = 5,
+             width: Optional[Dict[str, float]] = None) -> dict:
     """Score every prepared sentence under every model and tag source; the :func:`compute_report`
     tables, one column per model and source (:func:`~sipe_fairseq.structure.sources.source_label`).
     ``placements``: each model's ``--tag-head-placement`` (default first_subword); ``tags`` None:
@@ -366,7 +369,7 @@ def evaluate_blimp(pairs: Sequence[BlimpPair], models: Dict[str, object], prepar
             label = source_label(name, source)
             unscored[label] = unscorable(model, prepared)
             scores[label] = score_prepared(model, prepared, dictionary, source, batch_size, joint, placement,
-                                           count_beam)
+                                           count_beam, width)
             seconds[label] = time.perf_counter() - t0
     report = compute_report(pairs, scores, prepared.skipped, unscored)
     report["seconds"] = {"trees": prepared.seconds, "scoring": seconds}

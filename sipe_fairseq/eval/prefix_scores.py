@@ -98,7 +98,9 @@ def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence
     position-type breakdown (bits per token), how many sentences' structures form a tree, and with
     ``given`` (the sentences' own tags) the chosen tags' accuracy. ``joint``: of the joint score
     (a word's structure cost in its word-initial position's bits). ``bits.tags_per_word``: the
-    structure's cost per word, in bits."""
+    structure's cost per word, in bits. ``live_per_word``: the hypotheses a beam keeps at each word's
+    ranking, per word (1 for given and self); ``positions_per_token``: decoder positions run per token
+    (every row of every step; 1 for given and self)."""
     if joint:
         scores = [SentenceScore(s.source, s.joint, joint_token_logprobs(s), s.position_types, s.tags, s.tag_logprobs,
                                 s.complete, s.joint, s.restarts, s.extra) for s in scores]
@@ -111,6 +113,10 @@ def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence
            "joint_ppl": math.exp(-sum(s.joint for s in scores) / tokens) if tokens else float("nan"),
            "complete": sum(s.complete for s in scores), "restarts": sum(s.restarts for s in scores),
            "word_start_mismatch": sum(bool(s.extra.get("word_start_mismatch")) for s in scores)}
+    if scores and all("positions" in s.extra for s in scores):  # the search's work (docs/evaluation.md)
+        n_words = sum(s.n_words for s in scores)
+        out["positions_per_token"] = sum(s.extra["positions"] for s in scores) / tokens if tokens else float("nan")
+        out["live_per_word"] = sum(s.extra["live_hypotheses"] for s in scores) / n_words if n_words else float("nan")
     n_tags = sum(len(s.tag_logprobs) for s in scores)
     out["bits.tags_per_word"] = -sum(x for s in scores for x in s.tag_logprobs) / n_tags / math.log(2) if n_tags \
         else float("nan")
@@ -173,6 +179,8 @@ def score_split_sources(model, task, split: str, sources: Sequence[str], options
         common.update(count_beam=options.count_beam, count_rule=options.count_rule)
     elif options.top_pairs:
         common.update(top_pairs=options.top_pairs)
+    if options.mass < 1.0:
+        common.update(mass=options.mass)
     if family.reads_tags and options.abstain:
         common.update(abstain=options.abstain)
     given_scores = None
@@ -251,11 +259,13 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
                 acc = f"arc F1 {r['arc_f1']:.1f}"
             tag_bits = r.get("bits.tags_per_word", float("nan"))
             tag_bits = f"{tag_bits:.3f}" if pays and not math.isnan(tag_bits) else "-"
+            work = [f"{r[key]:.2f}" if key in r else "-" for key in ("live_per_word", "positions_per_token")]
             per_source.append([name, label, f"{r['ppl']:.2f}", f"{r['ppl_per_word']:.2f}", f"{r['bits.eos']:.3f}",
                                f"{r['bits.word_initial']:.3f}", f"{r['bits.continuation']:.3f}", tag_bits, acc,
-                               r["complete"], f"{r['sentences']}/{r['split_sentences']}"])
+                               r["complete"], f"{r['sentences']}/{r['split_sentences']}", *work])
     lines = table(["model", "tags", "ppl/token", "ppl/word", "bits </s>", "bits word-initial", "bits continuation",
-                   "tag bits/word", "acc T / NT", "valid trees", "sentences"], per_source, "ll" + "r" * 9)
+                   "tag bits/word", "acc T / NT", "valid trees", "sentences", "live hyp/word", "positions/token"],
+                  per_source, "ll" + "r" * 11)
     cols = [(name, source) for name, rows in results.items() for source in rows]
     if cols:
         summary = [[label, *(fmt.format(results[n][s][key]) for n, s in cols)]
@@ -279,6 +289,9 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
             if "search_errors" in r:
                 lines.append(f"\n{name} {source}: the parse's tags score higher jointly than the beam's best "
                              f"hypothesis in {r['search_errors']} of {r['search_compared']} sentences (search errors).")
+            if "mass" in r and source.startswith(("beam:", "mix:")):
+                lines.append(f"\n{name} {source}: at each word the best hypotheses until their share of the prefix "
+                             f"mass reaches {r['mass']:g} (--tags-mass), at most K.")
     empty = sum(rows[next(iter(rows))].get("empty_sentences", 0) for rows in results.values() if rows)
     lines.append("\nEvery sentence scored alone. given: the data's structure (a parse of the whole sentence), conditional "
                  "p(x|S) and beside it the joint score (a word's structure bits counted at its word-initial subword): for "
@@ -287,6 +300,8 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
                  "structure the model chooses from the prefix; beam:K: SiPE a bound log p(x) >= logsumexp_beam "
                  "log p(x, T), GiLT the beam approximation of the marginal over counts (docs/gilt-reference.md section 4). For "
                  "beam the position-type bits are the running bound's increments (structure costs included). "
-                 "'valid trees' counts structures that form one tree; arc F1 against the gold graph."
+                 "'valid trees' counts structures that form one tree; arc F1 against the gold graph. 'live hyp/word': "
+                 "the hypotheses kept at each word's ranking (1 for given and self); 'positions/token': decoder "
+                 "positions run per token (every hypothesis at every step)."
                  + (f" Sentences of no word, not scored: {empty}." if empty else ""))
     return "\n".join(lines)

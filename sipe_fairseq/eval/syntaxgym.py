@@ -54,7 +54,7 @@ from .syntaxgym_suites import (Condition, Item, Prediction, Region, Suite, Suite
 logger = logging.getLogger(__name__)
 
 
-def tag_source_columns(name: str, model, task, dictionary, sources, count_beam: int = 5) -> dict:
+def tag_source_columns(name: str, model, task, dictionary, sources, count_beam: int = 5, width=None) -> dict:
     """``{column: (model, eos, pad, logprob_fn)}`` for :func:`evaluate_suites`: one column per tag
     source (:func:`~sipe_fairseq.structure.sources.source_label`; ``sources`` None: the model's default,
     given, for GiLT self), the per-token log-probs of
@@ -62,10 +62,12 @@ def tag_source_columns(name: str, model, task, dictionary, sources, count_beam: 
     ``--tag-head-placement``: ``given`` = the parser's tags (GiLT: its tree as arcs), ``self`` =
     the model's own choice from the prefix, ``beam:K`` = the increments of the beam's running
     logsumexp (GiLT: ``count_beam`` counts per hypothesis), so a region's surprisal is the
-    difference of the prefix marginal at its boundaries."""
+    difference of the prefix marginal at its boundaries. ``width``: the beams' ``mass`` and ``top_pairs``
+    (:class:`~sipe_fairseq.structure.family.StructureOptions`)."""
     placement = str(getattr(getattr(task, "args", None), "tag_head_placement", "first_subword"))
     d = dictionary
     return {source_label(name, src): (model, d.eos(), d.pad(),
                                       sentence_logprob_fn(model, src, d, StructureOptions(placement=placement,
-                                                                                  count_beam=count_beam)))
+                                                                                  count_beam=count_beam,
+                                                                                  **(width or {}))))
             for src in sources_for(model, sources)}

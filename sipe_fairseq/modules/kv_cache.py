@@ -212,7 +212,7 @@ def prefix_mix(cache: Cache, probs: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------- reordering
 
 def _groups(parent: torch.Tensor, n_prefixes: int):
-    """(group (P, m) rows per prefix padded with R, slot (R,)) for ``parent`` (R,) (-1: no prefix)."""
+    """(group (P, m) rows per prefix padded with R, slot (R,)) for ``parent`` (R,) (-1: no prefix; slot 0)."""
     R = len(parent)
     has = parent >= 0
     key = torch.where(has, parent, torch.full_like(parent, n_prefixes))
@@ -221,6 +221,7 @@ def _groups(parent: torch.Tensor, n_prefixes: int):
     starts = torch.cumsum(counts, 0) - counts
     slot = torch.empty_like(parent)
     slot[order] = torch.arange(R, device=parent.device) - starts[key[order]]
+    slot = slot.masked_fill(~has, 0)  # a row without a prefix reads column 0 of prefix 0 (masked): never past m
     m = int(counts[:n_prefixes].max()) if n_prefixes else 0
     group = torch.full((n_prefixes, max(m, 1)), R, dtype=torch.long, device=parent.device)
     group[parent[has], slot[has]] = torch.arange(R, device=parent.device)[has]

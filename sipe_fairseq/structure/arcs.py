@@ -49,19 +49,28 @@ def check_prefix_decodable(model) -> None:
                          "base): its structure cannot be chosen from the prefix alone")
 
 
-def top_arcs(head: torch.Tensor, dep: torch.Tensor, i: int, c: int):
-    """Word i's c most likely arcs by p_ij from one row of ``ArcScorer.score_word``'s ``head``/``dep``
-    logits (i+1,): the 2i - 1 candidates v -> i (v = 0..i-1), then i -> v (v = 1..i-1), sorted by
-    logit (stable: ties keep this order). Returns (heads among 0..i-1, dependents among 1..i-1), ascending."""
-    cand = torch.cat([head[:i], dep[1:i]])
-    order = torch.sort(cand, descending=True, stable=True).indices[:c].tolist()
-    return sorted(v for v in order if v < i), sorted(v - i + 1 for v in order if v >= i)
+def arc_order(head: torch.Tensor, dep: torch.Tensor, i: int) -> List[List[int]]:
+    """Per row of ``ArcScorer.score_word``'s ``head``/``dep`` logits (E, i+1) for word i: its 2i - 1
+    candidate arcs, v -> i (v = 0..i-1) then i -> v (v = 1..i-1), as indices in that order, sorted by
+    logit (stable: ties keep this order)."""
+    cand = torch.cat([head[:, :i], dep[:, 1:i]], 1)
+    return torch.sort(cand, dim=1, descending=True, stable=True).indices.tolist()
+
+
+def top_arcs(order: List[int], i: int, c: int):
+    """Word i's c most likely arcs by p_ij from one row of :func:`arc_order`: (heads among 0..i-1,
+    dependents among 1..i-1), ascending."""
+    return sorted(v for v in order[:c] if v < i), sorted(v - i + 1 for v in order[:c] if v >= i)
 
 
 def branch_counts(count_lp: torch.Tensor, i: int, count_beam: int, rule: str) -> List[int]:
     """The counts one hypothesis of word i branches on, most likely first (module docstring)."""
+    return ranked_counts(torch.sort(count_lp, descending=True, stable=True).indices.tolist(), i, count_beam, rule)
+
+
+def ranked_counts(ranked: List[int], i: int, count_beam: int, rule: str) -> List[int]:
+    """:func:`branch_counts` from the counts ``ranked`` most likely first (ties: the smaller count)."""
     allowed = min(2 * i - 1, MAX_COUNT)
-    ranked = torch.sort(count_lp, descending=True, stable=True).indices.tolist()
     if rule == "top-then-allowed":
         out = [c for c in ranked[:count_beam] if c <= allowed]
         return out or [next(c for c in ranked if c <= allowed)]
@@ -174,6 +183,7 @@ class ArcPolicy(StructurePolicy):
             head, dep, count_logits = dec.arc_scorer.score_word(o_nodes, prev.to(self.device))
             head, dep = head.cpu(), dep.cpu()
             count_lp = F.log_softmax(count_logits.double(), -1).cpu()
+            chosen = None if mode == FORCED else self.choices(head, dep, count_lp, i, mode)
             for e, (pos, r) in enumerate(zip(at.tolist(), sub.tolist())):
                 if mode == FORCED:
                     given = self.given[r]
@@ -189,15 +199,7 @@ class ArcPolicy(StructurePolicy):
                     c = len(heads) + len(deps)
                     choices = [(c, list(heads), list(deps), cost)]
                 else:
-                    allowed = count_lp[e, : min(2 * i - 1, MAX_COUNT) + 1]
-                    if mode == GREEDY:
-                        counts = [int(torch.argmax(allowed))]
-                    elif mode == SAMPLE:
-                        counts = [int(torch.multinomial(F.softmax(allowed, -1), 1))]
-                    else:
-                        assert mode == BRANCH
-                        counts = branch_counts(count_lp[e], i, self.count_beam, self.count_rule)
-                    choices = [(c, *top_arcs(head[e], dep[e], i, c), float(count_lp[e, c])) for c in counts]
+                    choices = chosen[e]
                 for c, heads, deps, cost in choices:
                     parents.append(pos)
                     costs.append(cost)
@@ -205,6 +207,22 @@ class ArcPolicy(StructurePolicy):
         order = sorted(range(len(parents)), key=lambda j: parents[j])  # stable: by parent, then count order
         return (torch.tensor([parents[j] for j in order], dtype=torch.long),
                 torch.tensor([costs[j] for j in order], dtype=torch.float64), [items[j] for j in order])
+
+    def choices(self, head: torch.Tensor, dep: torch.Tensor, count_lp: torch.Tensor, i: int, mode: str) -> List[list]:
+        """Per hypothesis of word ``i`` (``head``/``dep`` (E, i+1) arc logits, ``count_lp`` (E, 30)) its
+        candidates ``(c, heads, deps, log pi(c))`` under ``mode`` (GREEDY, SAMPLE, BRANCH): the rows' arcs
+        and counts sorted once for all their counts (:func:`arc_order`, :func:`ranked_counts`)."""
+        allowed = min(2 * i - 1, MAX_COUNT)
+        if mode == GREEDY:
+            counts = [[c] for c in count_lp[:, : allowed + 1].argmax(1).tolist()]
+        elif mode == SAMPLE:
+            counts = [[int(torch.multinomial(F.softmax(row, -1), 1))] for row in count_lp[:, : allowed + 1]]
+        else:
+            assert mode == BRANCH
+            ranked = torch.sort(count_lp, dim=1, descending=True, stable=True).indices.tolist()
+            counts = [ranked_counts(r, i, self.count_beam, self.count_rule) for r in ranked]
+        lp = count_lp.tolist()
+        return [[(c, *top_arcs(o, i, c), lp[e][c]) for c in cs] for e, (o, cs) in enumerate(zip(arc_order(head, dep, i), counts))]
 
     def apply(self, rows, payload, pick, t):
         for r, j in zip(rows.tolist(), pick.tolist()):

@@ -30,6 +30,7 @@ class StructureOptions:
     placement: str = "first_subword"  # SiPE: the checkpoint's --tag-head-placement
     constrained: bool = True  # SiPE: only pairs that can still end as one tree
     top_pairs: int = 0  # SiPE beam: expand with the heads' M best allowed pairs (0: all)
+    mass: float = 1.0  # beam/mix: keep the best until their share of the prefix mass reaches P (<= K; 1: the K best)
     count_beam: int = DEFAULT_COUNT_BEAM  # GiLT beam: counts each hypothesis branches on
     count_rule: str = COUNT_RULES[0]  # GiLT beam: top-then-allowed (the authors') or allowed-then-top
     use_cache: bool = True  # SiPE: False runs the full prefix at every position (tests)
@@ -100,11 +101,16 @@ def policy_for(model, options: StructureOptions = None, needs_heads: bool = True
     if getattr(model, "decoder", None) is None and getattr(model, "encoder", None) is not None:
         raise ValueError(f"{type(model).__name__} is not a left-to-right decoder (masked-LM encoders are scored with "
                          "given tags only)")
+    if not 0.0 < options.mass <= 1.0:
+        raise ValueError(f"mass {options.mass}: expected 0 < P <= 1")
     if kind == "arcs":
-        return ArcPolicy(model, options.count_beam, options.count_rule)
+        policy = ArcPolicy(model, options.count_beam, options.count_rule)
+        policy.mass = options.mass
+        return policy
     if kind == "hexatags":
         policy = HexatagPolicy(model, options.placement, options.constrained, options.use_cache, options.top_pairs,
                                options.abstain)
+        policy.mass = options.mass
         if needs_heads and not policy.has_heads:
             raise ValueError("choosing tags from the prefix needs the model's tag heads (it was trained with "
                              "--sipe-tag-heads off)")

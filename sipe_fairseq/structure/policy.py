@@ -24,10 +24,12 @@ class StructurePolicy:
     ``prune_before``: where a beam ranks. ``True`` (SiPE): a word's hypotheses are ranked when the
     next word starts, after every position that reads the word's structure has been scored (the
     look-ahead); ``False`` (GiLT): the children are ranked when they are made, by score plus the
-    structure's cost (GiLT's count choice is made after the word's first subword is scored)."""
+    structure's cost (GiLT's count choice is made after the word's first subword is scored).
+    ``mass``: :class:`~.family.StructureOptions` ``mass`` (set by :func:`~.family.policy_for`)."""
 
     prune_before = True
     use_cache = True
+    mass = 1.0  # a beam's ranking keeps the best until their share of the prefix mass reaches this (top_per_group)
 
     def __init__(self, model):
         self.model = model
@@ -121,9 +123,11 @@ def scatter_logsumexp(values: torch.Tensor, index: torch.Tensor, size: int) -> t
     return safe + total.log()
 
 
-def top_per_group(group: torch.Tensor, value: torch.Tensor, k: int) -> torch.Tensor:
+def top_per_group(group: torch.Tensor, value: torch.Tensor, k: int, mass: float = 1.0) -> torch.Tensor:
     """Indices of the ``k`` largest ``value`` in each ``group``: grouped by ascending group, inside a
-    group by descending value, ties in index order (a stable sort)."""
+    group by descending value, ties in index order (a stable sort). ``mass`` P < 1: within each group
+    only the best until their share of the group's ``sum exp(value)`` reaches P (at least one, at most
+    ``k``); P >= 1 keeps the ``k`` best."""
     if group.numel() == 0:
         return group.new_zeros(0)
     order = torch.sort(value, descending=True, stable=True).indices
@@ -133,4 +137,20 @@ def top_per_group(group: torch.Tensor, value: torch.Tensor, k: int) -> torch.Ten
     first = torch.ones(len(order), dtype=torch.bool)
     first[1:] = g[1:] != g[:-1]
     start = torch.cummax(torch.where(first, idx, torch.zeros_like(idx)), 0).values
-    return order[idx - start < k]
+    keep = idx - start < k
+    if mass < 1.0:
+        keep &= (idx == start) | (_share_before(value[order].double(), start) < mass)
+    return order[keep]
+
+
+def _share_before(v: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """Values ``v`` in groups of consecutive entries, each group's first (``start``: its index, per
+    entry) its largest -> per entry the summed softmax share of the entries before it in its group (1
+    in a group of no mass, all ``-inf``)."""
+    peak = v[start]
+    share = torch.where(torch.isfinite(v), (v - torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))).exp(),
+                        torch.zeros_like(v))
+    total = torch.zeros(len(v), dtype=v.dtype).index_add_(0, start, share)[start]
+    share = torch.where(total > 0, share / total.clamp(min=torch.finfo(v.dtype).tiny), torch.zeros_like(share))
+    cum = share.cumsum(0) - share  # exclusive cumulative sum over the whole sequence
+    return torch.where(total > 0, cum - cum[start], torch.ones_like(cum))  # no mass at all: the first only

@@ -115,7 +115,8 @@ def _given_full(policy, batch, src, eos, pad) -> List[SentenceScore]:
     for s, (lm, cost, info) in zip(batch, policy.forced_full(batch, eos, pad, untagged=src.kind == "untagged")):
         types = position_types(s.n, s.starts)
         out.append(SentenceScore(str(src), sum(lm), lm, types, info["tags"], cost, info["complete"], sum(lm) + sum(cost),
-                                 0, {"hypotheses": 1, "word_start_mismatch": s.mismatch,
+                                 0, {"hypotheses": 1, "word_start_mismatch": s.mismatch, "positions": s.n,
+                                     "live_hypotheses": len(s.starts),
                                      "prefix_logp": _prefix_logp(lm, types)}))
     return out
 

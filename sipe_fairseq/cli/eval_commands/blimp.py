@@ -9,7 +9,8 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
-from sipe_fairseq.cli.options import add_count_beam_argument, add_data_argument, int_at_least
+from sipe_fairseq.cli.options import (add_count_beam_argument, add_data_argument, add_width_arguments, int_at_least,
+                                      width_line, width_of)
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import blimp
 from sipe_fairseq.eval.blimp import (USAGE_ERROR, BlimpPair, add_metadata, blimp_markdown, evaluate_blimp, log_excluded,
@@ -44,6 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "exact log q(x)), beam:K (bound on log p(x)); default: given, for GiLT checkpoints self; see "
                         "sipe_fairseq/structure")
     add_count_beam_argument(p)
+    add_width_arguments(p)
     p.add_argument("--batch-size", type=int_at_least(1), default=64,
                    help="sentences per forward pass for decoders, masked copies for encoders (one sentence's copies "
                         "are never split) (default: %(default)s)")
@@ -90,15 +92,17 @@ def _run(args: argparse.Namespace, checkpoints: Dict[str, str], pairs: List[Blim
         placements[name] = tag_head_placement(task)
     try:
         report = evaluate_blimp(pairs, models, prepared, encoder.dictionary, args.batch_size, joint=args.score == "joint",
-                          placements=placements, tags=args.tag_sources, count_beam=getattr(args, "gilt_count_beam", 5))
+                                placements=placements, tags=args.tag_sources, count_beam=getattr(args, "gilt_count_beam", 5),
+                                width=width_of(args))
     except ValueError as e:  # e.g. --tags self with an encoder or a model without tag heads
         logger.error("%s", e)
         return USAGE_ERROR
     add_metadata(report, prepared, args.score, checkpoints, args.data, args.blimp)
     report["sample"] = args.sample
     report["tags"] = list(args.tag_sources) if args.tag_sources else "default (given; GiLT: self)"
+    report["tag_width"] = width_of(args)
     log_excluded(report, args.show_skipped)
-    table = blimp_markdown(report)
+    table = blimp_markdown(report) + width_line(args.tag_sources, report["tag_width"])
     print(table, end="")
     if args.markdown:
         write_text(args.markdown, table)

@@ -9,7 +9,8 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
-from sipe_fairseq.cli.options import add_count_beam_argument, add_data_argument, float_at_least, int_at_least
+from sipe_fairseq.cli.options import (add_count_beam_argument, add_data_argument, add_width_arguments, float_at_least,
+                                      int_at_least, width_line, width_of)
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import syntaxgym
 from sipe_fairseq.eval.syntaxgym import (EQUALITY_ATOL, EQUALITY_RTOL, SyntaxGymError, evaluate_suites, merge_reports,
@@ -38,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "conditions), self (the model's own choice from the prefix), beam:K (the running bound's "
                         "per-token increments); default: given, for GiLT checkpoints self")
     add_count_beam_argument(p)
+    add_width_arguments(p)
     p.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences per forward pass (default: %(default)s)")
     p.add_argument("--eq-atol", type=float_at_least(0.0), default=EQUALITY_ATOL,
                    help="'=' holds when |a-b| <= atol + rtol*|b|: absolute tolerance in bits "
@@ -92,17 +94,17 @@ def _run(args: argparse.Namespace) -> int:
                                  f"{args.data}'s ({len(d)})")
         try:
             reports.append(evaluate_suites(suites, sentences,
-                                           tag_source_columns(name, model, task, d, sources, count_beam),
+                                           tag_source_columns(name, model, task, d, sources, count_beam, width_of(args)),
                                            args.batch_size, args.eq_atol, args.eq_rtol))
         except ValueError as e:  # e.g. --tags self with a model without tag heads
             raise SyntaxGymError(f"{path}: {e}") from e
         del model, task
     report = merge_reports(reports)
     report.update(parser=source.spec, tree_source=tree_source_stats(source), data=args.data, checkpoints=checkpoints,
-                  tags=sources if sources else "default (given; GiLT: self)")
+                  tags=sources if sources else "default (given; GiLT: self)", tag_width=width_of(args))
     if sources is None or "given" in sources:
         report["prefix_tag_differences"] = prefix_tag_differences(suites, sentences)
-    table = report_markdown(report)
+    table = report_markdown(report) + width_line(sources, report["tag_width"])
     print(table, end="")
     if args.markdown:
         write_text(args.markdown, table)
