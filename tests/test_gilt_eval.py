@@ -279,7 +279,7 @@ def test_blimp_with_each_source(gilt, pairs, caplog):
     read = blimp.read_blimp([pairs["pairs"]])
     prepared = blimp.prepare(read, ConlluTrees(str(pairs["trees"])), enc)
     d = enc.dictionary
-    scores = {src: blimp.score_prepared(gilt["model"], prepared, d, src, count_beam=5)
+    scores = {src: blimp.score_prepared(gilt["model"], prepared, d, src)
               for src in ("given", "self", "beam:2")}
     for src, s in scores.items():
         assert len(s) == 2 * N_PAIRS and all(math.isfinite(v) for v in s.values()), src

@@ -315,8 +315,8 @@ def test_structure_sources_score_a_post_trained_model(bases, toy_data):
     model = model.double()
     assert is_gilt(model) and prefix_scores.default_sources(model) == ["self"]
     n = 6
-    res = prefix_scores.score_split_sources(model, task, "valid", ["given", "self", "beam:1"], StructureOptions(count_beam=1),
-                                            max_sentences=n)
+    res = prefix_scores.score_split_sources(model, task, "valid", ["given", "self", "beam:1"],
+                                            StructureOptions(count_beam=1, max_sentences=n))
     sentences = read_sentences(task, "valid")[:n]
     lm, counts, cond = 0.0, 0.0, 0.0
     for words, gold in sentences:
@@ -341,10 +341,11 @@ def test_unbounded_beam_equals_enumeration(bases, toy_data):
 
 def test_hexatag_input_model_is_refused_by_structure_sources(bases, toy_data):
     from sipe_fairseq.eval import prefix_scores
+    from sipe_fairseq.structure.family import StructureOptions
 
     task, model, _ = build(toy_data, "--gilt-init-from", bases["sipe_transformer_lm"])
     with pytest.raises(ValueError, match="reads hexatags as input"):  # before any forward
-        prefix_scores.score_split_sources(model, task, "valid", ["self"], max_sentences=1)
+        prefix_scores.score_split_sources(model, task, "valid", ["self"], StructureOptions(max_sentences=1))
 
 
 def test_generation_with_a_post_trained_model(bases, toy_data):

@@ -19,13 +19,12 @@ import sys
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.eval_commands import attention, blimp, glue, report, seeds, sweep_plot, syntaxgym, tagger
-from sipe_fairseq.cli.options import add_max_memory_argument, add_progress_argument, configure_progress, output_path_problem
+from sipe_fairseq.cli.options import add_progress_argument, configure_progress, output_path_problem
 from sipe_fairseq.structure.memory import MemoryBudgetError, set_default_budget
 
 SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot,
                "attention": attention, "seeds": seeds, "glue": glue, "tagger": tagger}
 LONG_RUNNING = {"blimp", "syntaxgym", "report", "attention"}  # these get progress bars and --no-progress
-SEARCHING = {"blimp", "syntaxgym", "report"}  # these score under tag sources: --max-memory
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,8 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_arguments(sp)
         if name in LONG_RUNNING:
             add_progress_argument(sp)
-        if name in SEARCHING:
-            add_max_memory_argument(sp)
         sp.set_defaults(run=module.run)
     return p
 

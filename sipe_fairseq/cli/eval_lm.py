@@ -33,23 +33,20 @@ from fairseq.data import data_utils
 import sipe_fairseq
 from sipe_fairseq.cli import logs
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
-from sipe_fairseq.cli.options import (add_max_memory_argument, add_progress_argument, configure_progress, int_at_least,
-                                      mass_fraction, output_path_problem, probability)
+from sipe_fairseq.cli.options import (add_progress_argument, add_structure_arguments, configure_progress, int_at_least,
+                                      output_path_problem, structure_options)
 from sipe_fairseq.cli.output import write_json
 from sipe_fairseq.eval.finite import first_non_finite
 from sipe_fairseq.eval.report import layer_info
 from sipe_fairseq.eval.prefix_scores import check_sources_fit, markdown_tag_sources, score_split_sources
 from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
-from sipe_fairseq.structure.arcs import COUNT_RULES
-from sipe_fairseq.structure.family import StructureOptions
-from sipe_fairseq.structure.sources import parse_sources
 from sipe_fairseq.tasks.sipe_data import EvaluationError
 
 logger = logging.getLogger(__name__)
 
 
 def evaluate_lm(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None, tags=None,
-                options=None, max_sentences=None, batch_sentences=256, allow_dictionary_mismatch=False):
+                options=None, allow_dictionary_mismatch=False):
     """:func:`~sipe_fairseq.eval.scoring.score_split` of one checkpoint (loaded once by
     :func:`~sipe_fairseq.checkpoints.load.load_lm`); with ``tags`` (tag sources), also
     ``tag_sources``: every sentence scored alone under each
@@ -57,14 +54,13 @@ def evaluate_lm(path, data, split="valid", context_window=0, max_tokens=4096, ba
     graphs for GiLT ones; ``options``: :class:`~sipe_fairseq.structure.family.StructureOptions`)."""
     model, task = load_lm(path, data, context_window, allow_dictionary_mismatch)
     if tags:  # a tag source that cannot fit the memory budget: refused before anything is scored
-        check_sources_fit(model, task, split, tags, options, max_sentences, batch_sentences)
+        check_sources_fit(model, task, split, tags, options)
     rows = score_split(model, task, split, context_window, max_tokens, batch_size)
     rows["run"] = run_record(model, task, data, split)  # what sipe-eval seeds checks before it averages
     if tags:
         if context_window:  # the tag sources score sentences alone: a task without the context-window shortening
             model, task = load_lm(path, data, allow_dictionary_mismatch=allow_dictionary_mismatch)
-        rows["tag_sources"] = score_split_sources(model, task, split, tags, StructureOptions(**vars(options)) if options
-                                                  else None, max_sentences, batch_sentences)
+        rows["tag_sources"] = score_split_sources(model, task, split, tags, options)
     return rows
 
 
@@ -91,41 +87,11 @@ def main(argv=None):
                    help="score a checkpoint whose recorded data (dict.txt, spm.model, tag dictionaries) differs from "
                         "DATA's, with a warning (default: refused, exit status 3)")
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
-    p.add_argument("--tags", default=None, metavar="SOURCES",
-                   help="also score every sentence alone under these tag sources, comma-separated: given, self, beam:K, "
-                        "mix:K (the beam read as a mixture: an exact, normalized perplexity), untagged (SiPE: every word "
-                        "<notag>) (sipe_fairseq/structure), e.g. given,self,beam:4,mix:4")
-    p.add_argument("--tags-unconstrained", action="store_true", help="self/beam/mix: any tag pair, not only valid prefixes")
-    p.add_argument("--tags-max-sentences", type=int_at_least(1), default=None, metavar="N",
-                   help="score the first N sentences only with --tags (N >= 1)")
-    p.add_argument("--tags-top-pairs", type=int_at_least(0), default=0, metavar="M",
-                   help="SiPE, beam:K, mix:K: expand each hypothesis with its tag heads' M best allowed pairs only (the "
-                        "fast-track pruning of word-synchronous beams; default 0: every allowed pair)")
-    p.add_argument("--tags-mass", type=mass_fraction, default=1.0, metavar="P",
-                   help="beam:K, mix:K: at each word's ranking keep a sentence's best hypotheses until their share of "
-                        "the prefix mass reaches P, at most K, at least one (an adaptive width; default 1: the K best)")
-    p.add_argument("--tags-abstain", type=probability, default=0.0, metavar="P",
-                   help="SiPE, self: leave a word <notag> when its best allowed pair has probability below P (default "
-                        "0: never; for models trained with --tag-dropout)")
-    p.add_argument("--tags-batch-sentences", type=int_at_least(1), default=256, metavar="N",
-                   help="sentences scored together under a tag source: larger is faster and holds a KV cache of "
-                        "N x (hypotheses) x (length) positions per layer; beam:K at most 1024/K (default 256)")
-    add_max_memory_argument(p)
-    p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
-                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (docs/gilt-reference.md section 4; "
-                        "default 5)")
-    p.add_argument("--gilt-count-rule", choices=COUNT_RULES, default=COUNT_RULES[0],
-                   help="GiLT, beam:K: top-then-allowed (the authors': the counts among the top C of all 30 that a word "
-                        "may take, c <= 2i - 1) or allowed-then-top (the top C among the allowed counts)")
+    add_structure_arguments(p, "none: no sentence scored alone (e.g. given,self,beam:4,mix:4)")
     add_progress_argument(p)
     args = p.parse_args(argv)
     configure_progress(args)
-    sources = None
-    if args.tags is not None:
-        try:
-            sources = parse_sources(args.tags)
-        except ValueError as e:
-            p.error(f"--tags: {e}")  # exit status 2
+    sources = args.tags  # checked by argparse (exit status 2)
     problem = output_path_problem(args, ("json",))
     if problem:
         logger.error("%s", problem)
@@ -134,12 +100,9 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
     try:
-        options = StructureOptions(constrained=not args.tags_unconstrained, top_pairs=args.tags_top_pairs,
-                                   abstain=args.tags_abstain, max_memory=args.max_memory, mass=args.tags_mass,
-                                   count_beam=args.gilt_count_beam, count_rule=args.gilt_count_rule)
+        options = structure_options(args)
         results = {name: evaluate_lm(path, args.data, args.gen_subset, args.context_window, args.max_tokens,
-                                     args.batch_size, sources, options, args.tags_max_sentences,
-                                     args.tags_batch_sentences, args.allow_dictionary_mismatch)
+                                     args.batch_size, sources, options, args.allow_dictionary_mismatch)
                    for name, path in checkpoint_specs(args.path).items()}
         empty = [f"{name} [{source}]" for name, r in results.items() for source, row in (r.get("tag_sources") or {}).items()
                  if not row.get("tokens")]

@@ -12,9 +12,12 @@ before any work starts.
 """
 import argparse
 import os
+from dataclasses import MISSING
 from typing import Callable, Dict, Iterable, Optional
 
 from sipe_fairseq.eval.progress import set_progress
+from sipe_fairseq.structure.options import StructureOptions, check_value, command_line_fields, range_text
+from sipe_fairseq.structure.sources import parse_sources
 
 # the options whose value is a file the command writes (attribute names; absent ones are skipped)
 OUTPUT_OPTIONS = ("json", "markdown", "plot", "out", "blimp_out", "syntaxgym_out", "ppl_out", "cache")
@@ -87,41 +90,9 @@ def memory_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def add_max_memory_argument(p) -> None:
-    """``--max-memory SIZE``: the memory budget of the tag sources' searches (structure/memory.py)."""
-    p.add_argument("--max-memory", type=memory_size, default=0, metavar="SIZE",
-                   help="memory a tag source's batch may hold, e.g. 512M or 2G (estimated before scoring: "
-                        "sipe_fairseq/structure/memory.py; batches shrink to fit, a source that cannot fit even one "
-                        "sentence is refused with exit status 2; default: half the available memory)")
-
-
-def mass_fraction(text: str) -> float:
-    """argparse type: a share of probability mass in (0, 1] (``--tags-mass``), else one clear error."""
-    value = _float(text, "a share of probability mass")
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a share of probability mass in (0, 1], got {text!r}")
-    return value
-
-
-# the suites' beam and mix width (issue 35: the setting measured within 0.2% of mix:16 at >= 5x its speed goes
-# here, docs/benchmarks.md); 1 and 0: the K best over every allowed pair
-SUITE_WIDTH = {"mass": 1.0, "top_pairs": 0}
-
-
-def add_width_arguments(p, mass: float = SUITE_WIDTH["mass"], top_pairs: int = SUITE_WIDTH["top_pairs"]) -> None:
-    """``--tags-mass`` and ``--tags-top-pairs``: how wide ``beam:K`` and ``mix:K`` search (the suites;
-    ``sipe-eval-lm`` declares its own beside its other ``--tags`` options)."""
-    p.add_argument("--tags-mass", type=mass_fraction, default=mass, metavar="P",
-                   help="beam:K, mix:K: at each word's ranking keep a sentence's best hypotheses until their share of "
-                        "the prefix mass reaches P, at most K, at least one (default %(default)s; 1: the K best)")
-    p.add_argument("--tags-top-pairs", type=int_at_least(0), default=top_pairs, metavar="M",
-                   help="SiPE, beam:K, mix:K: expand each hypothesis with its tag heads' M best allowed pairs only "
-                        "(default %(default)s; 0: every allowed pair)")
-
-
-def width_of(args) -> Dict[str, float]:
-    """The ``mass`` and ``top_pairs`` of :func:`add_width_arguments` (StructureOptions fields)."""
-    return {"mass": getattr(args, "tags_mass", 1.0), "top_pairs": getattr(args, "tags_top_pairs", 0)}
+def width_of(options: StructureOptions) -> Dict[str, float]:
+    """How wide a report's ``beam:K`` and ``mix:K`` columns searched: ``mass`` and ``top_pairs``."""
+    return {"mass": options.mass, "top_pairs": options.top_pairs}
 
 
 def width_line(sources, width: Dict[str, float]) -> str:
@@ -166,10 +137,98 @@ def add_data_argument(p) -> None:
                                                  "(its dict.txt and spm.model encode the sentences)")
 
 
-def add_count_beam_argument(p) -> None:
-    """``--gilt-count-beam``: GiLT's count branching under ``beam:K``."""
-    p.add_argument("--gilt-count-beam", type=int_at_least(1), default=5, metavar="C",
-                   help="GiLT checkpoints, beam:K: counts each hypothesis branches on (default: %(default)s)")
+TAGS_HELP = ("structure sources, comma-separated (one column per checkpoint and source): given (a parse of the whole "
+             "sentence: the data's or the tree source's tags; GiLT: its graph), self (the model's own choice from the "
+             "prefix: an exact, normalized log q(x)), beam:K (a word-synchronous beam: a bound on log p(x)), mix:K (the "
+             "beam read as a mixture: exact and normalized), untagged (SiPE: every word <notag>); "
+             "see sipe_fairseq/structure/sources.py")
+
+
+def _sources(text: str):
+    try:
+        return parse_sources(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _field_type(f) -> Callable[[str], object]:
+    """argparse ``type`` of a :class:`~sipe_fairseq.structure.options.StructureOptions` field: the
+    conversion, then the field's own range check (:func:`~sipe_fairseq.structure.options.check_value`)."""
+    integer = f.type in (int, Optional[int])
+
+    def parse(text: str):
+        try:
+            value = memory_size(text) if f.metadata.get("size") else int(text) if integer else float(text)
+        except argparse.ArgumentTypeError:
+            raise
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {range_text(f.metadata, integer)}, got {text!r}") from None
+        try:
+            return check_value(f, value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = range_text(f.metadata, integer)
+    return parse
+
+
+def _dest(f) -> str:
+    return f.metadata["flag"].lstrip("-").replace("-", "_")
+
+
+class _Refused(argparse.Action):
+    """An option of :class:`~sipe_fairseq.structure.options.StructureOptions` that this command cannot use:
+    given, it is a usage error (exit status 2) naming the option and why."""
+
+    def __init__(self, option_strings, dest, reason: str = "", **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.reason = reason
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string}: {self.reason}")
+
+
+# the options of a data split's sentences, which the commands that score files of sentences (BLiMP pairs,
+# SyntaxGym suites) refuse: one line each, exit status 2
+SPLIT_ONLY = {"max_sentences": "this command scores every sentence of its files (the first N of a split: sipe-eval-lm, "
+                               "sipe-eval report)",
+              "batch_sentences": "this command's --batch-size sets the sentences scored together"}
+
+
+def add_structure_arguments(p, default_sources: str, refuse: Optional[Dict[str, str]] = None,
+                            defaults: Optional[Dict[str, object]] = None) -> None:
+    """``--tags`` (default: ``default_sources``, the command's) and every command-line option of
+    :class:`~sipe_fairseq.structure.options.StructureOptions`, generated from its declarations; the
+    fields named in ``refuse`` (``{field: why this command cannot use it}``) are refused when given;
+    ``defaults``: the command's own defaults of some fields (the suites' ``SUITE_WIDTH``)."""
+    refuse, defaults = refuse or {}, defaults or {}
+    p.add_argument("--tags", type=_sources, default=None, metavar="SOURCES",
+                   help=f"{TAGS_HELP}. Default: {default_sources}")
+    for f in command_line_fields():
+        meta, flag = f.metadata, f.metadata["flag"]
+        if f.name in refuse:
+            p.add_argument(flag, dest=_dest(f), action=_Refused, reason=refuse[f.name], nargs=0 if f.type is bool else None,
+                           metavar=None if f.type is bool else meta["metavar"], default=argparse.SUPPRESS,
+                           help=f"not taken here: {refuse[f.name]}")
+        elif f.type is bool:
+            p.add_argument(flag, dest=_dest(f), action="store_true" if meta["negate"] == f.default else "store_false",
+                           help=meta["help"])
+        else:
+            default = defaults.get(f.name, f.default)
+            default_note = "" if default in (None, MISSING) or meta.get("size") else " (default: %(default)s)"
+            p.add_argument(flag, dest=_dest(f), default=default, metavar=meta["metavar"], choices=meta["choices"],
+                           type=None if meta["choices"] else _field_type(f), help=meta["help"] + default_note)
+
+
+def structure_options(args: argparse.Namespace, **code_set) -> StructureOptions:
+    """The :class:`~sipe_fairseq.structure.options.StructureOptions` of a command's parsed options (the
+    refused ones keep their defaults); ``code_set``: fields the code sets (``placement``)."""
+    values = {}
+    for f in command_line_fields():
+        if hasattr(args, _dest(f)):
+            value = getattr(args, _dest(f))
+            values[f.name] = (not value) if f.metadata["negate"] else value
+    return StructureOptions(**values, **code_set)
 
 
 def add_progress_argument(p: argparse.ArgumentParser) -> None:

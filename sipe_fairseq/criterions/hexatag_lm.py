@@ -21,10 +21,12 @@ from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
+from ..data.lm_dataset import task_placement
 from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID, TAG_HEADS
 from ..hexatag.errors import OptionError, UsageError
 from ..hexatag.timing import TIMINGS
 from ..modules.tag_heads import tag_log_probs
+from ..structure.family import family_of
 from .own_tags import sample_word_tags
 from .tag_marginal import marginal_nll
 
@@ -41,7 +43,7 @@ def tag_nll(logits, target_ids, n_classes):
 def needs_last_subword(task, why: str):
     """Refuse (one UsageError line) a task whose tag heads do not sit at a word's last subword: ``why``
     says which option needs them there."""
-    placement = str(getattr(getattr(task, "args", None), "tag_head_placement", None))
+    placement = task_placement(task, default=None)
     if placement != "last_subword":
         raise UsageError(f"{why}: it needs --task hexatag_lm with --tag-head-placement last_subword (given: {placement})")
 
@@ -143,8 +145,7 @@ class HexatagLMCriterion(FairseqCriterion):
             raise OptionError(f"--distill-teacher {path}: its dictionary ({len(theirs)} symbols) is not the student's "
                               f"({len(ours)})")
         timing = str(getattr(getattr(teacher_task, "args", None), "tag_timing", "paper"))
-        reads_tags = str(getattr(getattr(teacher, "decoder", teacher), "structure", "hexatags")) != "none"
-        if reads_tags and timing != self.timing:  # a teacher without an injection ignores the tag streams
+        if family_of(teacher).reads_tags and timing != self.timing:  # a teacher without an injection ignores the tag streams
             raise OptionError(f"--distill-teacher {path}: trained with --tag-timing {timing}, the student reads "
                               f"{self.timing}: the teacher would be fed tags in the wrong layout")
         return teacher

@@ -22,6 +22,16 @@ from .tag_dictionary import FIRST_TAG_ID
 from .tag_timing import fixed_target_positions, sentence_start_inputs
 
 TAG_KINDS = ("terminal", "nonterminal")
+PLACEMENTS = ("first_subword", "last_subword")  # where the tag heads predict a word's tags (above)
+DEFAULT_PLACEMENT = PLACEMENTS[0]  # the default of hexatag_lm's --tag-head-placement, and of every caller
+
+
+def task_placement(task, default=DEFAULT_PLACEMENT):
+    """The ``--tag-head-placement`` of a task's settings; ``default`` for a task that has no such option
+    (fairseq's ``language_modeling``, the masked-LM tasks). A task that has it always holds a value:
+    fairseq fills a field an older checkpoint lacks with its declared default, :data:`DEFAULT_PLACEMENT`."""
+    value = getattr(getattr(task, "args", None), "tag_head_placement", None)  # absent: a task without the option
+    return default if value is None else str(value)
 
 
 def input_key(kind: str) -> str:
@@ -30,7 +40,7 @@ def input_key(kind: str) -> str:
 
 
 def tag_targets(src_tokens: torch.Tensor, src_tags: torch.Tensor, future_tags: torch.Tensor,
-                starts, pad: int, placement: str = "first_subword") -> torch.Tensor:
+                starts, pad: int, placement: str = DEFAULT_PLACEMENT) -> torch.Tensor:
     """Tag target ids per position (``pad`` where ignored) for one 1-D sample."""
     targets = torch.full_like(future_tags, pad)
     q = (future_tags >= FIRST_TAG_ID).nonzero().squeeze(-1)
@@ -39,7 +49,7 @@ def tag_targets(src_tokens: torch.Tensor, src_tags: torch.Tensor, future_tags: t
     if placement == "last_subword":
         targets[q] = future_tags[q]
         return targets
-    if placement != "first_subword":
+    if placement not in PLACEMENTS:
         raise ValueError(f"unknown tag head placement {placement!r}")
     anchor = (src_tags >= FIRST_TAG_ID) | sentence_start_inputs(src_tokens, starts)
     idx = torch.arange(len(src_tokens))
@@ -58,7 +68,7 @@ class HexatagLMDataset(MonolingualDataset):
     (:mod:`.tag_timing`); ``word_blocks``, the paper's terminal stream in the same blocks, marks the
     word starts when the timing leaves a word untagged (``delay``: word 1)."""
 
-    def __init__(self, dataset, tag_blocks, tag_pad: int, placement: str = "first_subword", timing: str = "paper",
+    def __init__(self, dataset, tag_blocks, tag_pad: int, placement: str = DEFAULT_PLACEMENT, timing: str = "paper",
                  word_blocks=None, **kwargs):
         super().__init__(dataset, dataset.sizes, **kwargs)
         self.tag_blocks, self.tag_pad, self.placement = tag_blocks, tag_pad, placement

@@ -61,11 +61,12 @@ import math
 import os
 import time
 from collections import Counter, OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from ..data.lm_dataset import DEFAULT_PLACEMENT
 from ..hexatag import HexatagError, encode_tree
 from ..parsing import ParseError, normalize_text, parse_each, tree_source_stats
 from ..structure.family import StructureOptions
@@ -256,27 +257,21 @@ def unscorable(model, prepared: Prepared) -> Dict[str, str]:
     return out
 
 
-def tag_head_placement(task) -> str:
-    """The ``--tag-head-placement`` a checkpoint's task trained the tag heads with (decoders; for ``--score joint``)."""
-    return str(getattr(getattr(task, "args", None), "tag_head_placement", "first_subword"))
-
-
 def score_prepared(model, prepared: Prepared, dictionary, source: str = "given", batch_size: int = 64,
-                   joint: bool = False, placement: str = "first_subword", count_beam: int = 5,
-                   width: Optional[Dict[str, float]] = None) -> Dict[str, float]:
+                   joint: bool = False, options: Optional[StructureOptions] = None) -> Dict[str, float]:
     """``text -> log-likelihood`` under tag ``source`` (``--tags``) for every prepared sentence that
     ``model`` can score (not the :func:`unscorable` ones), longest first for even batches, through
     :func:`~sipe_fairseq.eval.scoring.score_sentence_batch`: ``given`` = the tree source's tags
     (``joint`` as ``--score``); ``self``/``beam:K`` = tags from the prefix only: the sentence's exact
     ``log q(x)`` (self) or the beam's bound on ``log p(x)`` (already joint), decoders only. GiLT
     checkpoints get graphs instead of tags under every source (given: the tree source's tree as arcs,
-    ``joint`` adding the arcs' cost; ``count_beam`` counts per beam hypothesis). ``width``: the beams' ``mass``
-    and ``top_pairs`` (:class:`~sipe_fairseq.structure.family.StructureOptions`)."""
+    ``joint`` adding the arcs' cost). ``options`` (with the checkpoint's ``placement``): how structure
+    is chosen (:class:`~sipe_fairseq.structure.options.StructureOptions`)."""
+    options = options or StructureOptions()
     skip = unscorable(model, prepared)
     texts = sorted((t for t in prepared.encoded if t not in skip), key=lambda t: -len(prepared.encoded[t][0]))
     scores = score_sentence_batch(model, [prepared.encoded[t] for t in texts], dictionary, batch_size=batch_size,
-                                  joint=joint, placement=placement, source=source,
-                                  options=StructureOptions(placement=placement, count_beam=count_beam, **(width or {})),
+                                  joint=joint, source=source, options=options,
                                   heads=[prepared.heads.get(t) for t in texts])
     return dict(zip(texts, scores))
 
@@ -354,22 +349,21 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
 
 def evaluate_blimp(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Prepared, dictionary,
              batch_size: int = 64, joint: bool = False, placements: Optional[Dict[str, str]] = None,
-             tags: Optional[Sequence[str]] = ("given",), count_beam: int = 5,
-             width: Optional[Dict[str, float]] = None) -> dict:
+             tags: Optional[Sequence[str]] = ("given",), options: Optional[StructureOptions] = None) -> dict:
     """Score every prepared sentence under every model and tag source; the :func:`compute_report`
     tables, one column per model and source (:func:`~sipe_fairseq.structure.sources.source_label`).
-    ``placements``: each model's ``--tag-head-placement`` (default first_subword); ``tags`` None:
+    ``placements``: each model's ``--tag-head-placement`` (default: ``options.placement``); ``tags`` None:
     each model's default source (:func:`~sipe_fairseq.eval.prefix_scores.default_sources`: given,
-    for GiLT self)."""
+    for GiLT self); ``options``: how structure is chosen (``--tags-*``, ``--gilt-count-*``)."""
+    options = options or StructureOptions()
     scores, seconds, unscored = {}, {}, {}
     for name, model in models.items():
-        placement = (placements or {}).get(name, "first_subword")
+        own = replace(options, placement=(placements or {}).get(name, options.placement))
         for source in sources_for(model, tags):
             t0 = time.perf_counter()
             label = source_label(name, source)
             unscored[label] = unscorable(model, prepared)
-            scores[label] = score_prepared(model, prepared, dictionary, source, batch_size, joint, placement,
-                                           count_beam, width)
+            scores[label] = score_prepared(model, prepared, dictionary, source, batch_size, joint, own)
             seconds[label] = time.perf_counter() - t0
     report = compute_report(pairs, scores, prepared.skipped, unscored)
     report["seconds"] = {"trees": prepared.seconds, "scoring": seconds}

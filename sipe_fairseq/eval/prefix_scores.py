@@ -18,6 +18,7 @@ graph against the gold graph. What each number is:
 import math
 import os
 import time
+from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq import utils
@@ -26,6 +27,7 @@ from fairseq.data import data_utils
 from ..data.arc_streams import load_arc_stream
 from ..data.arcs import arc_f1, arc_matches
 from ..data.arcs import decode_words
+from ..data.lm_dataset import task_placement
 from ..data.tag_dictionary import TAG_KINDS
 from ..data.tag_streams import load_tag_streams
 from ..hexatag.constrained import PAIRS
@@ -143,25 +145,26 @@ def per_sentence(scores: Sequence[SentenceScore], joint: bool = False) -> Dict[s
             "words": [s.n_words + 1 for s in scores]}
 
 
-def check_sources_fit(model, task, split: str, sources: Sequence[str], options: Optional[StructureOptions] = None,
-                      max_sentences: Optional[int] = None, batch_sentences: int = 256) -> None:
+def check_sources_fit(model, task, split: str, sources: Sequence[str], options: Optional[StructureOptions] = None) -> None:
     """:class:`~sipe_fairseq.structure.memory.MemoryBudgetError` when a source of :func:`score_split_sources`
     cannot fit the memory budget even one sentence at a time: a command checks before it scores anything."""
-    sentences = load_split_sentences(task, split)[0][:max_sentences]
-    for source in sources:
-        plan(model, sentences, source, options, batch_sentences)
-
-
-def score_split_sources(model, task, split: str, sources: Sequence[str], options: Optional[StructureOptions] = None,
-                        max_sentences: Optional[int] = None, batch_sentences: int = 256) -> Dict[str, Dict[str, float]]:
-    """Every sentence of ``split`` scored alone under each source; ``{source: summarize(...)}`` and,
-    for ``given``, ``given-joint``. ``max_sentences`` scores the first N only (the counts say so).
-    The placement is the checkpoint's own (the task's ``--tag-head-placement``)."""
     options = options or StructureOptions()
-    options.placement = str(getattr(task.args, "tag_head_placement", options.placement))
+    sentences = load_split_sentences(task, split)[0][:options.max_sentences]
+    for source in sources:
+        plan(model, sentences, source, options, options.batch_sentences)
+
+
+def score_split_sources(model, task, split: str, sources: Sequence[str],
+                        options: Optional[StructureOptions] = None) -> Dict[str, Dict[str, float]]:
+    """Every sentence of ``split`` scored alone under each source; ``{source: summarize(...)}`` and,
+    for ``given``, ``given-joint``. ``options.max_sentences`` scores the first N only (the counts say
+    so), ``options.batch_sentences`` at a time. The placement is the checkpoint's own (the task's
+    ``--tag-head-placement``)."""
+    options = replace(options or StructureOptions(), placement=task_placement(task))
+    batch_sentences = options.batch_sentences
     sentences, counts = load_split_sentences(task, split)
-    if max_sentences is not None:
-        sentences = sentences[:max_sentences]
+    if options.max_sentences is not None:
+        sentences = sentences[:options.max_sentences]
     for source in sources:  # every source within the memory budget before any is scored (structure/memory.py)
         plan(model, sentences, source, options, batch_sentences)
     gold = given_tags(sentences)

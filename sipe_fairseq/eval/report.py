@@ -54,7 +54,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -62,6 +62,7 @@ import torch
 import sipe_fairseq
 from ..checkpoints import checkpoint_specs, load_lm, read_checkpoint
 from ..data.encode import SentenceEncoder
+from ..data.lm_dataset import task_placement
 from ..parsing import tree_source_stats
 from ..structure.family import StructureOptions
 from ..structure.sources import parse_sources as parse_tag_sources
@@ -98,8 +99,8 @@ class ReportInputs:
     no_ppl: bool = False
     tree_source: Optional[Callable[[], object]] = None
     blimp_score: str = "lm"
-    tags: Optional[str] = "given"
-    gilt_count_beam: int = 5
+    tags: Optional[Sequence[str]] = None  # tag sources (None: given); given is always scored
+    structure: StructureOptions = field(default_factory=StructureOptions)  # how structure is chosen (--tags-*)
     context_window: int = 0
     max_tokens: int = 4096
     batch_size: int = 64
@@ -417,12 +418,10 @@ def checkpoints_from_specs(specs) -> Dict[str, str]:
 def _scoring_plan(inputs: ReportInputs, checkpoints: Dict[str, str], collected: Collected, want_blimp: bool):
     """(tag sources, given first; per checkpoint the set of what to score: ``ppl``, ``blimp``, ``syntaxgym``),
     leaving out what ``collected`` already holds."""
-    try:
-        sources = parse_tag_sources(inputs.tags or "given")
+    try:  # a list of sources (the command's --tags, already checked) or their comma-separated spec
+        sources = parse_tag_sources(",".join(inputs.tags or ["given"]) if not isinstance(inputs.tags, str) else inputs.tags)
     except ValueError as e:
         raise ReportError(f"--tags: {e}") from e
-    if inputs.gilt_count_beam < 1:
-        raise ReportError("--gilt-count-beam: expected an integer >= 1")
     sources = ["given"] + [x for x in sources if x != "given"]  # Table 2's given columns always; then a group per source
     for name in checkpoints:
         collected.add_model(name)
@@ -483,8 +482,7 @@ def _score_one(name: str, model, task, jobs: set, sources: list, inputs: ReportI
     if "ppl" in jobs:
         rows = score_split(model, task, inputs.split, inputs.context_window, inputs.max_tokens)
         if len(sources) > 1:  # every sentence of the split scored alone under each other tag source
-            options = StructureOptions(count_beam=inputs.gilt_count_beam)
-            rows["tag_sources"] = score_split_sources(model, task, inputs.split, sources[1:], options)
+            rows["tag_sources"] = score_split_sources(model, task, inputs.split, sources[1:], inputs.structure)
         scores.ppl_rows[name] = rows
         collected.put(name, "ppl", ppl_values({name: rows})[name], "scored")
     if "blimp" in jobs:
@@ -494,12 +492,12 @@ def _score_one(name: str, model, task, jobs: set, sources: list, inputs: ReportI
             scores.blimp_unscored[label] = blimp.unscorable(model, data.prepared)
             scores.blimp_scores[label] = blimp.score_prepared(model, data.prepared, data.encoder.dictionary, src,
                                                               inputs.batch_size, joint=inputs.blimp_score == "joint",
-                                                              placement=blimp.tag_head_placement(task),
-                                                              count_beam=inputs.gilt_count_beam)
+                                                              options=replace(inputs.structure,
+                                                                              placement=task_placement(task)))
         scores.blimp_seconds[name] = time.perf_counter() - t1
     if "syntaxgym" in jobs:
         d = data.encoder.dictionary
-        columns = syntaxgym.tag_source_columns(name, model, task, d, sources, inputs.gilt_count_beam)
+        columns = syntaxgym.tag_source_columns(name, model, task, d, sources, inputs.structure)
         rep = syntaxgym.evaluate_suites(data.suites, data.sentences, columns, inputs.batch_size, inputs.eq_atol,
                                         inputs.eq_rtol)
         scores.sg_reports.append(rep)

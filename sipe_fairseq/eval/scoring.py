@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from fairseq import utils
 from fairseq.models import FairseqEncoderModel, FairseqLanguageModel
 
-from ..data.lm_dataset import tag_targets
+from ..data.lm_dataset import DEFAULT_PLACEMENT, tag_targets
 from ..data.tag_dictionary import NOTAG_ID, TAG_HEADS
 from ..data.tag_timing import fixed_target_positions, time_sentence_streams
 from ..modules.arc_scorer import arc_losses
@@ -231,7 +231,7 @@ def token_logprobs(model, encoded: Sequence[Encoded], eos: int, pad: int, batch_
 
 @torch.no_grad()
 def decoder_sentence_scores(model, encoded: Sequence[Encoded], dictionary, batch_size: int = 32,
-                            joint: bool = False, placement: str = "first_subword") -> List[float]:
+                            joint: bool = False, placement: str = DEFAULT_PLACEMENT) -> List[float]:
     """Summed log-probability (nats) of each sentence's tokens including the final ``</s>``:
     ``log p(x | tags)``; with ``joint``, plus the log-probability the model's tag heads give each
     word's tags from its left context, at the anchors the task trained them on (``placement``,
@@ -368,7 +368,7 @@ def pseudo_log_likelihoods(model, encoded: Sequence[Encoded], dictionary, batch_
 
 
 def encoder_sentence_scores(model, encoded: Sequence[Encoded], dictionary, batch_size: int = 64,
-                            joint: bool = False, placement: str = "first_subword") -> List[float]:
+                            joint: bool = False, placement: str = DEFAULT_PLACEMENT) -> List[float]:
     """Pseudo-log-likelihood (nats) of each sentence (:func:`pseudo_log_likelihoods`, summed);
     ``batch_size`` counts masked copies per forward pass. ``placement`` does not apply: an
     encoder's tag heads predict a masked first subword's own tags."""
@@ -417,25 +417,26 @@ SENTENCE_SCORERS: Dict[str, Callable[..., List[float]]] = {"decoder": decoder_se
 
 
 def score_sentence_batch(model, encoded: Sequence[Encoded], dictionary, batch_size: int = 32,
-                         joint: bool = False, placement: str = "first_subword", source: str = "given",
-                         options: Optional[StructureOptions] = None, heads=None) -> List[float]:
+                         joint: bool = False, source: str = "given", options: Optional[StructureOptions] = None,
+                         heads=None) -> List[float]:
     """Whole-sentence log-likelihood (nats) of each encoded sentence under structure ``source``.
     ``given`` (a model that is not GiLT), by model kind: decoders :func:`decoder_sentence_scores`
     (``batch_size`` sentences per pass), encoders the pseudo-log-likelihood :func:`encoder_sentence_scores`
     (``batch_size`` masked copies per pass). Every other source, and a GiLT model's given graph (from
     ``heads``: each sentence's tree), through the structure engine (:func:`score_encoded_with_progress`,
-    ``options``, default ``placement`` alone; ``batch_size`` sentences per batch): ``self``/``beam:K``
-    tags from the prefix only, the exact ``log q(x)`` (self) or the beam's bound on ``log p(x)``
-    (already joint); ``joint`` adds a GiLT given graph's arc cost."""
+    ``options``; ``batch_size`` sentences per batch): ``self``/``beam:K`` tags from the prefix only, the
+    exact ``log q(x)`` (self) or the beam's bound on ``log p(x)`` (already joint); ``joint`` adds a GiLT
+    given graph's arc cost, and for SiPE the tag heads' log p(tags) at ``options.placement``."""
+    options = options or StructureOptions()
     if source != "given" or family_of(model).predicts_arcs:
-        options = options or StructureOptions(placement=placement)
         scores = score_encoded_with_progress(model, encoded, source, dictionary, options, heads, batch_size)
         return [s.joint if joint and source == "given" else s.logprob for s in scores]
     kind = model_kind(model)
     if kind not in SENTENCE_SCORERS:
         raise NotImplementedError(f"no sentence scorer for {kind} models ({type(model).__name__}) "
                                   "(register one in SENTENCE_SCORERS)")
-    return SENTENCE_SCORERS[kind](model, encoded, dictionary, batch_size=batch_size, joint=joint, placement=placement)
+    return SENTENCE_SCORERS[kind](model, encoded, dictionary, batch_size=batch_size, joint=joint,
+                                  placement=options.placement)
 
 
 # ---------------------------------------------------------------------------- structure sources

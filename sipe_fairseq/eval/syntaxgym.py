@@ -37,7 +37,10 @@ runs it (exit status 0, or 2 on a usage, suite or formula error, logged without 
 suite, item and prediction, plus the formula and a caret for a formula error).
 """
 import logging
+from dataclasses import replace
+from typing import Optional
 
+from ..data.lm_dataset import task_placement
 from ..structure.family import StructureOptions
 from ..structure.sources import source_label
 from .prefix_scores import sources_for
@@ -54,20 +57,16 @@ from .syntaxgym_suites import (Condition, Item, Prediction, Region, Suite, Suite
 logger = logging.getLogger(__name__)
 
 
-def tag_source_columns(name: str, model, task, dictionary, sources, count_beam: int = 5, width=None) -> dict:
+def tag_source_columns(name: str, model, task, dictionary, sources, options: Optional[StructureOptions] = None) -> dict:
     """``{column: (model, eos, pad, logprob_fn)}`` for :func:`evaluate_suites`: one column per tag
     source (:func:`~sipe_fairseq.structure.sources.source_label`; ``sources`` None: the model's default,
     given, for GiLT self), the per-token log-probs of
     :func:`~sipe_fairseq.eval.scoring.sentence_logprob_fn` at the checkpoint's own
     ``--tag-head-placement``: ``given`` = the parser's tags (GiLT: its tree as arcs), ``self`` =
     the model's own choice from the prefix, ``beam:K`` = the increments of the beam's running
-    logsumexp (GiLT: ``count_beam`` counts per hypothesis), so a region's surprisal is the
-    difference of the prefix marginal at its boundaries. ``width``: the beams' ``mass`` and ``top_pairs``
-    (:class:`~sipe_fairseq.structure.family.StructureOptions`)."""
-    placement = str(getattr(getattr(task, "args", None), "tag_head_placement", "first_subword"))
+    logsumexp, so a region's surprisal is the difference of the prefix marginal at its boundaries;
+    ``options``: how structure is chosen (``--tags-*``, ``--gilt-count-*``)."""
+    options = replace(options or StructureOptions(), placement=task_placement(task))
     d = dictionary
-    return {source_label(name, src): (model, d.eos(), d.pad(),
-                                      sentence_logprob_fn(model, src, d, StructureOptions(placement=placement,
-                                                                                  count_beam=count_beam,
-                                                                                  **(width or {}))))
+    return {source_label(name, src): (model, d.eos(), d.pad(), sentence_logprob_fn(model, src, d, options))
             for src in sources_for(model, sources)}

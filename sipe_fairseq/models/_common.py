@@ -7,6 +7,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 
+from ..data.lm_dataset import task_placement
 from ..hexatag.errors import CheckpointError, OptionError
 from ..modules import tag_head
 
@@ -65,10 +66,9 @@ def task_tag_timing(task) -> str:
     """The task's ``--tag-timing`` (``paper`` for a task without one), which a tagged decoder keeps as
     ``tag_timing`` for the structure engine; a timing other than ``paper`` needs ``--tag-head-placement
     last_subword`` (the heads choose what a word carries just before it)."""
-    args = getattr(task, "args", None)
-    timing = str(getattr(args, "tag_timing", "paper"))
-    placement = str(getattr(args, "tag_head_placement", "last_subword"))
-    if timing != "paper" and placement != "last_subword":
+    timing = str(getattr(getattr(task, "args", None), "tag_timing", "paper"))  # absent: a task without tags
+    placement = task_placement(task, default=None)  # None: a task without placement, nothing to check
+    if timing != "paper" and placement not in (None, "last_subword"):
         raise OptionError(f"--tag-timing {timing}: the heads choose what a word carries just before it: it needs "
                           f"--tag-head-placement last_subword (given: {placement})")
     return timing

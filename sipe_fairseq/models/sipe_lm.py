@@ -16,6 +16,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel, register_model, register_model_architecture
 from omegaconf import II
 
+from ..data.lm_dataset import task_placement
 from ..hexatag.errors import OptionError
 from ..hexatag.timing import TIMINGS, check_timing
 from ..modules import (SiPETransformerLayer, TagContext, WordAwareInput, attach_injections, kv_cache, parse_injection,
@@ -281,8 +282,8 @@ class _SiPELanguageModel(RefusesFairseqHub, ClassificationHeadsMixin, FairseqLan
 
     @classmethod
     def build_model(cls, args, task):
-        placement = str(getattr(getattr(task, "args", None), "tag_head_placement", "last_subword"))
-        if str(getattr(args, "sipe_tag_head_input", "state")) == "word" and placement != "last_subword":
+        placement = task_placement(task, default=None)  # None: a task without placement, nothing to check
+        if str(args.sipe_tag_head_input) == "word" and placement not in (None, "last_subword"):
             raise OptionError(f"--sipe-tag-head-input word reads the state just before each word: it needs "
                               f"--tag-head-placement last_subword (given: {placement})")
         decoder = SiPEDecoder(args, task.target_dictionary)

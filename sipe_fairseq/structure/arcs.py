@@ -119,11 +119,7 @@ class ArcPolicy(StructurePolicy):
 
     def __init__(self, model, count_beam: int = DEFAULT_COUNT_BEAM, count_rule: str = COUNT_RULES[0]):
         super().__init__(model)
-        check_prefix_decodable(model)
-        if count_rule not in COUNT_RULES:
-            raise ValueError(f"unknown count rule {count_rule!r} (expected one of {COUNT_RULES})")
-        if count_beam < 1:
-            raise ValueError(f"count beam {count_beam}: expected >= 1")
+        check_prefix_decodable(model)  # count_beam, count_rule: checked by StructureOptions
         self.count_beam, self.count_rule = count_beam, count_rule
         # the distance rule of the graphs the model was trained on (set by task gilt_lm's build_model)
         self.two_way = str(getattr(self.decoder, "two_way_distance", TWO_WAY_RULES[0]))

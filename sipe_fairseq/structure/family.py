@@ -18,24 +18,11 @@ decoders, is ``"none"``) and ``takes_tags`` (its forward takes the hexatag strea
 """
 from dataclasses import dataclass
 
-from .arcs import COUNT_RULES, DEFAULT_COUNT_BEAM, ArcPolicy
+from .arcs import ArcPolicy
 from .hexatags import HexatagPolicy
+from .options import StructureOptions
 
 STRUCTURES = ("hexatags", "arcs", "none")
-
-
-@dataclass
-class StructureOptions:
-    """How structure is chosen from the prefix (the ``--tags`` options of every command)."""
-    placement: str = "first_subword"  # SiPE: the checkpoint's --tag-head-placement
-    constrained: bool = True  # SiPE: only pairs that can still end as one tree
-    top_pairs: int = 0  # SiPE beam: expand with the heads' M best allowed pairs (0: all)
-    mass: float = 1.0  # beam/mix: keep the best until their share of the prefix mass reaches P (<= K; 1: the K best)
-    count_beam: int = DEFAULT_COUNT_BEAM  # GiLT beam: counts each hypothesis branches on
-    count_rule: str = COUNT_RULES[0]  # GiLT beam: top-then-allowed (the authors') or allowed-then-top
-    use_cache: bool = True  # SiPE: False runs the full prefix at every position (tests)
-    abstain: float = 0.0  # SiPE self: leave a word <notag> when its best allowed pair has p below this (0: never)
-    max_memory: int = 0  # bytes a search's batch may hold (structure/memory.py; 0: half the available memory)
 
 
 def structure_of(model) -> str:
@@ -101,8 +88,6 @@ def policy_for(model, options: StructureOptions = None, needs_heads: bool = True
     if getattr(model, "decoder", None) is None and getattr(model, "encoder", None) is not None:
         raise ValueError(f"{type(model).__name__} is not a left-to-right decoder (masked-LM encoders are scored with "
                          "given tags only)")
-    if not 0.0 < options.mass <= 1.0:
-        raise ValueError(f"mass {options.mass}: expected 0 < P <= 1")
     if kind == "arcs":
         policy = ArcPolicy(model, options.count_beam, options.count_rule)
         policy.mass = options.mass

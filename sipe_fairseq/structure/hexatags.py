@@ -28,6 +28,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from ..data.lm_dataset import DEFAULT_PLACEMENT
 from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from ..hexatag.constrained import CLOSED, PAIRS, START, is_valid
 from ..hexatag.tags import EOS, NONTERMINALS, TERMINALS
@@ -35,7 +36,6 @@ from ..hexatag.timing import advance_unit, can_end, check_timing, timed_pairs, u
 from .policy import BRANCH, FORCED, GREEDY, SAMPLE, StructurePolicy
 from .sentences import Sentence
 
-PLACEMENTS = ("first_subword", "last_subword")
 ABSTAINED = -3  # a word left <notag>: by ``abstain``, or a timing that feeds it nothing (delay: word 1)
 TERM_CLASS = torch.tensor([TERMINALS.index(t) for t, _ in PAIRS])
 NT_CLASS = torch.tensor([NONTERMINALS.index(n) for _, n in PAIRS])
@@ -93,16 +93,11 @@ def transitions(max_depth: int, timing: str = "paper") -> torch.Tensor:
 class HexatagPolicy(StructurePolicy):
     prune_before = True
 
-    def __init__(self, model, placement: str = "first_subword", constrained: bool = True, use_cache: bool = True,
+    def __init__(self, model, placement: str = DEFAULT_PLACEMENT, constrained: bool = True, use_cache: bool = True,
                  top_pairs: int = 0, abstain: float = 0.0):
+        """The values come from a :class:`~.options.StructureOptions`, which checked their ranges."""
         super().__init__(model)
-        if not 0.0 <= abstain <= 1.0:
-            raise ValueError(f"abstain {abstain}: expected a probability in [0, 1]")
         self.abstain = abstain
-        if placement not in PLACEMENTS:
-            raise ValueError(f"unknown tag head placement {placement!r} (expected one of {PLACEMENTS})")
-        if top_pairs < 0:
-            raise ValueError(f"top pairs {top_pairs}: expected 0 (every allowed pair) or M >= 1")
         self.placement, self.constrained, self.use_cache, self.top_pairs = placement, constrained, use_cache, top_pairs
         self.has_heads = getattr(self.decoder, "terminal_head", None) is not None
         self.timing = check_timing(str(getattr(self.decoder, "tag_timing", "paper")))

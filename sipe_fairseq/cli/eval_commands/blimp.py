@@ -9,14 +9,15 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
-from sipe_fairseq.cli.options import (add_count_beam_argument, add_data_argument, add_width_arguments, int_at_least,
-                                      width_line, width_of)
+from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_structure_arguments, int_at_least,
+                                      structure_options, width_line, width_of)
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import blimp
 from sipe_fairseq.eval.blimp import (USAGE_ERROR, BlimpPair, add_metadata, blimp_markdown, evaluate_blimp, log_excluded,
-                                     nothing_scored, prepare, read_blimp, tag_head_placement)
+                                     nothing_scored, prepare, read_blimp)
 from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args
-from sipe_fairseq.structure.sources import parse_sources as parse_tag_sources
+from sipe_fairseq.data.lm_dataset import task_placement
+from sipe_fairseq.structure.options import SUITE_WIDTH
 
 logger = logging.getLogger(__name__)
 
@@ -39,13 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="lm: log p(x | tags), summed over tokens incl. </s> (default; encoders: the pseudo-log-"
                         "likelihood over the sentence's tokens, not </s>); joint: plus the tag heads' log p(tags), "
                         "i.e. log p(x, tags) (encoders: of each masked word's tags given the rest)")
-    p.add_argument("--tags", default=None, metavar="SOURCES",
-                   help="where a decoder's structure comes from, comma-separated (one column per model and source): given "
-                        "(the tree source's tags; GiLT: its tree as arcs), self (the model's own choice from the prefix: "
-                        "exact log q(x)), beam:K (bound on log p(x)); default: given, for GiLT checkpoints self; see "
-                        "sipe_fairseq/structure")
-    add_count_beam_argument(p)
-    add_width_arguments(p)
+    add_structure_arguments(p, "given (the tree source's tags), for GiLT checkpoints self", refuse=SPLIT_ONLY,
+                            defaults=SUITE_WIDTH)
     p.add_argument("--batch-size", type=int_at_least(1), default=64,
                    help="sentences per forward pass for decoders, masked copies for encoders (one sentence's copies "
                         "are never split) (default: %(default)s)")
@@ -60,9 +56,7 @@ def run(args: argparse.Namespace) -> int:
     """Prints the markdown table; 2 on a usage or input error (one line, no traceback), 1 when a model
     scored no pair."""
     try:
-        args.tag_sources = parse_tag_sources(args.tags) if getattr(args, "tags", None) else None  # None: per model
-        if getattr(args, "gilt_count_beam", 5) < 1:
-            raise ValueError("--gilt-count-beam: expected an integer >= 1")
+        args.tag_sources = args.tags  # checked by argparse; None: each model's default
         checkpoints = checkpoint_specs(args.path)
         read = read_blimp(args.blimp)
         pairs = blimp.every_nth(read, args.every)
@@ -89,18 +83,18 @@ def _run(args: argparse.Namespace, checkpoints: Dict[str, str], pairs: List[Blim
     for name, path in checkpoints.items():
         model, task = load_lm(path, args.data)
         models[name] = model
-        placements[name] = tag_head_placement(task)
+        placements[name] = task_placement(task)
     try:
+        options = structure_options(args)
         report = evaluate_blimp(pairs, models, prepared, encoder.dictionary, args.batch_size, joint=args.score == "joint",
-                                placements=placements, tags=args.tag_sources, count_beam=getattr(args, "gilt_count_beam", 5),
-                                width=width_of(args))
+                                placements=placements, tags=args.tag_sources, options=options)
     except ValueError as e:  # e.g. --tags self with an encoder or a model without tag heads
         logger.error("%s", e)
         return USAGE_ERROR
     add_metadata(report, prepared, args.score, checkpoints, args.data, args.blimp)
     report["sample"] = args.sample
     report["tags"] = list(args.tag_sources) if args.tag_sources else "default (given; GiLT: self)"
-    report["tag_width"] = width_of(args)
+    report["tag_width"] = width_of(options)
     log_excluded(report, args.show_skipped)
     table = blimp_markdown(report) + width_line(args.tag_sources, report["tag_width"])
     print(table, end="")

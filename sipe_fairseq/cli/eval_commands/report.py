@@ -5,7 +5,7 @@ import argparse
 import logging
 
 from sipe_fairseq.cli.output import write_json, write_text
-from sipe_fairseq.cli.options import add_count_beam_argument, float_at_least, int_at_least
+from sipe_fairseq.cli.options import add_structure_arguments, float_at_least, int_at_least, structure_options
 from sipe_fairseq.eval import report as report_engine
 from sipe_fairseq.eval.report import ReportError, ReportInputs, build_report, table2_markdown
 from sipe_fairseq.eval.syntaxgym import EQUALITY_ATOL, EQUALITY_RTOL, SyntaxGymError
@@ -35,13 +35,9 @@ def add_input_arguments(p: argparse.ArgumentParser, blimp_inputs: bool = True) -
     if blimp_inputs:
         g.add_argument("--blimp-score", choices=("lm", "joint"), default="lm",
                        help="BLiMP sentence score: log p(x | tags) (default) or log p(x, tags) (see sipe-eval blimp)")
-    g.add_argument("--tags", default="given", metavar="SOURCES",
-                   help="tag sources, comma-separated: given (Table 2's columns, always shown) plus one column group per "
-                        "other source, self and/or beam:K (BLiMP, PPL per word and per token, SyntaxGym with tags from the "
-                        "prefix only; sipe_fairseq/structure). GiLT checkpoints: given = gold graphs (the data's arcs for "
-                        "PPL, the tree source's trees as arcs for BLiMP/SyntaxGym), self = the greedy graph, beam:K = the "
-                        "beam over graphs (sipe_fairseq/structure)")
-    add_count_beam_argument(g)
+    add_structure_arguments(g, "given (Table 2's columns, always shown; GiLT: the gold graphs, the data's arcs for PPL, "
+                               "the tree source's trees as arcs for BLiMP/SyntaxGym); every other source adds a column "
+                               "group (BLiMP, PPL per word and per token, SyntaxGym)")
     g.add_argument("--context-window", type=int_at_least(0), default=0, help="as sipe-eval-lm --context-window (>= 0)")
     g.add_argument("--max-tokens", type=int_at_least(1), default=4096, help="tokens per batch for the perplexities")
     g.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences per forward pass (BLiMP, SyntaxGym)")
@@ -85,7 +81,7 @@ def report_inputs(args: argparse.Namespace, paths=None, baseline=None, rows=None
     return ReportInputs(
         data=args.data, paths=list(args.path if paths is None else paths), split=args.split, no_ppl=args.no_ppl,
         suites=args.suites, tree_source=lambda: tree_source_from_args(args), tags=args.tags,
-        gilt_count_beam=args.gilt_count_beam, context_window=args.context_window, max_tokens=args.max_tokens,
+        structure=structure_options(args), context_window=args.context_window, max_tokens=args.max_tokens,
         batch_size=args.batch_size, eq_atol=args.eq_atol, eq_rtol=args.eq_rtol, threads=args.threads,
         syntaxgym_json=args.syntaxgym_json, ppl_json=args.ppl_json, baseline=baseline, rows=rows,
         **(dict(blimp=args.blimp, blimp_score=args.blimp_score, blimp_json=args.blimp_json,

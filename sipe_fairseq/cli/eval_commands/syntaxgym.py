@@ -9,15 +9,15 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
-from sipe_fairseq.cli.options import (add_count_beam_argument, add_data_argument, add_width_arguments, float_at_least,
-                                      int_at_least, width_line, width_of)
+from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_structure_arguments, float_at_least, int_at_least,
+                                      structure_options, width_line, width_of)
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import syntaxgym
 from sipe_fairseq.eval.syntaxgym import (EQUALITY_ATOL, EQUALITY_RTOL, SyntaxGymError, evaluate_suites, merge_reports,
                                          prefix_tag_differences, read_suites, report_markdown, tag_source_columns,
                                          tree_and_encode)
 from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args, tree_source_stats
-from sipe_fairseq.structure.sources import parse_sources as parse_tag_sources
+from sipe_fairseq.structure.options import SUITE_WIDTH
 
 logger = logging.getLogger(__name__)
 
@@ -33,13 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suites", nargs="+", action="extend", required=True, metavar="FILE_OR_DIR",
                    help="SyntaxGym suite JSON file(s) or folder(s) of *.json (repeatable)")
     add_tree_arguments(p)
-    p.add_argument("--tags", default=None, metavar="SOURCES",
-                   help="where a decoder's structure comes from, comma-separated (one column per model and source): given "
-                        "(the parser's tags, GiLT: its tree as arcs; also counts the items whose prefix tags differ between "
-                        "conditions), self (the model's own choice from the prefix), beam:K (the running bound's "
-                        "per-token increments); default: given, for GiLT checkpoints self")
-    add_count_beam_argument(p)
-    add_width_arguments(p)
+    add_structure_arguments(p, "given (the parser's tags; also counts the items whose prefix tags differ between "
+                               "conditions), for GiLT checkpoints self; beam:K scores the running bound's per-token "
+                               "increments", refuse=SPLIT_ONLY, defaults=SUITE_WIDTH)
     p.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences per forward pass (default: %(default)s)")
     p.add_argument("--eq-atol", type=float_at_least(0.0), default=EQUALITY_ATOL,
                    help="'=' holds when |a-b| <= atol + rtol*|b|: absolute tolerance in bits "
@@ -72,13 +68,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
-    try:
-        sources = parse_tag_sources(args.tags) if getattr(args, "tags", None) else None  # None: each model's default
-    except ValueError as e:
-        raise SyntaxGymError(f"--tags: {e}") from e
-    count_beam = getattr(args, "gilt_count_beam", 5)
-    if count_beam < 1:
-        raise SyntaxGymError("--gilt-count-beam: expected an integer >= 1")
+    sources = args.tags  # checked by argparse; None: each model's default
+    options = structure_options(args)
     checkpoints = _checkpoints(args.path)
     suites, sentences = read_suites(args.suites)  # fails fast on bad formulae and references
     source = tree_source_from_args(args)
@@ -94,14 +85,14 @@ def _run(args: argparse.Namespace) -> int:
                                  f"{args.data}'s ({len(d)})")
         try:
             reports.append(evaluate_suites(suites, sentences,
-                                           tag_source_columns(name, model, task, d, sources, count_beam, width_of(args)),
+                                           tag_source_columns(name, model, task, d, sources, options),
                                            args.batch_size, args.eq_atol, args.eq_rtol))
         except ValueError as e:  # e.g. --tags self with a model without tag heads
             raise SyntaxGymError(f"{path}: {e}") from e
         del model, task
     report = merge_reports(reports)
     report.update(parser=source.spec, tree_source=tree_source_stats(source), data=args.data, checkpoints=checkpoints,
-                  tags=sources if sources else "default (given; GiLT: self)", tag_width=width_of(args))
+                  tags=sources if sources else "default (given; GiLT: self)", tag_width=width_of(options))
     if sources is None or "given" in sources:
         report["prefix_tag_differences"] = prefix_tag_differences(suites, sentences)
     table = report_markdown(report) + width_line(sources, report["tag_width"])
