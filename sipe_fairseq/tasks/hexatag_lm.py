@@ -9,7 +9,8 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 
-from ..data.lm_dataset import TAG_KINDS, HexatagContextWindowDataset, HexatagLMDataset, HexatagWindowDataset
+from ..data.lm_dataset import (DEFAULT_PLACEMENT, PLACEMENTS, TAG_KINDS, HexatagContextWindowDataset, HexatagLMDataset,
+                               HexatagWindowDataset)
 from ..data.tag_dictionary import NOTAG
 from ..data.tag_timing import timed_streams
 from ..hexatag.timing import TIMINGS
@@ -23,8 +24,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class HexatagLMConfig(LanguageModelingConfig, SiPEDataConfig):
-    tag_head_placement: ChoiceEnum(["first_subword", "last_subword"]) = field(
-        default="first_subword", metadata={"help": "where the tag heads predict the next word's tags: at the previous "
+    tag_head_placement: ChoiceEnum(list(PLACEMENTS)) = field(
+        default=DEFAULT_PLACEMENT, metadata={"help": "where the tag heads predict the next word's tags: at the previous "
                                                    "word's first subword (paper A.1) or just before the word (most context)"})
     tag_timing: ChoiceEnum(list(TIMINGS)) = field(
         default="paper", metadata={"help": "which tags a word carries as input (sipe_fairseq/hexatag/timing.py): paper = "
