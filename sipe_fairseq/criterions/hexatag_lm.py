@@ -22,6 +22,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from ..data.lm_dataset import task_placement
+from ..data.settings import task_setting
 from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID, TAG_HEADS
 from ..hexatag.errors import OptionError, UsageError
 from ..hexatag.timing import TIMINGS
@@ -110,8 +111,7 @@ class HexatagLMCriterion(FairseqCriterion):
                               f"got {tag_sampling_choice!r}")
         self.tag_sampling_choice = str(tag_sampling_choice)
         self.tag_marginal = self.check_tag_marginal(task, tag_marginal, self.tag_sampling, self.tag_dropout, distill_teacher)
-        args = getattr(task, "args", None)
-        self.timing = str(getattr(args, "tag_timing", "paper"))
+        self.timing = str(task_setting(task, "tag_timing", "paper"))
         if self.timing not in TIMINGS:  # a task without the option reads the paper's timing
             self.timing = "paper"
         self.num_updates = None  # set_num_updates; until then the trainer's count (current_update)
@@ -135,16 +135,15 @@ class HexatagLMCriterion(FairseqCriterion):
         dictionary, or (for a teacher that reads tags) its tag timing, differs from the student's."""
         from ..checkpoints.load import load_lm  # lazy (heavy); same layer
 
-        args = getattr(task, "args", None)
         try:
-            teacher, teacher_task = load_lm(path, str(getattr(args, "data", "")))
+            teacher, teacher_task = load_lm(path, str(task_setting(task, "data", "")))
         except ValueError as e:
             raise OptionError(f"--distill-teacher {path}: {e}") from None
         ours, theirs = task.target_dictionary, teacher_task.target_dictionary
         if ours != theirs:  # fairseq's Dictionary compares its symbol -> index maps
             raise OptionError(f"--distill-teacher {path}: its dictionary ({len(theirs)} symbols) is not the student's "
                               f"({len(ours)})")
-        timing = str(getattr(getattr(teacher_task, "args", None), "tag_timing", "paper"))
+        timing = str(task_setting(teacher_task, "tag_timing", "paper"))
         if family_of(teacher).reads_tags and timing != self.timing:  # a teacher without an injection ignores the tag streams
             raise OptionError(f"--distill-teacher {path}: trained with --tag-timing {timing}, the student reads "
                               f"{self.timing}: the teacher would be fed tags in the wrong layout")

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from fairseq.data import FairseqDataset, LMContextWindowDataset, MonolingualDataset, data_utils
 
+from .settings import task_setting
 from .tag_dictionary import FIRST_TAG_ID
 from .tag_timing import fixed_target_positions, sentence_start_inputs
 
@@ -30,7 +31,7 @@ def task_placement(task, default=DEFAULT_PLACEMENT):
     """The ``--tag-head-placement`` of a task's settings; ``default`` for a task that has no such option
     (fairseq's ``language_modeling``, the masked-LM tasks). A task that has it always holds a value:
     fairseq fills a field an older checkpoint lacks with its declared default, :data:`DEFAULT_PLACEMENT`."""
-    value = getattr(getattr(task, "args", None), "tag_head_placement", None)  # absent: a task without the option
+    value = task_setting(task, "tag_head_placement")
     return default if value is None else str(value)
 
 

@@ -17,6 +17,7 @@ from fairseq import utils
 
 from ..checkpoints.load import load_with_task
 from ..data.glue import glue_task
+from ..data.settings import setting
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def predict(model, task, split: str = "valid", max_tokens: Optional[int] = 8192,
     regression values."""
     task.load_dataset(split)
     ds = task.dataset(split)
-    head = getattr(task.cfg, "classification_head_name", "sentence_classification_head")
+    head = setting(task.cfg, "classification_head_name", "sentence_classification_head")  # fairseq's task: absent
     itr = task.get_batch_iterator(ds, max_tokens=max_tokens, max_sentences=batch_size,
                                   max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
                                   ignore_invalid_inputs=False, required_batch_size_multiple=1).next_epoch_itr(shuffle=False)

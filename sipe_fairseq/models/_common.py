@@ -2,12 +2,15 @@
 heads, the architecture presets and the parameter log."""
 import logging
 import os
+from dataclasses import MISSING, fields
 from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
+from omegaconf import OmegaConf, open_dict
 
 from ..data.lm_dataset import task_placement
+from ..data.settings import task_setting
 from ..hexatag.errors import CheckpointError, OptionError
 from ..modules import tag_head
 
@@ -38,6 +41,26 @@ class RefusesFairseqHub:
                               f"structure; use sipe_fairseq.hub.load({path!r}, data={data!r})")
 
 
+def declared_defaults(cfg, config_cls):
+    """``cfg`` with every field of the dataclass ``config_cls`` that it lacks set to the field's declared
+    default, so that a model reads each declared field as ``cfg.x``. A configuration saved before a field
+    existed lacks it, and fairseq fills it from the dataclass only for a checkpoint that names the model
+    itself (``sipe_txl``), not an architecture preset (``sipe_txl_tiny``, ``gilt_txl_16l``)."""
+    for f in fields(config_cls):
+        if hasattr(cfg, f.name):
+            continue
+        value = f.default if f.default is not MISSING else (
+            f.default_factory() if f.default_factory is not MISSING else MISSING)
+        if value is MISSING or (isinstance(value, str) and value.startswith("${")):  # required, or an interpolation
+            continue
+        if OmegaConf.is_config(cfg):
+            with open_dict(cfg):
+                cfg[f.name] = value
+        else:
+            setattr(cfg, f.name, value)
+    return cfg
+
+
 def preset(args, **defaults) -> None:
     """An architecture preset: set each default on ``args`` unless the user already set it."""
     for k, v in defaults.items():
@@ -66,7 +89,7 @@ def task_tag_timing(task) -> str:
     """The task's ``--tag-timing`` (``paper`` for a task without one), which a tagged decoder keeps as
     ``tag_timing`` for the structure engine; a timing other than ``paper`` needs ``--tag-head-placement
     last_subword`` (the heads choose what a word carries just before it)."""
-    timing = str(getattr(getattr(task, "args", None), "tag_timing", "paper"))  # absent: a task without tags
+    timing = str(task_setting(task, "tag_timing", "paper"))
     placement = task_placement(task, default=None)  # None: a task without placement, nothing to check
     if timing != "paper" and placement not in (None, "last_subword"):
         raise OptionError(f"--tag-timing {timing}: the heads choose what a word carries just before it: it needs "

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 from fairseq import utils
 
+from ..data.settings import setting
 from ..hexatag.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
@@ -103,8 +104,8 @@ class ClassificationHeadsMixin:
                                f"(prev: {old.dense.out_features})")
         cfg = getattr(self, "cfg", None) or self.body.cfg
         self.classification_heads[name] = SentenceClassificationHead(
-            d, inner_dim or d, num_classes, activation_fn=getattr(cfg, "pooler_activation_fn", "tanh"),
-            pooler_dropout=getattr(cfg, "pooler_dropout", 0.0))
+            d, inner_dim or d, num_classes, activation_fn=setting(cfg, "pooler_activation_fn", "tanh"),
+            pooler_dropout=setting(cfg, "pooler_dropout", 0.0))  # a body of another kind may lack them
 
     def upgrade_state_dict_named(self, state_dict, name):
         """Reconcile a checkpoint's heads with this model's (RoBERTa's approach): heads of the

@@ -14,11 +14,62 @@
 
 A decoder sets ``embed_dim`` (its width), ``layers``, ``arc_scorer`` (None without one) and the class
 attributes below.
+
+:func:`gilt_graph_config` declares, once, the five options both models share (the graph term's layers and
+initialisation, the arc scorer), with each model's defaults (:data:`GRAPH_DEFAULTS`).
 """
+from dataclasses import dataclass, field
+
 import torch
+from fairseq.dataclass import FairseqDataclass
 
 from ..modules.arc_scorer import arc_layer_indices, word_inputs
 from ..modules.graph_term import GraphContext
+
+
+# each model's defaults of the options of gilt_graph_config (its own numbers: the from-scratch model's
+# nn.Embedding tables and graph term in every layer; GiLT-GPT2's tables and the upper half of the layers)
+GRAPH_DEFAULTS = {"gilt_txl": {"gilt_first_layer": 1, "gilt_table_init_std": 1.0},
+                  "gilt_transformer_lm": {"gilt_first_layer": 0, "gilt_table_init_std": 0.02}}
+
+
+def gilt_graph_config(model: str):
+    """The dataclass of the graph options of GiLT model ``model`` (a base of its configuration), with
+    ``model``'s defaults from :data:`GRAPH_DEFAULTS`."""
+    own = GRAPH_DEFAULTS[model]
+
+    @dataclass
+    class GiltGraphConfig(FairseqDataclass):
+        gilt_first_layer: int = field(default=own["gilt_first_layer"], metadata={
+            "help": "the graph term (gilt_txl) or graph key offsets (gilt_transformer_lm) in attention layers K..L "
+                    "(1-based); 0: the upper half, L/2+1..L (GiLT-GPT2); default: gilt_txl 1 (every layer), "
+                    "gilt_transformer_lm 0"})
+        gilt_proj_init_std: float = field(default=0.02, metadata={
+            "help": "init std of the per-layer feature projections (gilt_txl, 0: the model starts as plain "
+                    "Transformer-XL; gilt_transformer_lm: the std of --gilt-proj-init trunc_normal)"})
+        gilt_arc_scorer: bool = field(default=True, metadata={
+            "help": "build the arc scorer and count head (section 2); on by default: the flag --gilt-arc-scorer turns "
+                    "it off (fairseq's rule for a default-True field)"})
+        gilt_table_init_std: float = field(default=own["gilt_table_init_std"], metadata={
+            "help": "init std of the three shared feature tables (151 x 256): gilt_txl 1, as the authors' nn.Embedding "
+                    "tables; gilt_transformer_lm 0.02, as GiLT-GPT2's, which transformers' from_pretrained initialises "
+                    "with GPT-2's _init_weights (docs/gilt-reference.md); 0.0625 = 256^-0.5 is the other init "
+                    "docs/gilt-reference.md describes"})
+        gilt_arc_table_init_std: float = field(default=1.0, metadata={
+            "help": "init std of the arc scorer's own three feature tables: 1 as the authors' (BiaffineAttention, "
+                    "nn.Embedding); 0.0625 = 256^-0.5 is the other init docs/gilt-reference.md describes"})
+
+    GiltGraphConfig.__name__ = GiltGraphConfig.__qualname__ = f"GiltGraphConfig_{model}"
+    return GiltGraphConfig
+
+
+def first_gilt_layer(cfg) -> int:
+    """``--gilt-first-layer`` resolved (1-based; 0: the upper half), checked against the number of layers."""
+    n, k = int(cfg.decoder_layers), int(cfg.gilt_first_layer or 0)
+    k = k or n // 2 + 1
+    if not 1 <= k <= n:
+        raise ValueError(f"--gilt-first-layer {k} outside 1..{n}")
+    return k
 
 
 def pair_values(src_words: torch.Tensor, pairs: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor:

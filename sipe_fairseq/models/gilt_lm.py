@@ -25,27 +25,15 @@ from fairseq.models import FairseqLanguageModel, register_model, register_model_
 
 from ..modules.arc_scorer import ArcScorer
 from ..modules.graph_term import GraphFeatureTables, attach_graph_terms
-from ._common import RefusesFairseqHub, log_parameters, preset
-from .gilt_arcs import GiltArcsMixin, pair_values  # noqa: F401  (pair_values: the feature gather, also imported from here)
+from ._common import RefusesFairseqHub, declared_defaults, log_parameters, preset
+from .gilt_arcs import GiltArcsMixin, first_gilt_layer, gilt_graph_config, pair_values  # noqa: F401  (pair_values: the feature gather, also imported from here)
 from .sipe_lm import SiPEDecoder, SiPEDecoderConfig, sipe_txl_small, sipe_txl_tiny
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class GiltConfig(SiPEDecoderConfig):
-    gilt_first_layer: int = field(default=1, metadata={"help": "graph-feature term in attention layers K..L (GiLT: all)"})
-    gilt_proj_init_std: float = field(default=0.02, metadata={"help": "init std of the per-layer feature projections (0: "
-                                                                     "the model starts as plain Transformer-XL)"})
-    gilt_arc_scorer: bool = field(default=True, metadata={
-        "help": "build the arc scorer and count head (section 2); on by default: the flag --gilt-arc-scorer turns it "
-                "off (fairseq's rule for a default-True field)"})
-    gilt_table_init_std: float = field(default=1.0, metadata={
-        "help": "init std of the three shared feature tables (151 x 256): 1 as the authors' nn.Embedding tables "
-                "(docs/gilt-reference.md); 0.0625 = 256^-0.5 is the other init docs/gilt-reference.md describes"})
-    gilt_arc_table_init_std: float = field(default=1.0, metadata={
-        "help": "init std of the arc scorer's own three feature tables: 1 as the authors' (BiaffineAttention); "
-                "0.0625 = 256^-0.5 is the other init docs/gilt-reference.md describes"})
+class GiltConfig(SiPEDecoderConfig, gilt_graph_config("gilt_txl")):
     gilt_txl_biases: ChoiceEnum(["shared", "layer"]) = field(default="shared", metadata={
         "help": "Transformer-XL's content bias u (also in the graph term) and position bias v: one pair shared by all "
                 "layers (the authors' TransformerGrammar) or one per layer (as sipe_txl; task gilt_lm sets it for "
@@ -60,22 +48,24 @@ class GiltDecoder(GiltArcsMixin, SiPEDecoder):
     model_name = "gilt_txl"
 
     def __init__(self, cfg, dictionary):
+        cfg = declared_defaults(cfg, GiltConfig)
         if str(cfg.sipe_injection) != "none":
             raise ValueError("gilt_txl takes no hexatag injection (--sipe-injection none)")
         super().__init__(cfg, dictionary)
         self.embed_dim = cfg.decoder_embed_dim
-        if str(getattr(cfg, "gilt_embed_scale", "none")) == "none":
+        if str(cfg.gilt_embed_scale) == "none":
             self.embed_scale = 1.0
-        self.shared_biases = str(getattr(cfg, "gilt_txl_biases", "shared")) == "shared" \
+        self.shared_biases = str(cfg.gilt_txl_biases) == "shared" \
             and self.layers[0].attn.relative is not None
         if self.shared_biases:  # one u and one v, the first layer's, in every layer
             first = self.layers[0].attn
             for layer in self.layers[1:]:
                 layer.attn.u_bias = first.u_bias
                 layer.attn.relative.v_bias = first.relative.v_bias
-        self.graph_tables = GraphFeatureTables(init_std=float(getattr(cfg, "gilt_table_init_std", 1.0)))
-        attach_graph_terms([layer.attn for layer in self.layers], self.graph_tables, cfg.gilt_first_layer, cfg.gilt_proj_init_std)
-        self.arc_scorer = (ArcScorer(cfg.decoder_embed_dim, float(getattr(cfg, "gilt_arc_table_init_std", 1.0)))
+        self.graph_tables = GraphFeatureTables(init_std=float(cfg.gilt_table_init_std))
+        attach_graph_terms([layer.attn for layer in self.layers], self.graph_tables, first_gilt_layer(cfg),
+                           cfg.gilt_proj_init_std)
+        self.arc_scorer = (ArcScorer(cfg.decoder_embed_dim, float(cfg.gilt_arc_table_init_std))
                            if cfg.gilt_arc_scorer else None)
 
     def upgrade_state_dict_named(self, state_dict, name):

@@ -43,8 +43,8 @@ from ..modules import tag_pair_classes
 from ..modules.arc_scorer import ArcScorer
 from .graph_key_attention import GraphKeyAttention
 from ..modules.graph_term import GraphFeatureTables, GraphFeatureTerm
-from ._common import RefusesFairseqHub, check_tag_inputs, log_parameters, preset
-from .gilt_arcs import GiltArcsMixin
+from ._common import RefusesFairseqHub, check_tag_inputs, declared_defaults, log_parameters, preset
+from .gilt_arcs import GiltArcsMixin, first_gilt_layer, gilt_graph_config
 from .sipe_transformer_lm import _TaggedEmbedding
 
 logger = logging.getLogger(__name__)
@@ -54,25 +54,12 @@ GROUP_GRAPH, GROUP_ARC = "gilt", "arc"  # param_group names (module docstring)
 
 
 @dataclass
-class GiltTransformerLMConfig(TransformerLanguageModelConfig):
-    gilt_first_layer: int = field(default=0, metadata={
-        "help": "graph key offsets in layers K..L (1-based); 0: the upper half, L/2+1..L (GiLT-GPT2)"})
+class GiltTransformerLMConfig(TransformerLanguageModelConfig, gilt_graph_config(MODEL)):
     gilt_proj_init: ChoiceEnum(["trunc_normal", "zero"]) = field(default="trunc_normal", metadata={
         "help": "init of the new per-layer projections: trunc_normal (std --gilt-proj-init-std, cut at 2 std; "
                 "GiLT-GPT2) or zero (the model starts as the base LM exactly)"})
-    gilt_proj_init_std: float = field(default=0.02, metadata={"help": "std of --gilt-proj-init trunc_normal"})
-    gilt_arc_scorer: bool = field(default=True, metadata={
-        "help": "build the arc scorer and count head (section 2); on by default: the flag --gilt-arc-scorer turns it "
-                "off (fairseq's rule for a default-True field)"})
     gilt_hexatag_input: bool = field(default=False, metadata={
         "help": "hexatag input injection of a sipe_transformer_lm base (set by --gilt-init-from)"})
-    gilt_table_init_std: float = field(default=0.02, metadata={
-        "help": "init std of the three shared feature tables (151 x 256): 0.02 as GiLT-GPT2's tables, which "
-                "transformers' from_pretrained initialises with GPT-2's _init_weights (docs/gilt-reference.md); "
-                "0.0625 = 256^-0.5 is the other init docs/gilt-reference.md describes"})
-    gilt_arc_table_init_std: float = field(default=1.0, metadata={
-        "help": "init std of the arc scorer's own three feature tables: 1 as the authors' (BiaffineAttention, "
-                "nn.Embedding); 0.0625 = 256^-0.5 is the other init docs/gilt-reference.md describes"})
     gilt_arc_input_order: ChoiceEnum(["lower_first", "upper_first"]) = field(default="lower_first", metadata={
         "help": "the arc scorer's o_w: [h^(L-1); h^(L/2+1); emb] (GiLT-GPT2's cat([hidden_states[-2], "
                 "hidden_states[13]])) or [h^(L/2+1); h^(L-1); emb] (the from-scratch order; task "
@@ -85,15 +72,6 @@ class GiltTransformerLMConfig(TransformerLanguageModelConfig):
         "help": "initialize from this trained transformer_lm / sipe_transformer_lm (or gilt_transformer_lm) "
                 "checkpoint: its architecture replaces the preset, its weights are copied, the GiLT parts are new "
                 "(read by --task gilt_lm when the model is first built, not when a checkpoint of this model is loaded)"})
-
-
-def first_gilt_layer(cfg) -> int:
-    """``--gilt-first-layer`` resolved (1-based), checked against the number of layers."""
-    n, k = int(cfg.decoder_layers), int(getattr(cfg, "gilt_first_layer", 0) or 0)
-    k = k or n // 2 + 1
-    if not 1 <= k <= n:
-        raise ValueError(f"--gilt-first-layer {k} outside 1..{n}")
-    return k
 
 
 class _GiltDecoderLayer(TransformerDecoderLayerBase):
@@ -114,21 +92,22 @@ class GiltTransformerDecoder(GiltArcsMixin, TransformerDecoder):
     time_first = True  # fairseq's inner_states are T x B x C
 
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True):
+        args = declared_defaults(args, GiltTransformerLMConfig)
         self._layers_built, self._first = 0, first_gilt_layer(args)
-        self.hexatag_input = bool(getattr(args, "gilt_hexatag_input", False))
-        self.arc_lower_first = str(getattr(args, "gilt_arc_input_order", "lower_first")) == "lower_first"
+        self.hexatag_input = bool(args.gilt_hexatag_input)
+        self.arc_lower_first = str(args.gilt_arc_input_order) == "lower_first"
         if self.hexatag_input:
             embed_tokens = _TaggedEmbedding(embed_tokens)
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
-        self.graph_tables = GraphFeatureTables(init_std=float(getattr(args, "gilt_table_init_std", 0.02)))
-        zero = str(getattr(args, "gilt_proj_init", "trunc_normal")) == "zero"
-        std = float(getattr(args, "gilt_proj_init_std", 0.02))
+        self.graph_tables = GraphFeatureTables(init_std=float(args.gilt_table_init_std))
+        zero = str(args.gilt_proj_init) == "zero"
+        std = float(args.gilt_proj_init_std)
         for attn in self.graph_attentions():
             attn.graph_term = GraphFeatureTerm(self.graph_tables, self.embed_dim, init_std=0.0)
             if not zero:
                 nn.init.trunc_normal_(attn.graph_term.proj, std=std, a=-2 * std, b=2 * std)
-        self.arc_scorer = (ArcScorer(self.embed_dim, float(getattr(args, "gilt_arc_table_init_std", 1.0)))
-                           if getattr(args, "gilt_arc_scorer", True) else None)
+        self.arc_scorer = (ArcScorer(self.embed_dim, float(args.gilt_arc_table_init_std))
+                           if args.gilt_arc_scorer else None)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         """As fairseq's, with :class:`_GiltDecoderLayer` from layer ``--gilt-first-layer`` on."""
@@ -201,7 +180,7 @@ class GiltTransformerLanguageModel(RefusesFairseqHub, TransformerLanguageModel):
     def build_model(cls, args, task):
         model = super().build_model(args, task)  # fairseq's embedding (and decoder, replaced)
         decoder = GiltTransformerDecoder(args, task.target_dictionary, model.decoder.embed_tokens)
-        if str(getattr(args, "gilt_tables_lr_group", "default")) == "gilt":
+        if str(args.gilt_tables_lr_group) == "gilt":  # filled by the decoder (declared_defaults)
             for p in decoder.graph_tables.parameters():
                 p.param_group = GROUP_GRAPH
         for attn in decoder.graph_attentions():
@@ -214,7 +193,7 @@ class GiltTransformerLanguageModel(RefusesFairseqHub, TransformerLanguageModel):
              for g in (GROUP_GRAPH, GROUP_ARC)}
         logger.info(f"{cls.__name__}: graph key offsets in layers {decoder._first}..{len(decoder.layers)}; "
                     f"{n[GROUP_GRAPH]:,} parameters in group {GROUP_GRAPH!r} (key projections"
-                    f"{', tables' if str(getattr(args, 'gilt_tables_lr_group', 'default')) == 'gilt' else ''}), "
+                    f"{', tables' if str(args.gilt_tables_lr_group) == 'gilt' else ''}), "
                     f"{n[GROUP_ARC]:,} in group {GROUP_ARC!r} (arc scorer)")
         return cls(decoder)
 

@@ -31,7 +31,8 @@ from ..modules import SiPETransformerLayer, attach_injections, parse_injection, 
 from ..modules.assembly import INJECTION_CHOICES, TAG_TABLE_CHOICES, build_tag_tables, tag_context
 from ..modules.input_injection import STRATEGIES, InputFusion, prior_embeddings, uses_deprel
 from ..modules.positional import RELATIVE_LAYOUTS, DisentangledPosition
-from ._common import add_tag_logits, build_tag_heads, check_tag_inputs, log_parameters, preset, tag_heads_enabled
+from ._common import (add_tag_logits, build_tag_heads, check_tag_inputs, declared_defaults, log_parameters, preset,
+                      tag_heads_enabled)
 from .classification import ClassificationHeadsMixin
 
 logger = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class SiPEEncoder(FairseqEncoder):
 
     def __init__(self, cfg, dictionary, deprel_dictionary=None):
         super().__init__(dictionary)
+        cfg = declared_defaults(cfg, SiPEEncoderConfig)
         d = cfg.encoder_embed_dim
         self.cfg = cfg
         self.parts = parse_injection(str(cfg.sipe_injection))
@@ -103,7 +105,7 @@ class SiPEEncoder(FairseqEncoder):
                                 if self.position == "absolute" else None)
         self.emb_norm = nn.LayerNorm(d, bias=cfg.bias)
         self.relative = (DisentangledPosition(d, cfg.relative_buckets, cfg.max_relative_positions,
-                                              str(getattr(cfg, "relative_table_layout", "deberta")))
+                                              str(cfg.relative_table_layout))
                          if self.position == "disentangled" else None)
         attn_position = {"absolute": "none"}.get(self.position, self.position)
         self.layers = nn.ModuleList()
@@ -119,7 +121,7 @@ class SiPEEncoder(FairseqEncoder):
         self.apply(init_bert_params)  # before the SiPE modules, which keep their own init
 
         strategy = str(cfg.sipe_input_strategy)
-        self.tags, self.pathway_tags = build_tag_tables(self.parts, d, str(getattr(cfg, "sipe_tag_tables", "shared")), "uniform")
+        self.tags, self.pathway_tags = build_tag_tables(self.parts, d, str(cfg.sipe_tag_tables), "uniform")
         self.fusion = InputFusion(strategy, d, cfg.sipe_alpha_init) if "input" in self.parts else None
         self.deprel = None
         if self.fusion is not None and uses_deprel(strategy):

@@ -22,7 +22,8 @@ from ..hexatag.timing import TIMINGS, check_timing
 from ..modules import (SiPETransformerLayer, TagContext, WordAwareInput, attach_injections, kv_cache, parse_injection,
                        tag_pair_classes)
 from ..modules.assembly import INJECTION_CHOICES, TAG_TABLE_CHOICES, build_tag_tables, tag_context
-from ._common import (RefusesFairseqHub, add_tag_logits, build_tag_heads, check_tag_inputs, log_parameters, preset,
+from ._common import (RefusesFairseqHub, add_tag_logits, build_tag_heads, check_tag_inputs, declared_defaults,
+                      log_parameters, preset,
                       tag_heads_enabled, task_tag_timing)
 from .classification import ClassificationHeadsMixin
 
@@ -102,6 +103,7 @@ class SiPEDecoder(FairseqIncrementalDecoder):
 
     def __init__(self, cfg, dictionary):
         super().__init__(dictionary)
+        cfg = declared_defaults(cfg, SiPEDecoderConfig)
         d = cfg.decoder_embed_dim
         self.cfg = cfg
         self.parts = parse_injection(str(cfg.sipe_injection))
@@ -116,12 +118,12 @@ class SiPEDecoder(FairseqIncrementalDecoder):
                                  cfg.decoder_normalize_before, str(cfg.position_encoding))
             for _ in range(cfg.decoder_layers))
         self.final_norm = nn.LayerNorm(d) if cfg.decoder_normalize_before else None
-        self.tags, self.pathway_tags = build_tag_tables(self.parts, d, str(getattr(cfg, "sipe_tag_tables", "shared")))
+        self.tags, self.pathway_tags = build_tag_tables(self.parts, d, str(cfg.sipe_tag_tables))
         attach_injections([layer.attn for layer in self.layers], [p for p in self.parts if p != "input"], d,
                           sharing=str(cfg.sipe_projection_sharing), target=str(cfg.sipe_projection_target),
                           first_layer=cfg.sipe_first_layer, init_std=cfg.sipe_proj_init_std)
         self.terminal_head, self.nonterminal_head = build_tag_heads(d, tag_heads_enabled(cfg.sipe_tag_heads, bool(self.parts)))
-        word_aware = str(getattr(cfg, "sipe_tag_head_input", "state")) == "word" and self.terminal_head is not None
+        word_aware = str(cfg.sipe_tag_head_input) == "word" and self.terminal_head is not None
         self.tag_head_input = WordAwareInput(d) if word_aware else None
         self.register_buffer("tag_timing_id", torch.tensor(TIMINGS.index("paper")))  # see tag_timing
 
@@ -193,7 +195,7 @@ class SiPEDecoder(FairseqIncrementalDecoder):
         if need_attn:  # every layer's (B, H, T, T) probabilities, lowest first (appendix C averages them)
             extra["attn_layers"] = layer_attn
         # --sipe-tag-head-detach: the heads read the LM's states and embeddings without sending gradients back
-        grad = (lambda t: t.detach()) if getattr(self.cfg, "sipe_tag_head_detach", False) else (lambda t: t)
+        grad = (lambda t: t.detach()) if self.cfg.sipe_tag_head_detach else (lambda t: t)
         if self.tag_head_input is None:
             add_tag_logits(self, grad(x), extra)
         else:  # word-aware heads at position p read the input token p+1 (the last one: unknown here, pad)
@@ -283,6 +285,7 @@ class _SiPELanguageModel(RefusesFairseqHub, ClassificationHeadsMixin, FairseqLan
     @classmethod
     def build_model(cls, args, task):
         placement = task_placement(task, default=None)  # None: a task without placement, nothing to check
+        args = declared_defaults(args, SiPEDecoderConfig)
         if str(args.sipe_tag_head_input) == "word" and placement not in (None, "last_subword"):
             raise OptionError(f"--sipe-tag-head-input word reads the state just before each word: it needs "
                               f"--tag-head-placement last_subword (given: {placement})")

@@ -33,7 +33,7 @@ from omegaconf import OmegaConf, open_dict
 from ..checkpoints import encoder_init
 from ..data.tag_dictionary import NOTAG_ID
 from ..modules import SiPETransformerLayer
-from ._common import build_tag_heads, preset
+from ._common import build_tag_heads, declared_defaults, preset
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,8 @@ class SiPETaggerModel(BaseFairseqModel):
     def prepare_encoder(cls, cfg, task) -> Optional[encoder_init.EncoderInit]:
         """For a new tagger: resolve ``--init-encoder``/``--encoder-arch`` into ``cfg.encoder_spec``
         (saved with the checkpoint); returns what ``--init-encoder`` read, to load after building."""
-        init_path, arch = getattr(cfg, "init_encoder", ""), getattr(cfg, "encoder_arch", "")
+        cfg = declared_defaults(cfg, SiPETaggerConfig)
+        init_path, arch = cfg.init_encoder, cfg.encoder_arch
         if not init_path and not arch:
             return None
         if init_path and arch:
@@ -115,11 +116,10 @@ class SiPETaggerModel(BaseFairseqModel):
                              "the architecture is the checkpoint's)")
         dictionary = task.source_dictionary
         if init_path:
-            init = encoder_init.read_encoder_init(init_path, dictionary, task.dictionary_path,
-                                                getattr(cfg, "init_encoder_dict", ""))
+            init = encoder_init.read_encoder_init(init_path, dictionary, task.dictionary_path, cfg.init_encoder_dict)
         else:  # +1: the body also sees <s>
             init = encoder_init.EncoderInit("", encoder_init.spec_from_arch(arch, len(dictionary), task.max_positions() + 1))
-        dropout = getattr(cfg, "encoder_dropout", None)
+        dropout = cfg.encoder_dropout
         if dropout is not None:
             init.spec["args"]["dropout"] = dropout
         _set_cfg(cfg, "encoder_spec", json.dumps(init.spec, sort_keys=True))

@@ -15,7 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..modules import HexatagEmbedding, tag_pair_classes
-from ._common import (RefusesFairseqHub, add_tag_logits, build_tag_heads, check_tag_inputs, missing_tags_error, preset,
+from ._common import (RefusesFairseqHub, add_tag_logits, build_tag_heads, check_tag_inputs, declared_defaults,
+                      missing_tags_error, preset,
                       tag_heads_enabled, task_tag_timing)
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class SiPETransformerDecoder(TransformerDecoder):
 
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True):
         super().__init__(args, dictionary, _TaggedEmbedding(embed_tokens), no_encoder_attn=no_encoder_attn)
-        heads = tag_heads_enabled(getattr(args, "sipe_tag_heads", "on"), tagged=True)
+        heads = tag_heads_enabled(declared_defaults(args, SiPETransformerLMConfig).sipe_tag_heads, tagged=True)
         self.terminal_head, self.nonterminal_head = build_tag_heads(self.embed_dim, heads)
 
     def forward(self, prev_output_tokens, src_terminals=None, src_nonterminals=None, features_only=False,

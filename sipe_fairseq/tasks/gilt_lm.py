@@ -22,6 +22,7 @@ from ..checkpoints import gilt_init
 from ..data.arc_streams import load_arc_stream
 from ..data.gilt_dataset import WHOLE_SENTENCE_BREAK_MODES, GiltLMDataset
 from ..data.graph_features import TWO_WAY_RULES
+from ..data.settings import setting
 from ..data.words import WORD_MARK
 from ..hexatag.errors import OptionError
 from .hexatag_lm import HexatagLanguageModelingTask, HexatagLMConfig
@@ -80,7 +81,7 @@ class GiltLanguageModelingTask(HexatagLanguageModelingTask):
         checkpoint does not read it again."""
         if from_checkpoint:
             self._as_trained(cfg)
-        path = "" if from_checkpoint else getattr(cfg, "gilt_init_from", "")
+        path = "" if from_checkpoint else setting(cfg, "gilt_init_from", "")  # gilt_transformer_lm's only
         base = gilt_init.read_base(path) if path else None
         if base is not None:
             gilt_init.apply_architecture(cfg, base)
@@ -112,7 +113,7 @@ class GiltLanguageModelingTask(HexatagLanguageModelingTask):
 
     @property
     def two_way_distance(self) -> str:
-        return str(getattr(self.args, "gilt_two_way_distance", TWO_WAY_RULES[0]))
+        return str(self.args.gilt_two_way_distance)
 
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
         """fairseq's filter, but a block too long for the model in a split that may not skip it (a

@@ -11,6 +11,7 @@ from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageMode
 
 from ..data.lm_dataset import (DEFAULT_PLACEMENT, PLACEMENTS, TAG_KINDS, HexatagContextWindowDataset, HexatagLMDataset,
                                HexatagWindowDataset)
+from ..data.settings import setting  # the generation options: fairseq's or sipe-generate's
 from ..data.tag_dictionary import NOTAG
 from ..data.tag_timing import timed_streams
 from ..hexatag.timing import TIMINGS
@@ -64,7 +65,7 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         super().load_dataset(split, epoch, combine, **kwargs)
         tokens = self.datasets[split]
         tag_pad = self.tag_dictionaries["terminal"].pad()
-        timing = str(getattr(self.args, "tag_timing", "paper"))
+        timing = str(self.args.tag_timing)
 
         def block(kind, ds):  # the value inserted before a block's first sentence is <notag>, as the stream stores
             return TokenBlockDataset(ds, ds.sizes, self.args.tokens_per_sample, pad=tag_pad,
@@ -101,12 +102,12 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         """Models that read structure generate through a wrapper that chooses it per word as the words
         are generated (:func:`~sipe_fairseq.structure.generation.wrap_for_generation`: tags for a tagged
         SiPE decoder, arcs for ``gilt_txl``); plain ones as ``language_modeling``."""
-        if getattr(args, "score_reference", False):  # scoring the data's sentences: with their own tags
+        if setting(args, "score_reference", False):  # scoring the data's sentences: with their own tags
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
         try:
-            continue_word = bool(getattr(args, "continue_word", False) or getattr(self.args, "continue_prompt_word", False))
+            continue_word = bool(setting(args, "continue_word", False) or self.args.continue_prompt_word)
             models, wrapped = wrap_for_generation(models, self.target_dictionary, str(self.args.tag_head_placement),
-                                                  bool(getattr(args, "sampling", False)), continue_word=continue_word)
+                                                  bool(setting(args, "sampling", False)), continue_word=continue_word)
         except ValueError as e:  # a model that cannot choose what it reads: one line (USER_ERRORS), no traceback
             raise OptionError(f"generation: {e}") from e
         if wrapped and len(models) > 1:
@@ -163,7 +164,7 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         total, rows = int(np.sum(dataset.sizes)), dataset
         limit = max_positions if isinstance(max_positions, int) else None
         longest = int(np.max(dataset.sizes)) if len(dataset) else 0
-        source = str(getattr(self.args, "inference_tags", "given"))
+        source = str(self.args.inference_tags)
         if source != "given" and context_window == 0 and limit is not None and longest > limit:
             max_positions = limit = self._whole_sentences(dataset.sizes, split, source)
         if limit is not None:

@@ -35,6 +35,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from ..checkpoints.load import check_finite
 from ..data.fingerprint import KEY as FINGERPRINT_KEY
 from ..data.fingerprint import data_fingerprint, fingerprint_mismatch
+from ..data.settings import setting
 from ..data.tag_dictionary import load_tag_dictionary
 from ..data.tag_streams import load_tag_streams
 from ..data.validate import VALIDATION_MODES, expectations, split_files, validate_split
@@ -88,7 +89,7 @@ def _warn_old_manifest(path: Optional[str], message: str) -> None:
 
 def _option(task, name, default=None):
     cfg = task.cfg if getattr(task, "cfg", None) is not None else getattr(task, "args", None)
-    value = getattr(cfg, name, default)
+    value = setting(cfg, name, default)  # a task of another kind (the masked-LM and tagging ones) may lack it
     return default if value is None else value
 
 
