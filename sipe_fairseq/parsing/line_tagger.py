@@ -225,14 +225,19 @@ def _field(value: str) -> str:
     return "".join(value.split()) or "_"
 
 
+BACKEND_BATCH_SIZE = 256  # --batch-size: sentences per backend call
+BACKEND_THREADS = 1  # --threads: torch threads per worker
+
+
 def add_backend_arguments(p, workers: bool = True, default: Optional[str] = DEFAULT_BACKEND, note: str = "") -> None:
     """The backend options: ``--backend``/``--parser``, ``--batch-size``, ``--threads``,
     ``--no-progress`` and (``workers``) ``--workers``. ``note`` is appended to each help text."""
     g = p.add_argument_group("parser backend")
     g.add_argument("--backend", "--parser", dest="backend", default=default, metavar="SPEC",
                    help=f"spacy[:MODEL] or hexatagger:CHECKPOINT (default: {default or DEFAULT_BACKEND}){note}")
-    g.add_argument("--batch-size", type=int, default=256, metavar="N", help=f"sentences per backend call{note}")
+    g.add_argument("--batch-size", type=int, default=BACKEND_BATCH_SIZE, metavar="N", help=f"sentences per backend call{note}")
     if workers:
         g.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes, each with its own backend")
-    g.add_argument("--threads", type=int, default=1, metavar="N", help=f"torch threads per worker (hexatagger backend){note}")
+    g.add_argument("--threads", type=int, default=BACKEND_THREADS, metavar="N",
+                   help=f"torch threads per worker (hexatagger backend){note}")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
