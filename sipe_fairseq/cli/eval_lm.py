@@ -73,8 +73,7 @@ def run_record(model, task, data: str, split: str) -> dict:
             "arch": info.get("arch") or type(model).__name__, "injection": info.get("injection") or "none"}
 
 
-def main(argv=None):
-    logs.configure("WARNING", logs.SHORT_FORMAT, plugin_level=logging.INFO)  # fairseq quiet, the plugin's counts shown
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sipe-eval-lm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", help="a sipe-preprocess data directory")
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT", help="checkpoint (repeatable)")
@@ -89,7 +88,12 @@ def main(argv=None):
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
     add_structure_arguments(p, "none: no sentence scored alone (e.g. given,self,beam:4,mix:4)")
     add_progress_argument(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    logs.configure("WARNING", logs.SHORT_FORMAT, plugin_level=logging.INFO)  # fairseq quiet, the plugin's counts shown
+    args = build_parser().parse_args(argv)
     configure_progress(args)
     sources = args.tags  # checked by argparse (exit status 2)
     problem = output_path_problem(args, ("json",))
