@@ -400,7 +400,7 @@ def test_empty_tags_is_a_usage_error(toy_data, lm_checkpoint, tags):
     """Issue 37.7: --tags "" was silently ignored."""
     proc = _cli([BIN / "sipe-eval-lm", toy_data, "--path", lm_checkpoint, "--tags", tags])
     assert proc.returncode == 2 and proc.stdout == ""
-    assert _last_error(proc).endswith(f"error: --tags: tag sources {tags!r}: expected a comma-separated list of given, "
+    assert _last_error(proc).endswith(f"error: argument --tags: tag sources {tags!r}: expected a comma-separated list of given, "
                                       "self, untagged, beam:K, mix:K")
 
 

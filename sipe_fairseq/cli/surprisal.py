@@ -24,21 +24,16 @@ from typing import List, Optional, Sequence
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
-from sipe_fairseq.cli.options import int_at_least, output_path_problem
+from sipe_fairseq.cli.options import add_structure_arguments, output_path_problem, structure_options
 from sipe_fairseq.eval.interface import load, surprisal_rows
 from sipe_fairseq.hexatag.conllu_io import read_conllu_lines
 from sipe_fairseq.parsing import DEFAULT_BACKEND, BackendLoadError
-from sipe_fairseq.structure.sources import parse_sources
 
 logger = logging.getLogger(__name__)
 
 
-def tag_sources(text: str) -> List[str]:
-    """``--tags``: the sources, each checked (argparse's usage error, exit status 2, names a bad one)."""
-    try:
-        return parse_sources(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+# the option of a data split that this command, which scores every sentence of its input, refuses
+REFUSED = {"max_sentences": "this command scores every sentence of its input"}
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -48,8 +43,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", required=True, metavar="CHECKPOINT", help="a decoder checkpoint (SiPE, none, GiLT, stock)")
     p.add_argument("--data", default=None, metavar="DIR",
                    help="its sipe-preprocess directory (default: the one saved in the checkpoint)")
-    p.add_argument("--tags", type=tag_sources, default=["given"], metavar="SOURCES",
-                   help="structure sources, comma-separated: given, self, beam:K, mix:K, untagged (one column each)")
+    add_structure_arguments(p, "given", refuse=REFUSED)
     p.add_argument("--level", choices=("token", "word"), default="token", help="rows per token (</s> included) or word")
     p.add_argument("--format", choices=("text", "conllu"), default=None,
                    help="input format (default: conllu for a .conllu file, else text)")
@@ -57,8 +51,6 @@ def get_parser() -> argparse.ArgumentParser:
                    help="parser of text input for given: spacy[:MODEL] or hexatagger:CHECKPOINT (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="write every field of the scores as JSON instead of the TSV")
     p.add_argument("--output", default=None, metavar="FILE", help="write here instead of stdout")
-    p.add_argument("--batch-sentences", type=int_at_least(1), default=256, metavar="N",
-                   help="sentences scored together (default: %(default)s)")
     return p
 
 
@@ -91,7 +83,7 @@ def tsv(results: Sequence[Sequence], sources: Sequence[str], level: str) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = get_parser().parse_args(argv)
     logs.configure("WARNING", "sipe-surprisal: %(levelname)s: %(message)s", plugin_level=logging.WARNING)
-    sources = args.tags
+    sources = args.tags or ["given"]
     problem = output_path_problem(args, ("output",))
     if problem:
         logger.error(problem)
@@ -102,7 +94,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         logger.error(f"{args.input}: {e.strerror}" if isinstance(e, OSError) and e.strerror else str(e))
         return 2
     try:
-        lm = load(args.path, args.data, parser=args.parser, batch_sentences=args.batch_sentences)
+        lm = load(args.path, args.data, parser=args.parser, **vars(structure_options(args)))
         results = [lm.score(sentences, source) for source in sources]
     except (CheckpointError, BackendLoadError) as e:
         logger.error(str(e))

@@ -66,7 +66,6 @@ from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from ..data.lm_dataset import DEFAULT_PLACEMENT
 from ..hexatag import HexatagError, encode_tree
 from ..parsing import ParseError, normalize_text, parse_each, tree_source_stats
 from ..structure.family import StructureOptions

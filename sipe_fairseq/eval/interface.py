@@ -13,15 +13,17 @@ import contextlib
 import logging
 import math
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from ..checkpoints import load_lm
 from ..data.encode import SentenceEncoder
+from ..data.lm_dataset import task_placement
 from ..hexatag import decode
 from ..hexatag.constrained import is_valid
 from ..parsing import DEFAULT_BACKEND, get_parser, split_words
-from ..structure.family import StructureOptions, family_of
+from ..structure.family import family_of
+from ..structure.options import StructureOptions
 from ..structure.prompts import Continuation, GenerationSettings, generate, parse_prompts
 from ..structure.scoring import score_sentences
 from ..structure.arcs import gold_graph
@@ -94,24 +96,24 @@ def _excepthook_kept():
 
 
 def load(checkpoint: str, data: Optional[str] = None, device: str = "cpu", parser: str = DEFAULT_BACKEND,
-         batch_sentences: int = 256, **options) -> "LanguageModel":
+         **options) -> "LanguageModel":
     """A checkpoint ready to score, parse and generate. ``data``: its ``sipe-preprocess`` directory
     (default: the one saved in the checkpoint, when it still holds a ``dict.txt``); ``parser``: the backend
     that parses raw sentences for ``given`` (as the commands' ``--parser``: ``spacy[:MODEL]``,
     ``hexatagger:CKPT``), loaded when first needed; ``options``: :class:`StructureOptions` fields
-    (``constrained``, ``top_pairs``, ``count_beam``, ...). Raises :class:`CheckpointError` with the
+    (``constrained``, ``top_pairs``, ``mass``, ``count_beam``, ``batch_sentences``, ``max_memory``, ...;
+    the commands' ``--tags*`` options). Raises :class:`CheckpointError` with the
     commands' one-line messages."""
     with _excepthook_kept():
         model, task = load_lm(str(checkpoint), None if data is None else str(data))
     model = model.to(device).eval()
-    return LanguageModel(model, task, parser, batch_sentences, StructureOptions(**options))
+    return LanguageModel(model, task, parser, StructureOptions(**options))
 
 
 class LanguageModel:
     """A loaded decoder with its data directory's encoding; see :func:`load`."""
 
-    def __init__(self, model, task, parser: str = DEFAULT_BACKEND, batch_sentences: int = 256,
-                 options: Optional[StructureOptions] = None):
+    def __init__(self, model, task, parser: str = DEFAULT_BACKEND, options: Optional[StructureOptions] = None):
         self.model, self.task = model, task
         self.dictionary = task.source_dictionary
         self.data = str(task.args.data).split(":")[0]
@@ -119,10 +121,8 @@ class LanguageModel:
         self.family = family_of(model)
         self.structure = self.family.name  # "hexatags", "arcs" or "none" (what the model reads)
         self.reads_structure = self.family.reads_tags or self.family.predicts_arcs
-        self.options = options or StructureOptions()
-        self.options.placement = str(getattr(task.args, "tag_head_placement", self.options.placement))
+        self.options = replace(options or StructureOptions(), placement=task_placement(task))
         self.parser_spec, self._parser = parser, None
-        self.batch_sentences = batch_sentences
 
     @property
     def parser(self):
@@ -198,7 +198,7 @@ class LanguageModel:
         items = self._words_and_heads(texts, needs_heads)
         sentences, unknown, given_heads = self._sentences(items)
         scores = score_sentences(self.model, sentences, str(source), self.options, self.dictionary.eos(),
-                                 self.dictionary.pad(), self.batch_sentences)
+                                 self.dictionary.pad(), self.options.batch_sentences)
         kind = KINDS[source.kind] if self.reads_structure else "exact"
         out = []
         for (text, words, _), s, score, n_unk, heads in zip(items, sentences, scores, unknown, given_heads):
