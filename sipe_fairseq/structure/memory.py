@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence
 
+from .arcs import DEFAULT_COUNT_BEAM
 from .sources import Source, parse_source
 
 SIPE_PAIRS = 7  # SiPE: the most tag pairs a word may take after a valid prefix (hexatag.constrained)
@@ -69,7 +70,7 @@ def model_size(model) -> ModelSize:
     return ModelSize(layers, dim, ffn, heads, vocab, max(4, value_bytes))  # logits and scores are float32
 
 
-def rows_per_sentence(source: Source, words: int, family: str, top_pairs: int = 0, count_beam: int = 5) -> int:
+def rows_per_sentence(source: Source, words: int, family: str, top_pairs: int = 0, count_beam: int = DEFAULT_COUNT_BEAM) -> int:
     """The most rows (hypotheses and their children) one sentence holds under ``source`` once ``words``
     of its words have started."""
     if source.kind not in ("beam", "mix") or family == "none":
@@ -97,7 +98,7 @@ class BatchEstimate:
     (a sentence's rows grow at each word's first subword, :func:`rows_per_sentence`, and leave after its
     ``</s>``); the peak is the largest ``rows[t] x row_bytes(t + 1)``."""
 
-    def __init__(self, size: ModelSize, source: Source, family: str, top_pairs: int = 0, count_beam: int = 5):
+    def __init__(self, size: ModelSize, source: Source, family: str, top_pairs: int = 0, count_beam: int = DEFAULT_COUNT_BEAM):
         self.size, self.source, self.family = size, source, family
         self.top_pairs, self.count_beam = top_pairs, count_beam
         self.rows: List[int] = []
@@ -124,7 +125,7 @@ class BatchEstimate:
 
 
 def estimate_bytes(size: ModelSize, source: Source, sentences: Sequence, family: str, top_pairs: int = 0,
-                   count_beam: int = 5) -> int:
+                   count_beam: int = DEFAULT_COUNT_BEAM) -> int:
     """Peak bytes of one batch of sentences (``n`` tokens with ``</s>``, word ``starts``: :class:`.sentences.Sentence`)."""
     batch = BatchEstimate(size, source, family, top_pairs, count_beam)
     for s in sentences:
@@ -180,7 +181,7 @@ def human(n: float) -> str:
 
 
 def plan_batches(order: Sequence[int], sentences: Sequence, source: str, size: ModelSize, family: str,
-                 budget: Optional[int], max_sentences: int, top_pairs: int = 0, count_beam: int = 5
+                 budget: Optional[int], max_sentences: int, top_pairs: int = 0, count_beam: int = DEFAULT_COUNT_BEAM
                  ) -> Iterator[List[int]]:
     """Consecutive index lists of ``order`` (shortest first), at most ``max_sentences`` each, whose
     estimated peak fits ``budget`` (None: no bound). Every batch is planned before the first is yielded:
