@@ -226,7 +226,12 @@ def test_dictionary_of_another_size_is_one_line(lm_checkpoint, other_data, tmp_p
         assert "glue" not in line.lower()
 
 
-def test_old_checkpoint_without_fingerprint_loads_with_one_warning(toy_data, lm_checkpoint, tmp_path):
+def test_old_checkpoint_without_fingerprint_loads_with_one_warning(toy_data, lm_checkpoint, tmp_path, monkeypatch):
+    from sipe_fairseq.tasks import sipe_data
+
+    # the commands run in a fork of this process (tests/launcher.py): an earlier test of this worker that loaded
+    # an old checkpoint on toy_data already warned once, and the fork would inherit that
+    monkeypatch.setattr(sipe_data, "_WARNED_MANIFESTS", set())
     state = torch.load(str(lm_checkpoint), map_location="cpu", weights_only=False)
     del state["task_state"]["sipe_data"]
     old = tmp_path / "old.pt"
