@@ -20,7 +20,7 @@ import sipe_fairseq
 from sipe_fairseq.cli import eval as sipe_eval
 from sipe_fairseq.cli import eval_lm, surprisal
 from sipe_fairseq.cli.options import SPLIT_ONLY, structure_options
-from sipe_fairseq.structure.options import StructureOptions, command_line_fields
+from sipe_fairseq.structure.options import SUITE_WIDTH, StructureOptions, command_line_fields
 
 ROOT = Path(sipe_fairseq.__file__).parent
 
@@ -41,6 +41,7 @@ COMMANDS = {
     "sipe-eval sweep-plot": (lambda: _subparser("sweep-plot"), ["--report", "r.json", "--out", "o.png"], {}),
     "sipe-surprisal": (surprisal.get_parser, ["--path", "ck.pt"], surprisal.REFUSED),
 }
+SUITES = ("sipe-eval blimp", "sipe-eval syntaxgym")
 # a value other than the default for every command-line field
 OTHER = {"constrained": [], "top_pairs": ["3"], "abstain": ["0.25"], "mass": ["0.5"], "max_sentences": ["7"],
          "batch_sentences": ["9"], "count_beam": ["2"], "count_rule": ["allowed-then-top"], "max_memory": ["64M"]}
@@ -69,7 +70,8 @@ def test_command_declares_every_tags_option_with_the_dataclass_defaults(command)
     assert flags | {"--tags"} <= set(parser._option_string_actions), command
     args = parser.parse_args(required)
     assert args.tags is None
-    assert structure_options(args) == StructureOptions()  # the argparse defaults are the declaration's
+    own = SUITE_WIDTH if command in SUITES else {}  # the suites' own width defaults, declared beside the fields
+    assert structure_options(args) == dataclasses.replace(StructureOptions(), **own)  # the declaration's defaults
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
@@ -90,7 +92,8 @@ def test_command_takes_or_refuses_each_tags_option(command, name, capsys):
     args = build().parse_args(argv)
     assert args.tags == ["self", "beam:2"]
     assert getattr(structure_options(args), name) == WANT[name]
-    assert structure_options(args) == dataclasses.replace(StructureOptions(), **{name: WANT[name]})
+    own = SUITE_WIDTH if command in SUITES else {}
+    assert structure_options(args) == dataclasses.replace(StructureOptions(), **{**own, name: WANT[name]})
 
 
 def test_blimp_refuses_tags_max_sentences_as_the_user_runs_it(capsys):
