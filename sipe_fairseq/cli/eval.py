@@ -18,6 +18,7 @@ import sys
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
+from sipe_fairseq.cli.allocator import keep_freed_memory
 from sipe_fairseq.cli.eval_commands import attention, blimp, glue, report, seeds, sweep_plot, syntaxgym, tagger
 from sipe_fairseq.cli.options import add_progress_argument, configure_progress, output_path_problem
 from sipe_fairseq.structure.memory import MemoryBudgetError, set_default_budget
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    keep_freed_memory()
     logs.configure("WARNING", logs.SHORT_FORMAT, plugin_level=logging.DEBUG if args.verbose else logging.INFO)
     configure_progress(args)
     problem = output_path_problem(args)  # before anything is loaded or scored: the results would be lost

@@ -32,6 +32,7 @@ from fairseq.data import data_utils
 
 import sipe_fairseq
 from sipe_fairseq.cli import logs
+from sipe_fairseq.cli.allocator import keep_freed_memory
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
 from sipe_fairseq.cli.options import (add_progress_argument, add_structure_arguments, configure_progress, int_at_least,
                                       output_path_problem, structure_options)
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None):
     logs.configure("WARNING", logs.SHORT_FORMAT, plugin_level=logging.INFO)  # fairseq quiet, the plugin's counts shown
     args = build_parser().parse_args(argv)
+    keep_freed_memory()
     configure_progress(args)
     sources = args.tags  # checked by argparse (exit status 2)
     problem = output_path_problem(args, ("json",))

@@ -41,6 +41,7 @@ from typing import List, Optional, Sequence
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, load_lm
 from sipe_fairseq.cli import logs
+from sipe_fairseq.cli.allocator import keep_freed_memory
 from sipe_fairseq.cli.options import float_above, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.parsing import BackendLoadError, resolve_parser
@@ -124,6 +125,7 @@ def _name(prompts: str) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = get_parser().parse_args(argv)
+    keep_freed_memory()
     logs.configure("WARNING", "sipe-generate: %(levelname)s: %(message)s", plugin_level=logging.INFO)
     problem = option_problem(args)
     if problem:

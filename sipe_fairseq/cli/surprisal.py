@@ -24,6 +24,7 @@ from typing import List, Optional, Sequence
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
+from sipe_fairseq.cli.allocator import keep_freed_memory
 from sipe_fairseq.cli.options import add_structure_arguments, output_path_problem, structure_options
 from sipe_fairseq.eval.interface import load, surprisal_rows
 from sipe_fairseq.hexatag.conllu_io import read_conllu_lines
@@ -82,6 +83,7 @@ def tsv(results: Sequence[Sequence], sources: Sequence[str], level: str) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = get_parser().parse_args(argv)
+    keep_freed_memory()
     logs.configure("WARNING", "sipe-surprisal: %(levelname)s: %(message)s", plugin_level=logging.WARNING)
     sources = args.tags or ["given"]
     problem = output_path_problem(args, ("output",))
