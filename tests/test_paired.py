@@ -55,7 +55,29 @@ def test_interval_matches_normal_theory_for_a_paired_accuracy_difference():
     # percentile bootstrap vs the normal interval: Monte Carlo error of 4,000 replicates is about 2-3% of the width
     assert abs((out["high"] - out["low"]) - 2 * half) < 0.1 * 2 * half
     assert abs((out["high"] + out["low"]) / 2 - d.mean()) < 0.1 * half
-    assert out["verdict"] == ("better" if out["low"] > 0 else "no difference shown")
+    assert out["seed_low"] is None and out["verdict"] == "no difference shown"  # one seed: no verdict
+
+
+def test_seed_interval_and_verdict_need_the_seeds_to_agree():
+    """Two seeds: the t interval is mean +- t(0.975, 1) x |d1 - d2| / 2; the item interval excludes 0 in both
+    cases below, the verdict follows the seeds."""
+    n = 300
+    keys = [str(i) for i in range(n)]
+    base = np.random.default_rng(11).uniform(3, 4, size=n)
+    tokens = [10.0] * n
+
+    def side(values):
+        return Items("ppl", keys, [float(v) * 10 for v in values], tokens, [""] * n)
+
+    for row_factors, want in (((0.95, 0.948), "better"), ((0.90, 1.02), "no difference shown")):
+        out = paired_difference({s: side(base * f) for s, f in zip("12", row_factors)}, {"1": side(base), "2": side(base)},
+                                replicates=500, seed=1)
+        np.testing.assert_allclose(out["per_seed"], [np.exp((base * f).mean()) - np.exp(base.mean())
+                                                     for f in row_factors], rtol=1e-9)
+        half = 12.706 * abs(out["per_seed"][0] - out["per_seed"][1]) / 2
+        np.testing.assert_allclose([out["seed_low"], out["seed_high"]], [out["mean"] - half, out["mean"] + half], rtol=1e-9)
+        assert out["high"] < 0  # the items alone would say "better" in both cases
+        assert out["verdict"] == want, out
 
 
 def test_stratified_draws_keep_every_stratum_size():
@@ -115,12 +137,14 @@ def test_seeds_baseline_on_lm_and_syntaxgym_reports(tmp_path, capsys):
     assert paired["baseline"] == "none"
     own = paired["rows"]["own"]
     np.testing.assert_allclose(own["self"]["per_seed"], expect, rtol=1e-9)
-    assert own["self"]["verdict"] == "better" and own["self"]["high"] < 0
+    seed_high = np.mean(expect) + 12.706 * abs(expect[0] - expect[1]) / 2  # t(0.975, 1 df) x the standard error
+    assert own["self"]["high"] < 0
+    assert own["self"]["verdict"] == ("better" if seed_high < 0 else "no difference shown")
     gym = own["SyntaxGym self"]
     assert gym["items"] == 8 and gym["per_seed"] == [25.0, 25.0]  # s_small: 50 -> 100, s_big level; mean over 2 suites
     assert gym["low"] >= 0.0  # the big suite never differs and the small one never gets worse
     text = capsys.readouterr().out
-    assert "vs none" in text and "better" in text
+    assert "vs none" in text and "95% interval over seeds" in text
 
 
 def test_seeds_baseline_refusals(tmp_path, caplog):

@@ -300,11 +300,14 @@ def markdown_paired(table: "OrderedDict[str, dict]", baseline: str, per: str = "
             r = scores[score]
             rows.append([group, score if r["kind"] == "accuracy" else f"{score} (ppl per {per})",
                          " / ".join(f"{x:+.2f}" for x in r["per_seed"]), f"{r['mean']:+.2f}",
-                         f"[{r['low']:+.2f}, {r['high']:+.2f}]", str(r["items"]), r["verdict"]])
-    lines = markdown_table([f"vs {baseline}", "score", "difference per seed", "mean", "95% interval", "items",
-                            "verdict"], rows)
+                         f"[{r['low']:+.2f}, {r['high']:+.2f}]", str(r["items"]),
+                         "-" if r.get("seed_low") is None else f"[{r['seed_low']:+.2f}, {r['seed_high']:+.2f}]",
+                         str(len(r["per_seed"])), r["verdict"]])
+    lines = markdown_table([f"vs {baseline}", "score", "difference per seed", "mean", "95% interval over items",
+                            "items", "95% interval over seeds", "seeds", "verdict"], rows)
     lines.append("")
-    lines.append(f"row minus {baseline}, seeds paired; the interval is a percentile bootstrap over items (sentences, "
-                 "pairs, suite items within their suite) drawn once per replicate for every seed of both rows. "
-                 "Lower perplexity and higher accuracy are better; a verdict needs an interval that excludes 0.")
+    lines.append(f"row minus {baseline}, seeds paired; the item interval is a percentile bootstrap over items (sentences, "
+                 "pairs, suite items within their suite) drawn once per replicate for every seed of both rows; the seed "
+                 "interval is Student's t over the per-seed differences (two seeds or more). Lower perplexity and higher "
+                 "accuracy are better; a verdict needs two seeds or more and both intervals excluding 0 on the same side.")
     return "\n".join(lines)
