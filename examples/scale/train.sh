@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Issue 38, item 4: a scaling curve. The EWT walkthrough's training settings (examples/ewt/train_one.sh: 256-token
+# samples, batches of 4,096 tokens, adam lr 0.002, inverse_sqrt with 100 warmup updates, dropout 0.2, one thread)
+# and runs (examples/ewt/section5.sh args RUN) at three model sizes, on EWT + GUM (examples/scale/prepare.sh).
+# Usage: bash examples/scale/train.sh
+#   SIZES="small base large"  RUNS="none position wordntss100detach gilt nonesipe nonegilt"  SEEDS="1"
+#   PARALLEL=2 (trainings at a time, one thread each)  WORK=runs/scale (data: $WORK/data-bin from prepare.sh)
+#   UPDATES_small / UPDATES_base / UPDATES_large: the update budget per size (4,096 tokens an update)
+# Writes $WORK/checkpoints-SIZE-RUN-sSEED/ and $WORK/train-SIZE-RUN-sSEED.log; a run with checkpoint_last.pt is
+# skipped. Parameter counts: `grep 'num. shared model params' $WORK/train-*.log` (fairseq logs them).
+#   small: d 64 x 2 layers, ffn 256, 2 heads;  base: d 128 x 3, ffn 512, 4 heads (the walkthrough);
+#   large: d 256 x 4, ffn 1024, 4 heads.
+# Budgets: measured with `nice -n 10` and 30 updates of `none` per size on a busy 2-core machine (see README.md):
+#   MEASURED_UPS  (updates/s, single thread)  -> budget for < ~2 h per training at the slowest run
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export WORK=${WORK:-runs/scale}
+SIZES=${SIZES:-"small base large"}
+RUNS=${RUNS:-"none position wordntss100detach gilt nonesipe nonegilt"}
+SEEDS=${SEEDS:-1}
+PARALLEL=${PARALLEL:-2}
+UPDATES_small=${UPDATES_small:-600}
+UPDATES_base=${UPDATES_base:-600}
+UPDATES_large=${UPDATES_large:-600}
+[ -f "$WORK/data-bin/dict.txt" ] || { echo "no $WORK/data-bin: run examples/scale/prepare.sh first" >&2; exit 2; }
+size_args() {
+  case $1 in
+    small) echo "--decoder-embed-dim 64 --decoder-ffn-embed-dim 256 --decoder-layers 2 --decoder-attention-heads 2" ;;
+    base) echo "--decoder-embed-dim 128 --decoder-ffn-embed-dim 512 --decoder-layers 3 --decoder-attention-heads 4" ;;
+    large) echo "--decoder-embed-dim 256 --decoder-ffn-embed-dim 1024 --decoder-layers 4 --decoder-attention-heads 4" ;;
+    *) echo "unknown size $1 (small, base, large)" >&2; exit 2 ;;
+  esac
+}
+updates() { local v="UPDATES_$1"; echo "${!v}"; }
+# parameter-matched none per size (widen d, ffn = 4 d; d divisible by the heads), at the count of
+# wordntss100detach (nonesipe) and of gilt (nonegilt); counts in README.md
+matched() {  # size run -> width
+  case $1-$2 in
+    small-nonesipe) echo 64 ;; small-nonegilt) echo 64 ;; base-nonesipe) echo 132 ;; base-nonegilt) echo 224 ;; large-nonesipe) echo 256 ;; large-nonegilt) echo 256 ;;
+    *) echo "no matched width for $1 $2" >&2; exit 2 ;;
+  esac
+}
+run_args() {  # size run -> fairseq-train arguments after the size's
+  case $2 in
+    nonesipe|nonegilt) local d; d=$(matched "$1" "$2"); echo "--sipe-injection none --decoder-embed-dim $d --decoder-ffn-embed-dim $((4 * d))" ;;
+    *) bash examples/ewt/section5.sh args "$2" ;;
+  esac
+}
+one() {  # size run seed: one training
+  WORK=$WORK UPDATES=$(updates "$1") bash examples/ewt/train_one.sh "$1-$2-s$3" "$3" $(size_args "$1") \
+    $(run_args "$1" "$2")
+}
+case ${1:-train} in
+  args) echo "$(size_args "$2") $(run_args "$2" "$3") --max-update $(updates "$2")"; exit 0 ;;
+  one) shift; one "$@"; exit 0 ;;
+  train) ;;
+  *) echo "usage: bash examples/scale/train.sh [train|args SIZE RUN|one SIZE RUN SEED]" >&2; exit 2 ;;
+esac
+jobs=()
+for s in $SEEDS; do for z in $SIZES; do for r in $RUNS; do
+  size_args "$z" > /dev/null; run_args "$z" "$r" > /dev/null  # fail early on an unknown size or run
+  [ -f "$WORK/checkpoints-$z-$r-s$s/checkpoint_last.pt" ] || jobs+=("$z $r $s")
+done; done; done
+[ ${#jobs[@]} -gt 0 ] || exit 0
+printf '%s\n' "${jobs[@]}" | xargs -P "$PARALLEL" -L 1 bash examples/scale/train.sh one
+grep -H 'num. shared model params' "$WORK"/train-*.log | sed 's/.*train-//; s/\.log:.*params: / /; s/ (num.*//'
