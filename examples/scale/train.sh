@@ -11,7 +11,11 @@
 #   small: d 64 x 2 layers, ffn 256, 2 heads;  base: d 128 x 3, ffn 512, 4 heads (the walkthrough);
 #   large: d 256 x 4, ffn 1024, 4 heads.
 # Budgets: measured with `nice -n 10` and 30 updates of `none` per size on a busy 2-core machine (see README.md):
-#   MEASURED_UPS  (updates/s, single thread)  -> budget for < ~2 h per training at the slowest run
+#   updates/s (wps)  none           wordntss100detach  gilt (the slowest)   -> budget (gilt's time)
+#   small            2.49 (9,238)   1.52 (5,659)       0.83 (3,086)         -> 5,000 updates (~100 min)
+#   base             1.30 (4,829)   0.78 (2,913)       0.36 (1,322)         -> 2,200 updates (~102 min)
+#   large            0.51 (1,882)   LARGE_SIPE_UPS       0.13 (472)           -> 800 updates (~103 min)
+#   (30 updates each, `train.sh one SIZE RUN 1` with UPDATES_SIZE=30; the fairseq epoch line's ups and wps)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export WORK=${WORK:-runs/scale}
@@ -19,9 +23,9 @@ SIZES=${SIZES:-"small base large"}
 RUNS=${RUNS:-"none position wordntss100detach gilt nonesipe nonegilt"}
 SEEDS=${SEEDS:-1}
 PARALLEL=${PARALLEL:-2}
-UPDATES_small=${UPDATES_small:-600}
-UPDATES_base=${UPDATES_base:-600}
-UPDATES_large=${UPDATES_large:-600}
+UPDATES_small=${UPDATES_small:-5000}
+UPDATES_base=${UPDATES_base:-2200}
+UPDATES_large=${UPDATES_large:-800}
 [ -f "$WORK/data-bin/dict.txt" ] || { echo "no $WORK/data-bin: run examples/scale/prepare.sh first" >&2; exit 2; }
 size_args() {
   case $1 in
@@ -33,10 +37,16 @@ size_args() {
 }
 updates() { local v="UPDATES_$1"; echo "${!v}"; }
 # parameter-matched none per size (widen d, ffn = 4 d; d divisible by the heads), at the count of
-# wordntss100detach (nonesipe) and of gilt (nonegilt); counts in README.md
+# wordntss100detach (nonesipe) and of gilt (nonegilt) when it differs by more than 5% ("-": not needed, skipped).
+# none's count is L (13 d^2 + 11 d) + 4104 d with this dictionary (fitted to the three logged counts).
 matched() {  # size run -> width
   case $1-$2 in
-    small-nonesipe) echo 64 ;; small-nonegilt) echo 64 ;; base-nonesipe) echo 132 ;; base-nonegilt) echo 224 ;; large-nonesipe) echo 256 ;; large-nonegilt) echo 256 ;;
+    # small: wordntss100detach 387,911 vs none 370,560 (+4.7%): no nonesipe; gilt 1,090,270 -> d 140 (1,087,240)
+    small-nonesipe) echo - ;; small-nonegilt) echo 140 ;;
+    # base: wordntss100detach 1,252,359 vs 1,168,512 (+7.2%) -> d 132 (1,225,620); gilt 2,850,846 -> d 224 (2,883,552)
+    base-nonesipe) echo 132 ;; base-nonegilt) echo 224 ;;
+    # large: gilt 9,305,886 -> d 384 (9,260,544); wordntss100detach LARGE_SIPE
+    large-nonesipe) echo LARGE_NONESIPE ;; large-nonegilt) echo 384 ;;
     *) echo "no matched width for $1 $2" >&2; exit 2 ;;
   esac
 }
@@ -59,6 +69,7 @@ esac
 jobs=()
 for s in $SEEDS; do for z in $SIZES; do for r in $RUNS; do
   size_args "$z" > /dev/null; run_args "$z" "$r" > /dev/null  # fail early on an unknown size or run
+  case $r in nonesipe|nonegilt) [ "$(matched "$z" "$r")" = - ] && { echo "skip $z $r: counts within 5%" >&2; continue; } ;; esac
   [ -f "$WORK/checkpoints-$z-$r-s$s/checkpoint_last.pt" ] || jobs+=("$z $r $s")
 done; done; done
 [ ${#jobs[@]} -gt 0 ] || exit 0
