@@ -52,7 +52,7 @@ matched() {  # size run -> width
 }
 run_args() {  # size run -> fairseq-train arguments after the size's
   case $2 in
-    nonesipe|nonegilt) local d; d=$(matched "$1" "$2"); echo "--sipe-injection none --decoder-embed-dim $d --decoder-ffn-embed-dim $((4 * d))" ;;
+    nonesipe|nonegilt) local d; d=$(matched "$1" "$2"); [ "$d" != - ] || { echo "$1 $2: not needed (counts within 5%)" >&2; exit 2; }; echo "--sipe-injection none --decoder-embed-dim $d --decoder-ffn-embed-dim $((4 * d))" ;;
     *) bash examples/ewt/section5.sh args "$2" ;;
   esac
 }
@@ -61,15 +61,16 @@ one() {  # size run seed: one training
     $(run_args "$1" "$2")
 }
 case ${1:-train} in
-  args) echo "$(size_args "$2") $(run_args "$2" "$3") --max-update $(updates "$2")"; exit 0 ;;
+  args) z=$(size_args "$2"); r=$(run_args "$2" "$3"); echo "$z $r --max-update $(updates "$2")"; exit 0 ;;
   one) shift; one "$@"; exit 0 ;;
   train) ;;
   *) echo "usage: bash examples/scale/train.sh [train|args SIZE RUN|one SIZE RUN SEED]" >&2; exit 2 ;;
 esac
 jobs=()
 for s in $SEEDS; do for z in $SIZES; do for r in $RUNS; do
-  size_args "$z" > /dev/null; run_args "$z" "$r" > /dev/null  # fail early on an unknown size or run
+  size_args "$z" > /dev/null
   case $r in nonesipe|nonegilt) [ "$(matched "$z" "$r")" = - ] && { echo "skip $z $r: counts within 5%" >&2; continue; } ;; esac
+  run_args "$z" "$r" > /dev/null  # fail early on an unknown size or run
   [ -f "$WORK/checkpoints-$z-$r-s$s/checkpoint_last.pt" ] || jobs+=("$z $r $s")
 done; done; done
 [ ${#jobs[@]} -gt 0 ] || exit 0
