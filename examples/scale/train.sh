@@ -45,8 +45,8 @@ matched() {  # size run -> width
     small-nonesipe) echo - ;; small-nonegilt) echo 140 ;;
     # base: wordntss100detach 1,252,359 vs 1,168,512 (+7.2%) -> d 132 (1,225,620); gilt 2,850,846 -> d 224 (2,883,552)
     base-nonesipe) echo 132 ;; base-nonegilt) echo 224 ;;
-    # large: gilt 9,305,886 -> d 384 (9,260,544); wordntss100detach LARGE_SIPE
-    large-nonesipe) echo LARGE_NONESIPE ;; large-nonegilt) echo 384 ;;
+    # large: gilt 9,305,886 -> d 384 (9,260,544); wordntss100detach 4,866,823 (+8.9%) -> d 268 (4,846,512)
+    large-nonesipe) echo 268 ;; large-nonegilt) echo 384 ;;
     *) echo "no matched width for $1 $2" >&2; exit 2 ;;
   esac
 }
