@@ -10,11 +10,12 @@
 # skipped. Parameter counts: `grep 'num. shared model params' $WORK/train-*.log` (fairseq logs them).
 #   small: d 64 x 2 layers, ffn 256, 2 heads;  base: d 128 x 3, ffn 512, 4 heads (the walkthrough);
 #   large: d 256 x 4, ffn 1024, 4 heads.
-# Budgets: measured with `nice -n 10` and 30 updates of `none` per size on a busy 2-core machine (see README.md):
+# Budgets: measured with `nice -n 10`, 30 updates of none, wordntss100detach and gilt per size, on a busy 2-core
+# machine (two other trainings running; see README.md):
 #   updates/s (wps)  none           wordntss100detach  gilt (the slowest)   -> budget (gilt's time)
 #   small            2.49 (9,238)   1.52 (5,659)       0.83 (3,086)         -> 5,000 updates (~100 min)
 #   base             1.30 (4,829)   0.78 (2,913)       0.36 (1,322)         -> 2,200 updates (~102 min)
-#   large            0.51 (1,882)   LARGE_SIPE_UPS       0.13 (472)           -> 800 updates (~103 min)
+#   large            0.51 (1,882)   0.35 (1,315)       0.13 (472)           -> 800 updates (~103 min)
 #   (30 updates each, `train.sh one SIZE RUN 1` with UPDATES_SIZE=30; the fairseq epoch line's ups and wps)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
