@@ -21,7 +21,7 @@ from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.allocator import keep_freed_memory
 from sipe_fairseq.cli.eval_commands import attention, blimp, glue, report, seeds, sweep_plot, syntaxgym, tagger
 from sipe_fairseq.cli.options import add_progress_argument, configure_progress, output_path_problem
-from sipe_fairseq.structure.memory import MemoryBudgetError, set_default_budget
+from sipe_fairseq.structure.memory import MemoryBudgetError
 
 SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot,
                "attention": attention, "seeds": seeds, "glue": glue, "tagger": tagger}
@@ -51,7 +51,6 @@ def main(argv=None) -> int:
     if problem:
         logging.getLogger("sipe-eval").error("%s", problem)
         return 2
-    set_default_budget(getattr(args, "max_memory", 0))  # every tag source's search of this run
     try:
         return args.run(args)
     except CheckpointError as e:

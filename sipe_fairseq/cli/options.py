@@ -16,6 +16,7 @@ from dataclasses import MISSING
 from typing import Callable, Dict, Iterable, Optional
 
 from sipe_fairseq.eval.progress import set_progress
+from sipe_fairseq.structure.memory import parse_size
 from sipe_fairseq.structure.options import StructureOptions, check_value, command_line_fields, range_text
 from sipe_fairseq.structure.sources import parse_sources
 
@@ -82,8 +83,6 @@ def probability(text: str) -> float:
 
 def memory_size(text: str) -> int:
     """argparse type: a size such as ``512M`` or ``2G`` (binary units) in bytes (``--max-memory``)."""
-    from sipe_fairseq.structure.memory import parse_size  # lazy (heavy): structure imports torch; options stays light
-
     try:
         return parse_size(text)
     except ValueError as e:
@@ -159,8 +158,6 @@ def _field_type(f) -> Callable[[str], object]:
     def parse(text: str):
         try:
             value = memory_size(text) if f.metadata.get("size") else int(text) if integer else float(text)
-        except argparse.ArgumentTypeError:
-            raise
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {range_text(f.metadata, integer)}, got {text!r}") from None
         try:
@@ -190,7 +187,7 @@ class _Refused(argparse.Action):
 
 # the options of a data split's sentences, which the commands that score files of sentences (BLiMP pairs,
 # SyntaxGym suites) refuse: one line each, exit status 2
-SPLIT_ONLY = {"max_sentences": "this command scores every sentence of its files (the first N of a split: sipe-eval-lm, "
+SPLIT_ONLY = {"max_sentences": "this command scores every sentence of its input (the first N of a split: sipe-eval-lm, "
                                "sipe-eval report)",
               "batch_sentences": "this command's --batch-size sets the sentences scored together"}
 

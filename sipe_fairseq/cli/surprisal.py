@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.allocator import keep_freed_memory
-from sipe_fairseq.cli.options import add_structure_arguments, output_path_problem, structure_options
+from sipe_fairseq.cli.options import SPLIT_ONLY, add_structure_arguments, output_path_problem, structure_options
 from sipe_fairseq.eval.interface import load, surprisal_rows
 from sipe_fairseq.hexatag.conllu_io import read_conllu_lines
 from sipe_fairseq.parsing import DEFAULT_BACKEND, BackendLoadError
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 
 # the option of a data split that this command, which scores every sentence of its input, refuses
-REFUSED = {"max_sentences": "this command scores every sentence of its input"}
+REFUSED = {"max_sentences": SPLIT_ONLY["max_sentences"]}
 
 
 def get_parser() -> argparse.ArgumentParser:

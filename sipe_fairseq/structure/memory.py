@@ -145,20 +145,9 @@ def available_bytes() -> Optional[int]:
     return None
 
 
-_PROCESS_BUDGET: List[int] = []  # set_default_budget: a command's --max-memory for every search it runs
-
-
-def set_default_budget(max_bytes: int) -> None:
-    """The budget of every search of this process that is given none (a command's ``--max-memory``, for
-    evaluations that build their own :class:`~.family.StructureOptions`); 0: back to the default."""
-    _PROCESS_BUDGET[:] = [int(max_bytes)] if max_bytes else []
-
-
 def default_budget() -> Optional[int]:
-    """The process's budget (:func:`set_default_budget`), else :data:`DEFAULT_FRACTION` of the available
-    memory (None: unknown, no bound)."""
-    if _PROCESS_BUDGET:
-        return _PROCESS_BUDGET[0]
+    """:data:`DEFAULT_FRACTION` of the available memory (None: unknown, no bound): the budget of a search
+    whose options set none (``StructureOptions.max_memory`` 0, the commands' ``--max-memory``)."""
     free = available_bytes()
     return None if free is None else int(free * DEFAULT_FRACTION)
 
