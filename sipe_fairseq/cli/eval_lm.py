@@ -67,11 +67,14 @@ def evaluate_lm(path, data, split="valid", context_window=0, max_tokens=4096, ba
 
 def run_record(model, task, data: str, split: str) -> dict:
     """What a row was scored on: ``split``, its ``sentences``, the ``data`` directory, the checkpoint's ``arch``
-    and ``injection`` (``sipe-eval seeds`` refuses to average rows that differ in any)."""
+    and ``injection`` (``sipe-eval seeds`` refuses to average rows that differ in any), and the model's size,
+    ``parameters`` (the sum of its parameters' sizes, as fairseq-train's "num. shared model params";
+    ``sipe-eval scale`` reads it; reports written before it was recorded have none)."""
     info = layer_info(getattr(getattr(model, "decoder", model), "cfg", None))
     raw = data_utils.load_indexed_dataset(os.path.join(utils.split_paths(data)[0], split), task.source_dictionary)
     return {"split": split, "sentences": None if raw is None else len(raw), "data": os.path.abspath(data),
-            "arch": info.get("arch") or type(model).__name__, "injection": info.get("injection") or "none"}
+            "arch": info.get("arch") or type(model).__name__, "injection": info.get("injection") or "none",
+            "parameters": sum(p.numel() for p in model.parameters())}
 
 
 def build_parser() -> argparse.ArgumentParser:
