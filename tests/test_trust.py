@@ -331,7 +331,8 @@ def test_seeds_refuses_rows_scored_on_other_splits(toy_data, lm_checkpoint, trai
         proc = _cli([BIN / "sipe-eval-lm", toy_data, "--path", f"p={ckpt}", "--gen-subset", split, "--json", out])
         assert proc.returncode == 0, proc.stderr[-2000:]
     run = _strict_json(s1)["p"]["run"]
-    assert isinstance(run.pop("parameters"), int) and run == {"split": "test", "sentences": 40, "data": str(toy_data.resolve()), "arch": "sipe_txl_tiny",
+    assert isinstance(run.pop("parameters"), int)  # the model's size (sipe-eval scale)
+    assert run == {"split": "test", "sentences": 40, "data": str(toy_data.resolve()), "arch": "sipe_txl_tiny",
                    "injection": "position"}
     proc = _cli([BIN / "sipe-eval", "seeds", s1, s2])
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]

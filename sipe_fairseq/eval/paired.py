@@ -88,8 +88,9 @@ def _draw(rng: np.random.Generator, strata_index: Sequence[np.ndarray], n: int, 
 def paired_difference(row: Dict[str, Items], base: Dict[str, Items], replicates: int = 1000, seed: int = 0,
                       chunk: int = 100) -> dict:
     """Row minus baseline for the seeds both have (``{seed: Items}`` each; the same kind). The items are
-    those both sides scored at every paired seed. ``{"seeds", "per_seed", "mean", "low", "high", "items",
-    "verdict", "kind"}``; ``ValueError`` when no seed or no item is shared."""
+    those both sides scored at every paired seed. ``{"seeds", "per_seed", "base_per_seed", "mean", "low", "high",
+    "items", "verdict", "kind"}`` (``base_per_seed``: the baseline's statistic per seed on those items);
+    ``ValueError`` when no seed or no item is shared."""
     seeds = sorted(set(row) & set(base), key=str)
     if not seeds:
         raise ValueError("no seed in common with the baseline")
@@ -106,8 +107,8 @@ def paired_difference(row: Dict[str, Items], base: Dict[str, Items], replicates:
     strata_index = _strata_index(sides[0][0].strata)
     arrays = [tuple((np.asarray(x.num, dtype=np.float64), np.asarray(x.den, dtype=np.float64)) for x in pair)
               for pair in sides]
-    per_seed = [float(statistic(kind, a[0], a[1], strata_index)[0] - statistic(kind, b[0], b[1], strata_index)[0])
-                for a, b in arrays]
+    base_per_seed = [float(statistic(kind, b[0], b[1], strata_index)[0]) for _, b in arrays]
+    per_seed = [float(statistic(kind, a[0], a[1], strata_index)[0]) - base for (a, _), base in zip(arrays, base_per_seed)]
     rng = np.random.default_rng(seed)
     reps = []
     for start in range(0, replicates, chunk):
@@ -118,7 +119,8 @@ def paired_difference(row: Dict[str, Items], base: Dict[str, Items], replicates:
     reps = np.concatenate(reps)
     low, high = (float(x) for x in np.percentile(reps, [2.5, 97.5]))
     seed_low, seed_high = seed_interval(per_seed)
-    return {"kind": kind, "seeds": [str(s) for s in seeds], "per_seed": per_seed, "mean": float(np.mean(per_seed)),
+    return {"kind": kind, "seeds": [str(s) for s in seeds], "per_seed": per_seed, "base_per_seed": base_per_seed,
+            "mean": float(np.mean(per_seed)),
             "low": low, "high": high, "seed_low": seed_low, "seed_high": seed_high, "items": len(keys),
             "replicates": replicates, "verdict": combined_verdict(kind, (low, high), (seed_low, seed_high))}
 

@@ -158,7 +158,9 @@ def row_scores(row: dict, per: str = "token") -> Dict[str, float]:
 RUN_FIELDS = ("split", "sentences", "data", "arch", "injection")  # sipe-eval-lm's row["run"]
 
 
-def _run_fields(row: dict) -> Dict[str, object]:
+def run_fields(row: dict) -> Dict[str, object]:
+    """What a row was scored on (``RUN_FIELDS`` of its ``run``, each tag source's sentence count); {} for a row
+    of a report written before ``run`` was recorded."""
     run = row.get("run")
     if not isinstance(run, dict):
         return {}
@@ -177,7 +179,7 @@ def check_groups(rows: "OrderedDict[str, dict]", suffix: str = r"-s(\d+)$", allo
     for group, names in group_by_seed(list(rows), suffix).items():
         if len(names) < 2:
             continue
-        records = [(n, _run_fields(rows[n])) for n in names]
+        records = [(n, run_fields(rows[n])) for n in names]
         unchecked += [n for n, r in records if not r and ("lm" in rows[n] or "tag_sources" in rows[n])]
         records = [(n, r) for n, r in records if r]
         for field in dict.fromkeys(f for _, r in records for f in r):
@@ -231,7 +233,7 @@ def _cell(s: dict) -> str:
     return f"{s['mean']:.2f} ± {s['sd']:.2f} [{s['min']:.2f}, {s['max']:.2f}] (n={s['n']})"
 
 
-def _score_order(score: str):
+def score_order(score: str):
     """blocks, given, given-joint, self, then beam:K and beam-word:K by K (the JSON keeps keys sorted),
     then the BLiMP and SyntaxGym accuracies in the same order of sources."""
     fixed = [BLOCKS, "given", "given-joint", "self"]
@@ -249,7 +251,7 @@ def seeds_markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:
     scores = []
     for group in table.values():
         scores += [s for s in group if s not in scores]
-    scores.sort(key=_score_order)
+    scores.sort(key=score_order)
     suites_only = bool(scores) and all(s.startswith(("BLiMP ", "SyntaxGym ")) for s in scores)
     lines = markdown_table(["accuracy %" if suites_only else f"perplexity per {per}", *scores],
                            [[name, *(_cell(group[s]) if s in group else "-" for s in scores)] for name, group in table.items()])
@@ -296,7 +298,7 @@ def compare(rows: "OrderedDict[str, dict]", baseline: str, per: str = "token", s
 def markdown_paired(table: "OrderedDict[str, dict]", baseline: str, per: str = "token") -> str:
     rows = []
     for group, scores in table.items():
-        for score in sorted(scores, key=_score_order):
+        for score in sorted(scores, key=score_order):
             r = scores[score]
             rows.append([group, score if r["kind"] == "accuracy" else f"{score} (ppl per {per})",
                          " / ".join(f"{x:+.2f}" for x in r["per_seed"]), f"{r['mean']:+.2f}",

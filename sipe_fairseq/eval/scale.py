@@ -1,0 +1,402 @@
+"""``sipe-eval scale``: the scaling table and figure (issue 38, item 4): every run at every model size against
+its baseline at that size, from ``sipe-eval-lm --tags ... --json`` reports.
+
+    sipe-eval scale runs/scale/results/*.json --baseline none --matched gilt=nonegilt \\
+        --matched wordntss100detach=nonesipe --markdown table.md --json table.json --plot scale.png \\
+        --train-logs runs/scale
+
+Names. The reports are read as by ``sipe-eval seeds`` (:func:`~sipe_fairseq.eval.seeds.read_reports`). A report
+that holds one row (``sipe-eval-lm`` with one ``--path``) names it by its file name, ``SIZE-RUN-sSEED.json``
+(``small-gilt-s1.json``), whatever ``--path NAME=`` said; a report with several rows keeps their names, which
+must then read ``SIZE-RUN-sSEED``. The size is the part of the name before its first ``-`` (a size has no
+``-``, a run may: ``base-position-last-s2``), the seed the ``--seed-suffix`` match.
+
+Baselines. A row's baseline is ``BASE`` of ``--matched RUN=BASE`` when that run was scored at the row's size
+(parameter-matched: ``nonegilt`` for ``gilt``), otherwise ``--baseline`` (default ``none``) at that size; a
+size without it is refused. Every run but ``--baseline`` is a row, the matched baselines too (against
+``--baseline``: what the parameters alone buy); ``--baseline``'s rows show their perplexity only.
+
+Scores. One per tag source of the reports' per-sentence records (``given``, ``self``, ``mix:K``, ...; default:
+all but ``given-joint``, the joint bound; ``--sources`` picks). A model that sees no tags (every source's
+``model`` is ``none``: ``none`` and the matched baselines) has one perplexity for every source: it stands
+under each. For each source the row's perplexity (mean over seeds) and its difference from the baseline in
+percent of the baseline's perplexity,
+
+    100 x mean over paired seeds (row - baseline perplexity) / mean over the same seeds (baseline perplexity),
+
+on the sentences both scored (negative: lower perplexity than the baseline), with the intervals of
+:func:`~sipe_fairseq.eval.paired.paired_difference` scaled by the same number: the bootstrap 95% interval over
+items and, with two seeds or more, Student's t over seeds, and its verdict.
+
+Columns: ``parameters`` (``sipe-eval-lm`` records the count in ``run``; for reports written before it did,
+fairseq's ``num. shared model params`` from the training log with ``--train-logs``, else ``-``), ``vs`` and
+``vs parameters`` (the baseline), ``seeds``, one column per source, and with ``--train-logs DIR`` ``train
+tokens/s``: the ``wps`` of the last ``train | epoch`` line of ``DIR/train-SIZE-RUN-sSEED.log`` (fairseq's
+summary of the last epoch it trained), mean over the seeds that have a log (``-`` without one). Rows are
+sorted by parameters (rows without a count last). The JSON (``--json``) holds every number.
+
+Figure (``--plot``): x = parameters (log scale), y = the difference in % from the baseline, one line per run
+(colour) and source (line style; one line for a run whose sources all give the same number), error bars the
+item interval, a horizontal line at 0 (the baseline); the lines are shifted apart a little along x (1.4% of the
+parameters between neighbouring lines) so that their bars do not cover each other. Rows without a parameter count are left out
+(logged).
+
+Bad input is one line naming the file or row, exit status 2: a report that cannot be read, a row name that is
+not ``SIZE-RUN-sSEED``, a size without its baseline, a row or baseline without a needed source or its
+per-sentence records, no seed shared with the baseline, rows of one run and size (or a row and its baseline)
+scored on different splits, sentences or data (``--allow-mixed``: a warning).
+"""
+import logging
+import math
+import os
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .paired import Items, paired_difference
+from .seeds import SeedsError, check_groups, read_reports, row_items, run_fields, score_order
+from .tables import table as markdown_table
+
+logger = logging.getLogger(__name__)
+
+SUFFIX = r"-s(\d+)$"
+EXCLUDED_SOURCES = ("given-joint",)  # the joint bound -log p(x, tags): not a perplexity of x
+COMPARED_FIELDS = ("split", "sentences", "data")  # a row and its baseline (arch and injection differ by design)
+TRAIN_EPOCH = re.compile(r"\|\s*train\s*\|\s*epoch\s+\d+\s*\|")
+WPS = re.compile(r"\|\s*wps\s+([0-9.]+)")
+PARAMS = re.compile(r"num\. shared model params:\s*([0-9,]+)")
+DODGE = 0.006  # the figure's lines shifted apart along x by this much (log10 of the parameters) each
+
+
+class ScaleError(SeedsError):
+    """Bad input of ``sipe-eval scale``: one line naming the file or row."""
+
+
+@dataclass
+class ScaleOptions:
+    baseline: str = "none"  # the run every row is compared with, unless matched
+    matched: Dict[str, str] = field(default_factory=dict)  # run -> its parameter-matched baseline run
+    per: str = "token"  # perplexity per token or per word
+    sources: Optional[List[str]] = None  # tag sources to report (None: all of the reports but EXCLUDED_SOURCES)
+    suffix: str = SUFFIX  # the seed suffix of a row name
+    train_logs: Optional[str] = None  # folder of train-SIZE-RUN-sSEED.log (tokens/s, parameters of old reports)
+    replicates: int = 1000  # bootstrap replicates
+    seed: int = 0  # bootstrap seed
+    allow_mixed: bool = False  # rows scored on other splits / sentences / data: a warning, not an error
+
+
+@dataclass
+class Side:
+    """One size x run: its rows by seed (``names``: seed -> row name), their reports and per-sentence items."""
+    size: str
+    run: str
+    names: "OrderedDict[str, str]"
+    rows: Dict[str, dict]
+    files: Dict[str, str]
+    items: Dict[str, Dict[str, Items]] = field(default_factory=dict)  # seed -> source -> items
+
+    @property
+    def label(self) -> str:
+        return f"{self.size}-{self.run}"
+
+    @property
+    def tags(self) -> bool:
+        """Whether the model sees tags (else every source gives the same number)."""
+        return any(not isinstance(r, dict) or r.get("model") != "none"
+                   for row in self.rows.values() for r in row["tag_sources"].values())
+
+    def pick(self, source: str) -> str:
+        """The source whose items stand for ``source``: itself, or ``*`` (any) for a model without tags."""
+        return source if self.tags else "*"
+
+    def by_seed(self, source: str) -> "OrderedDict[str, Items]":
+        out = OrderedDict()
+        for seed, items in self.items.items():
+            if self.tags and source not in items:
+                raise ScaleError(f"{self.files[seed]}: row {self.names[seed]!r} has no tag source {source!r} "
+                                 f"(it has {', '.join(items)}; score it with sipe-eval-lm --tags ..., or pick "
+                                 "--sources)")
+            out[seed] = items[source] if self.tags else next(iter(items.values()))
+        return out
+
+
+def read_scale_reports(paths: Sequence[str], suffix: str = SUFFIX) -> Tuple["OrderedDict[str, dict]", Dict[str, str]]:
+    """``({row name: row}, {row name: report file})``: a report's one row named by its file (module docstring)."""
+    rows, files = OrderedDict(), {}
+    pattern = re.compile(suffix)
+    for path in paths:
+        found = read_reports([path], suffix)
+        stem = re.sub(r"\.json$", "", os.path.basename(path))
+        if len(found) == 1 and pattern.search(stem):
+            found = OrderedDict([(stem, next(iter(found.values())))])
+        for name, row in found.items():
+            if name in rows:
+                raise ScaleError(f"{path}: row {name!r} also in {files[name]}")
+            rows[name], files[name] = row, path
+    return rows, files
+
+
+def size_run_sides(rows: "OrderedDict[str, dict]", files: Dict[str, str], per: str = "token",
+                   suffix: str = SUFFIX) -> "OrderedDict[Tuple[str, str], Side]":
+    """``{(size, run): Side}`` in the order of the reports; every row must be named ``SIZE-RUN-sSEED`` and
+    hold per-sentence records of its tag sources."""
+    pattern = re.compile(suffix)
+    sides = OrderedDict()
+    for name, row in rows.items():
+        m = pattern.search(name)
+        size, sep, run = name[:m.start()].partition("-") if m else ("", "", "")
+        if not (size and sep and run):
+            raise ScaleError(f"{files[name]}: row {name!r} is not named SIZE-RUN-sSEED (e.g. small-gilt-s1; a report "
+                             "with one row is named by its file name)")
+        seed = m.group(1) if m.groups() else m.group(0)
+        side = sides.setdefault((size, run), Side(size, run, OrderedDict(), {}, {}))
+        side.names[seed], side.rows[seed], side.files[seed] = name, row, files[name]
+        side.items[seed] = _sentence_items(row, name, files[name], per)
+    return sides
+
+
+def _sentence_items(row: dict, name: str, path: str, per: str) -> Dict[str, Items]:
+    sources = row.get("tag_sources")
+    if not isinstance(sources, dict) or not sources:
+        raise ScaleError(f"{path}: row {name!r} has no tag sources (score it with sipe-eval-lm --tags given,self,...)")
+    items = row_items({"tag_sources": sources}, per)
+    missing = [s for s in sources if s not in items]
+    if missing:
+        raise ScaleError(f"{path}: row {name!r}, tag source {missing[0]!r}: no per-sentence records (a report of an "
+                         "older sipe-eval-lm: score it again)")
+    return items
+
+
+def report_sources(sides: Sequence[Side], wanted: Optional[Sequence[str]] = None) -> List[str]:
+    """``wanted``, else every source of the rows that see tags (of all rows when none does) but
+    ``EXCLUDED_SOURCES``, in the order of ``sipe-eval seeds``' columns."""
+    if wanted:
+        return list(dict.fromkeys(wanted))
+    found = []
+    for side in [s for s in sides if s.tags] or list(sides):
+        for items in side.items.values():
+            found += [s for s in items if s not in found and s not in EXCLUDED_SOURCES]
+    return sorted(found, key=score_order)
+
+
+def baseline_of(side: Side, sides: Dict[Tuple[str, str], Side], options: ScaleOptions) -> Optional[Side]:
+    """The matched baseline at the row's size if scored, else ``--baseline``'s; None for ``--baseline``'s rows."""
+    if side.run == options.baseline:
+        return None
+    matched = options.matched.get(side.run)
+    if matched and matched != side.run and (side.size, matched) in sides:
+        return sides[side.size, matched]
+    if (side.size, options.baseline) not in sides:
+        raise ScaleError(f"size {side.size}: no baseline row {side.size}-{options.baseline} (--baseline "
+                         f"{options.baseline}) for row {side.label} ({next(iter(side.files.values()))})")
+    return sides[side.size, options.baseline]
+
+
+def check_pair(side: Side, base: Side, allow_mixed: bool = False) -> None:
+    """:class:`ScaleError` (``allow_mixed``: a warning) when a row and its baseline were scored on different
+    splits, sentence counts or data; rows that record nothing are not checked."""
+    a, b = (run_fields(next(iter(s.rows.values()))) for s in (side, base))
+    for key in [k for k in a if k in b and (k in COMPARED_FIELDS or k.startswith("tag source "))]:
+        if a[key] != b[key]:
+            line = f"{key} differs between row {side.label} ({a[key]}) and its baseline {base.label} ({b[key]})"
+            if not allow_mixed:
+                raise ScaleError(f"{line}: not compared (--allow-mixed compares them anyway)")
+            logger.warning(f"{line}; compared anyway (--allow-mixed)")
+            return
+
+
+def relative_difference(row: Dict[str, Items], base: Dict[str, Items], replicates: int = 1000, seed: int = 0) -> dict:
+    """:func:`~sipe_fairseq.eval.paired.paired_difference` of two ``{seed: Items}`` (``paired``) with the row's
+    and the baseline's perplexity (means over the paired seeds) and the difference and its intervals in % of
+    the baseline's perplexity."""
+    paired = paired_difference(row, base, replicates, seed)
+    base_ppl = float(np.mean(paired["base_per_seed"]))
+    out = {"ppl": base_ppl + paired["mean"], "baseline_ppl": base_ppl}
+    for key in ("mean", "low", "high", "seed_low", "seed_high"):
+        out["percent" if key == "mean" else f"percent_{key}"] = (None if paired[key] is None
+                                                                 else 100.0 * paired[key] / base_ppl)
+    out["verdict"], out["paired"] = paired["verdict"], paired
+    return out
+
+
+def read_train_log(path: str) -> dict:
+    """``{"wps": float, "parameters": int}`` from a fairseq-train log (each only when found): the ``wps`` of the
+    last ``train | epoch`` summary line and ``num. shared model params``; {} for a missing log."""
+    out = {}
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                params = PARAMS.search(line)
+                if params:
+                    out["parameters"] = int(params.group(1).replace(",", ""))
+                wps = WPS.search(line) if TRAIN_EPOCH.search(line) else None
+                if wps:
+                    out["wps"] = float(wps.group(1))
+    except OSError:
+        return {}
+    return out
+
+
+def _train_logs(side: Side, folder: Optional[str]) -> List[dict]:
+    if not folder:
+        return []
+    return [read_train_log(os.path.join(folder, f"train-{name}.log")) for name in side.names.values()]
+
+
+def parameters(side: Side, logs: Sequence[dict] = ()) -> Optional[int]:
+    """The parameter count the row's reports record (``run.parameters``), else its training logs', else None."""
+    counts = {(r.get("run") or {}).get("parameters") for r in side.rows.values() if isinstance(r.get("run"), dict)}
+    counts.discard(None)
+    if not counts:
+        counts = {log["parameters"] for log in logs if "parameters" in log}
+    if len(counts) > 1:
+        raise ScaleError(f"row {side.label}: its seeds record different parameter counts ({sorted(counts)})")
+    return counts.pop() if counts else None
+
+
+def _mean_ppl(items: Dict[str, Items]) -> float:
+    """The mean over seeds of the perplexity of all items (exp of summed nll over summed tokens or words)."""
+    return float(np.mean([math.exp(math.fsum(i.num) / math.fsum(i.den)) for i in items.values()]))
+
+
+def _entry(side: Side, sides: Dict[Tuple[str, str], Side], sources: Sequence[str], options: ScaleOptions,
+           cache: dict) -> dict:
+    """One row of the table (a size x run)."""
+    base = baseline_of(side, sides, options)
+    logs = _train_logs(side, options.train_logs)
+    wps = [log["wps"] for log in logs if "wps" in log]
+    out = {"size": side.size, "run": side.run, "rows": list(side.names.values()), "seeds": len(side.names),
+           "parameters": parameters(side, logs), "train_wps": float(np.mean(wps)) if wps else None,
+           "baseline": None, "baseline_parameters": None, "tags": side.tags, "sources": OrderedDict()}
+    if base is None:
+        out["sources"].update((s, {"ppl": _mean_ppl(side.by_seed(s))}) for s in sources)
+        return out
+    check_pair(side, base, options.allow_mixed)
+    out.update(baseline=base.run, baseline_parameters=parameters(base, _train_logs(base, options.train_logs)),
+               tags=side.tags or base.tags)
+    for source in sources:
+        key = (side.label, side.pick(source), base.label, base.pick(source))
+        if key not in cache:
+            try:
+                cache[key] = relative_difference(side.by_seed(source), base.by_seed(source), options.replicates,
+                                                 options.seed)
+            except ValueError as e:
+                raise ScaleError(f"row {side.label} against {base.label}, source {source}: {e}") from None
+        out["sources"][source] = cache[key]
+    return out
+
+
+def scale_table(paths: Sequence[str], options: ScaleOptions) -> dict:
+    """Read the reports and compare every size x run with its baseline: ``{"per", "baseline", "matched",
+    "sources", "rows": [entry, ...]}``, the rows sorted by parameters (rows without a count last)."""
+    rows, files = read_scale_reports(paths, options.suffix)
+    check_groups(rows, options.suffix, options.allow_mixed)
+    sides = size_run_sides(rows, files, options.per, options.suffix)
+    sources = report_sources(list(sides.values()), options.sources)
+    cache = {}
+    entries = [_entry(side, sides, sources, options, cache) for side in sides.values()]
+    sizes = list(dict.fromkeys(e["size"] for e in entries))
+    entries.sort(key=lambda e: (e["parameters"] is None, e["parameters"] or 0, sizes.index(e["size"]), e["run"]))
+    for size, run in sides:
+        if run in options.matched and (size, options.matched[run]) not in sides:
+            logger.info(f"{size}-{run}: no {size}-{options.matched[run]} scored; compared with {options.baseline}")
+    return {"per": options.per, "baseline": options.baseline, "matched": dict(options.matched), "sources": sources,
+            "rows": entries}
+
+
+def _count(n: Optional[int]) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def _cell(r: dict) -> str:
+    if "percent" not in r:
+        return f"{r['ppl']:.2f}"
+    text = f"{r['ppl']:.2f} ({r['percent']:+.2f}% [{r['percent_low']:+.2f}, {r['percent_high']:+.2f}]"
+    if r["percent_seed_low"] is not None:
+        text += f"; seeds [{r['percent_seed_low']:+.2f}, {r['percent_seed_high']:+.2f}] {r['verdict']}"
+    return text + ")"
+
+
+def _footnote(table: dict, train_logs: bool) -> str:
+    matched = ", ".join(f"{b} for {r}" for r, b in table["matched"].items())
+    matched = f"{matched} when scored there, else {table['baseline']}" if matched else table["baseline"]
+    text = (f"Perplexity per {table['per']} under each tag source (mean over seeds; a model without tags has one number for "
+            f"every source), then its difference from the baseline at the same size ({matched}) in % of the baseline's "
+            "perplexity, mean over paired seeds on the sentences both scored "
+            "(negative: lower perplexity), with the bootstrap 95% interval over sentences and, with two seeds or more, "
+            "Student's t 95% interval over seeds and the verdict (both intervals on one side of 0).")
+    if train_logs:
+        text += " train tokens/s: fairseq's wps of the last training epoch, mean over the seeds with a log."
+    return text
+
+
+def scale_markdown(table: dict, train_logs: bool = False) -> str:
+    """The table: one row per size x run, sorted by parameters; ``train_logs``: the tokens/s column."""
+    header = ["size", "run", "parameters", "vs", "vs parameters", "seeds", *table["sources"]]
+    rows = []
+    for e in table["rows"]:
+        cells = [e["size"], e["run"], _count(e["parameters"]), e["baseline"] or "(baseline)",
+                 _count(e["baseline_parameters"]), e["seeds"], *(_cell(e["sources"][s]) for s in table["sources"])]
+        if train_logs:
+            cells.append("-" if e["train_wps"] is None else f"{e['train_wps']:,.0f}")
+        rows.append(cells)
+    lines = markdown_table(header + (["train tokens/s"] if train_logs else []), rows)
+    lines += ["", _footnote(table, train_logs)]
+    return "\n".join(lines)
+
+
+def plot_lines(table: dict) -> "OrderedDict[Tuple[str, Optional[str]], List[Tuple[int, float, float, float]]]":
+    """``{(run, source or None): [(parameters, %, item low, item high), ...]}`` by parameters: one line per run
+    and source (source None: a run whose every source gives the same number); rows without a count are left
+    out (logged), ``--baseline``'s rows are the line at 0."""
+    lines = OrderedDict()
+    for e in table["rows"]:
+        if e["baseline"] is None:
+            continue
+        if e["parameters"] is None:
+            logger.warning(f"row {e['size']}-{e['run']}: no parameter count; left out of the figure")
+            continue
+        for source in (table["sources"] if e["tags"] else table["sources"][:1]):
+            r = e["sources"][source]
+            key = (e["run"], source if e["tags"] else None)
+            lines.setdefault(key, []).append((e["parameters"], r["percent"], r["percent_low"], r["percent_high"]))
+    for points in lines.values():
+        points.sort()
+    return lines
+
+
+def _line_style(source: Optional[str]) -> str:
+    if source in (None, "given"):
+        return "-"
+    return {"self": "--"}.get(source, ":" if source.startswith("mix:") else "-.")
+
+
+def plot_scale(table: dict, out, title: str = "Perplexity against model size") -> None:
+    """The figure (module docstring), rendered with Agg; the format from ``out``'s suffix."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazy (heavy): matplotlib, for the figure only
+    from matplotlib.figure import Figure
+
+    lines = plot_lines(table)
+    if not lines:
+        raise ScaleError("no row to plot (every row is a baseline or has no parameter count)")
+    fig = Figure(figsize=(8, 5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    colours = {run: f"C{i % 10}" for i, run in enumerate(dict.fromkeys(run for run, _ in lines))}
+    for i, ((run, source), points) in enumerate(lines.items()):
+        x, y, low, high = (np.asarray(v, dtype=float) for v in zip(*points))
+        x = x * 10.0 ** (DODGE * (i - (len(lines) - 1) / 2))  # the lines' bars side by side, not on each other
+        ax.errorbar(x, y, yerr=[y - low, high - y], color=colours[run], linestyle=_line_style(source), marker="o",
+                    capsize=3, label=run if source is None else f"{run} [{source}]")
+    ax.axhline(0.0, color="black", linewidth=1, label=f"baseline ({table['baseline']} or the matched run)")
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters (log scale)")
+    ax.set_ylabel(f"perplexity per {table['per']}: % vs the baseline\n(lower is better)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)
+    fig.tight_layout()
+    fig.savefig(str(out), dpi=120, bbox_inches="tight")
