@@ -66,6 +66,7 @@ def test_eval_lm_json_path_checked_before_any_work(toy_data, lm_checkpoint, tmp_
     ["report", "--data", "{data}", "--path", "{ck}", "--ppl-out", "{out}"],
     ["report", "--ppl-json", "{tmp}/x.json", "--markdown", "{out}"],
     ["seeds", "{tmp}/a-s1.json", "--json", "{out}"],
+    ["scale", "{tmp}/small-none-s1.json", "--plot", "{out}"],
     ["attention", "--data", "{data}", "--conllu", "{tmp}/x.conllu", "--path", "{ck}", "--plot", "{out}"],
     ["sweep-plot", "--report", "{tmp}/r.json", "--out", "{out}"],
 ])
