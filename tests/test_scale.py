@@ -3,6 +3,7 @@ from the synthetic per-sentence nll), rows sorted by parameters, the figure, the
 logs, a missing baseline in one line (exit status 2); and sipe-eval-lm's run record of the parameter count."""
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,6 +140,27 @@ def test_bad_names_and_missing_sources_are_one_line(reports, tmp_path, caplog):
     caplog.clear()
     assert main(["scale", *reports.values(), "--sources", "beam:4"]) == 2
     assert len(caplog.records) == 1 and "has no tag source 'beam:4'" in caplog.records[0].getMessage()
+    caplog.clear()
+    old = tmp_path / "old" / "small-gilt-s1.json"  # a report without per-sentence records for self
+    old.parent.mkdir()
+    row = _row("small", "gilt", 1)
+    del row["tag_sources"]["self"]["per_sentence"]
+    old.write_text(json.dumps({"gilt": row}))
+    files = [str(old) if p == reports["small", "gilt", 1] else p for p in reports.values()]
+    assert main(["scale", *files]) == 2
+    assert len(caplog.records) == 1
+    assert caplog.records[0].getMessage() == (f"{old}: row 'small-gilt-s1', tag source 'self': no per-sentence records "
+                                              "(a report of an older sipe-eval-lm: score it again)")
+    caplog.clear()
+    for seed in (1, 2):  # the matched baseline scored on another split
+        path = Path(reports["small", "nonegilt", seed])
+        report = json.loads(path.read_text())
+        report["nonegilt"]["run"]["split"] = "valid"
+        path.write_text(json.dumps(report))
+    assert main(["scale", *reports.values(), "--matched", "gilt=nonegilt"]) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "split differs between row small-gilt (test) and its baseline small-nonegilt (valid): not compared "
+        "(--allow-mixed compares them anyway)"]
     caplog.clear()
     assert main(["scale", str(tmp_path / "missing-s1.json")]) == 2
     assert len(caplog.records) == 1 and "missing-s1.json" in caplog.records[0].getMessage()

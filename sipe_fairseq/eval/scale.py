@@ -113,12 +113,17 @@ class Side:
         return source if self.tags else "*"
 
     def by_seed(self, source: str) -> "OrderedDict[str, Items]":
+        """``{seed: Items}`` of ``source`` (a model without tags: of any source that recorded its sentences)."""
         out = OrderedDict()
         for seed, items in self.items.items():
-            if self.tags and source not in items:
-                raise ScaleError(f"{self.files[seed]}: row {self.names[seed]!r} has no tag source {source!r} "
-                                 f"(it has {', '.join(items)}; score it with sipe-eval-lm --tags ..., or pick "
-                                 "--sources)")
+            where = f"{self.files[seed]}: row {self.names[seed]!r}"
+            recorded = self.rows[seed]["tag_sources"]
+            if self.tags and source not in recorded:
+                raise ScaleError(f"{where} has no tag source {source!r} (it has {', '.join(recorded)}; score it with "
+                                 "sipe-eval-lm --tags ..., or pick --sources)")
+            if (source not in items) if self.tags else not items:
+                raise ScaleError(f"{where}, tag source {source if self.tags else next(iter(recorded))!r}: no "
+                                 "per-sentence records (a report of an older sipe-eval-lm: score it again)")
             out[seed] = items[source] if self.tags else next(iter(items.values()))
         return out
 
@@ -159,15 +164,11 @@ def size_run_sides(rows: "OrderedDict[str, dict]", files: Dict[str, str], per: s
 
 
 def _sentence_items(row: dict, name: str, path: str, per: str) -> Dict[str, Items]:
+    """The per-sentence items of each tag source that recorded them (:func:`Side.by_seed` refuses a missing one)."""
     sources = row.get("tag_sources")
     if not isinstance(sources, dict) or not sources:
         raise ScaleError(f"{path}: row {name!r} has no tag sources (score it with sipe-eval-lm --tags given,self,...)")
-    items = row_items({"tag_sources": sources}, per)
-    missing = [s for s in sources if s not in items]
-    if missing:
-        raise ScaleError(f"{path}: row {name!r}, tag source {missing[0]!r}: no per-sentence records (a report of an "
-                         "older sipe-eval-lm: score it again)")
-    return items
+    return row_items({"tag_sources": sources}, per)
 
 
 def report_sources(sides: Sequence[Side], wanted: Optional[Sequence[str]] = None) -> List[str]:
@@ -177,8 +178,8 @@ def report_sources(sides: Sequence[Side], wanted: Optional[Sequence[str]] = None
         return list(dict.fromkeys(wanted))
     found = []
     for side in [s for s in sides if s.tags] or list(sides):
-        for items in side.items.values():
-            found += [s for s in items if s not in found and s not in EXCLUDED_SOURCES]
+        for row in side.rows.values():
+            found += [s for s in row["tag_sources"] if s not in found and s not in EXCLUDED_SOURCES]
     return sorted(found, key=score_order)
 
 
@@ -280,10 +281,10 @@ def _entry(side: Side, sides: Dict[Tuple[str, str], Side], sources: Sequence[str
     for source in sources:
         key = (side.label, side.pick(source), base.label, base.pick(source))
         if key not in cache:
+            pair = side.by_seed(source), base.by_seed(source)
             try:
-                cache[key] = relative_difference(side.by_seed(source), base.by_seed(source), options.replicates,
-                                                 options.seed)
-            except ValueError as e:
+                cache[key] = relative_difference(*pair, options.replicates, options.seed)
+            except ValueError as e:  # no seed or no sentence in common
                 raise ScaleError(f"row {side.label} against {base.label}, source {source}: {e}") from None
         out["sources"][source] = cache[key]
     return out
