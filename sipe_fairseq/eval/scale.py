@@ -211,11 +211,11 @@ def check_pair(side: Side, base: Side, allow_mixed: bool = False) -> None:
 
 def relative_difference(row: Dict[str, Items], base: Dict[str, Items], replicates: int = 1000, seed: int = 0) -> dict:
     """:func:`~sipe_fairseq.eval.paired.paired_difference` of two ``{seed: Items}`` (``paired``) with the row's
-    and the baseline's perplexity (means over the paired seeds) and the difference and its intervals in % of
-    the baseline's perplexity."""
+    and the baseline's perplexity on what both scored (``paired_ppl``, ``baseline_ppl``: means over the paired
+    seeds) and the difference and its intervals in % of the baseline's perplexity."""
     paired = paired_difference(row, base, replicates, seed)
     base_ppl = float(np.mean(paired["base_per_seed"]))
-    out = {"ppl": base_ppl + paired["mean"], "baseline_ppl": base_ppl}
+    out = {"paired_ppl": base_ppl + paired["mean"], "baseline_ppl": base_ppl}
     for key in ("mean", "low", "high", "seed_low", "seed_high"):
         out["percent" if key == "mean" else f"percent_{key}"] = (None if paired[key] is None
                                                                  else 100.0 * paired[key] / base_ppl)
@@ -271,7 +271,8 @@ def _entry(side: Side, sides: Dict[Tuple[str, str], Side], sources: Sequence[str
     wps = [log["wps"] for log in logs if "wps" in log]
     out = {"size": side.size, "run": side.run, "rows": list(side.names.values()), "seeds": len(side.names),
            "parameters": parameters(side, logs), "train_wps": float(np.mean(wps)) if wps else None,
-           "baseline": None, "baseline_parameters": None, "tags": side.tags, "sources": OrderedDict()}
+           "paired_seeds": None, "baseline": None, "baseline_parameters": None, "tags": side.tags,
+           "sources": OrderedDict()}
     if base is None:
         out["sources"].update((s, {"ppl": _mean_ppl(side.by_seed(s))}) for s in sources)
         return out
@@ -286,7 +287,8 @@ def _entry(side: Side, sides: Dict[Tuple[str, str], Side], sources: Sequence[str
                 cache[key] = relative_difference(*pair, options.replicates, options.seed)
             except ValueError as e:  # no seed or no sentence in common
                 raise ScaleError(f"row {side.label} against {base.label}, source {source}: {e}") from None
-        out["sources"][source] = cache[key]
+        out["sources"][source] = {"ppl": _mean_ppl(side.by_seed(source)), **cache[key]}
+        out["paired_seeds"] = len(cache[key]["paired"]["seeds"])
     return out
 
 
@@ -324,14 +326,19 @@ def _cell(r: dict) -> str:
 def _footnote(table: dict, train_logs: bool) -> str:
     matched = ", ".join(f"{b} for {r}" for r, b in table["matched"].items())
     matched = f"{matched} when scored there, else {table['baseline']}" if matched else table["baseline"]
-    text = (f"Perplexity per {table['per']} under each tag source (mean over seeds; a model without tags has one number for "
-            f"every source), then its difference from the baseline at the same size ({matched}) in % of the baseline's "
-            "perplexity, mean over paired seeds on the sentences both scored "
+    text = (f"Perplexity per {table['per']} under each tag source (mean over the row's seeds; a model without tags has one "
+            f"number for every source), then its difference from the baseline at the same size ({matched}) in % of the "
+            "baseline's perplexity, mean over the seeds both have (paired) on the sentences both scored "
             "(negative: lower perplexity), with the bootstrap 95% interval over sentences and, with two seeds or more, "
             "Student's t 95% interval over seeds and the verdict (both intervals on one side of 0).")
     if train_logs:
         text += " train tokens/s: fairseq's wps of the last training epoch, mean over the seeds with a log."
     return text
+
+
+def _seeds(e: dict) -> str:
+    paired = e["paired_seeds"]
+    return str(e["seeds"]) if paired in (None, e["seeds"]) else f"{e['seeds']} ({paired} paired)"
 
 
 def scale_markdown(table: dict, train_logs: bool = False) -> str:
@@ -340,7 +347,7 @@ def scale_markdown(table: dict, train_logs: bool = False) -> str:
     rows = []
     for e in table["rows"]:
         cells = [e["size"], e["run"], _count(e["parameters"]), e["baseline"] or "(baseline)",
-                 _count(e["baseline_parameters"]), e["seeds"], *(_cell(e["sources"][s]) for s in table["sources"])]
+                 _count(e["baseline_parameters"]), _seeds(e), *(_cell(e["sources"][s]) for s in table["sources"])]
         if train_logs:
             cells.append("-" if e["train_wps"] is None else f"{e['train_wps']:,.0f}")
         rows.append(cells)
