@@ -30,7 +30,8 @@ items and, with two seeds or more, Student's t over seeds, and its verdict.
 
 Columns: ``parameters`` (``sipe-eval-lm`` records the count in ``run``; for reports written before it did,
 fairseq's ``num. shared model params`` from the training log with ``--train-logs``, else ``-``), ``vs`` and
-``vs parameters`` (the baseline), ``seeds``, one column per source, and with ``--train-logs DIR`` ``train
+``vs parameters`` (the baseline), ``seeds`` (``2 (1 paired)``: the baseline has only one of them), one column
+per source, and with ``--train-logs DIR`` ``train
 tokens/s``: the ``wps`` of the last ``train | epoch`` line of ``DIR/train-SIZE-RUN-sSEED.log`` (fairseq's
 summary of the last epoch it trained), mean over the seeds that have a log (``-`` without one). Rows are
 sorted by parameters (rows without a count last). The JSON (``--json``) holds every number.
