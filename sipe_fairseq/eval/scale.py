@@ -31,16 +31,16 @@ items and, with two seeds or more, Student's t over seeds, and its verdict.
 Columns: ``parameters`` (``sipe-eval-lm`` records the count in ``run``; for reports written before it did,
 fairseq's ``num. shared model params`` from the training log with ``--train-logs``, else ``-``), ``vs`` and
 ``vs parameters`` (the baseline), ``seeds`` (``2 (1 paired)``: the baseline has only one of them), one column
-per source, and with ``--train-logs DIR`` ``train
-tokens/s``: the ``wps`` of the last ``train | epoch`` line of ``DIR/train-SIZE-RUN-sSEED.log`` (fairseq's
-summary of the last epoch it trained), mean over the seeds that have a log (``-`` without one). Rows are
-sorted by parameters (rows without a count last). The JSON (``--json``) holds every number.
+per source, and with ``--train-logs DIR`` ``train tokens/s``: the ``wps`` of the last ``train | epoch`` line of
+``DIR/train-SIZE-RUN-sSEED.log`` (fairseq's summary of the last epoch it trained), mean over the seeds that have
+a log (``-`` without one). Rows are sorted by parameters (rows without a count last). The JSON (``--json``)
+holds every number.
 
 Figure (``--plot``): x = parameters (log scale), y = the difference in % from the baseline, one line per run
 (colour) and source (line style; one line for a run whose sources all give the same number), error bars the
 item interval, a horizontal line at 0 (the baseline); the lines are shifted apart a little along x (1.4% of the
-parameters between neighbouring lines) so that their bars do not cover each other. Rows without a parameter count are left out
-(logged).
+parameters between neighbouring lines) so that their bars do not cover each other. Rows without a parameter
+count are left out (logged).
 
 Bad input is one line naming the file or row, exit status 2: a report that cannot be read, a row name that is
 not ``SIZE-RUN-sSEED``, a size without its baseline, a row or baseline without a needed source or its
