@@ -58,12 +58,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .paired import Items, paired_difference
-from .seeds import SeedsError, check_groups, read_reports, row_items, run_fields, score_order
+from .seeds import SEED_SUFFIX, SeedsError, check_groups, read_reports, row_items, run_fields, score_order
 from .tables import table as markdown_table
 
 logger = logging.getLogger(__name__)
 
-SUFFIX = r"-s(\d+)$"
 EXCLUDED_SOURCES = ("given-joint",)  # the joint bound -log p(x, tags): not a perplexity of x
 COMPARED_FIELDS = ("split", "sentences", "data")  # a row and its baseline (arch and injection differ by design)
 TRAIN_EPOCH = re.compile(r"\|\s*train\s*\|\s*epoch\s+\d+\s*\|")
@@ -82,7 +81,7 @@ class ScaleOptions:
     matched: Dict[str, str] = field(default_factory=dict)  # run -> its parameter-matched baseline run
     per: str = "token"  # perplexity per token or per word
     sources: Optional[List[str]] = None  # tag sources to report (None: all of the reports but EXCLUDED_SOURCES)
-    suffix: str = SUFFIX  # the seed suffix of a row name
+    suffix: str = SEED_SUFFIX  # the seed suffix of a row name
     train_logs: Optional[str] = None  # folder of train-SIZE-RUN-sSEED.log (tokens/s, parameters of old reports)
     replicates: int = 1000  # bootstrap replicates
     seed: int = 0  # bootstrap seed
@@ -129,7 +128,7 @@ class Side:
         return out
 
 
-def read_scale_reports(paths: Sequence[str], suffix: str = SUFFIX) -> Tuple["OrderedDict[str, dict]", Dict[str, str]]:
+def read_scale_reports(paths: Sequence[str], suffix: str = SEED_SUFFIX) -> Tuple["OrderedDict[str, dict]", Dict[str, str]]:
     """``({row name: row}, {row name: report file})``: a report's one row named by its file (module docstring)."""
     rows, files = OrderedDict(), {}
     pattern = re.compile(suffix)
@@ -146,7 +145,7 @@ def read_scale_reports(paths: Sequence[str], suffix: str = SUFFIX) -> Tuple["Ord
 
 
 def size_run_sides(rows: "OrderedDict[str, dict]", files: Dict[str, str], per: str = "token",
-                   suffix: str = SUFFIX) -> "OrderedDict[Tuple[str, str], Side]":
+                   suffix: str = SEED_SUFFIX) -> "OrderedDict[Tuple[str, str], Side]":
     """``{(size, run): Side}`` in the order of the reports; every row must be named ``SIZE-RUN-sSEED`` and
     hold per-sentence records of its tag sources."""
     pattern = re.compile(suffix)

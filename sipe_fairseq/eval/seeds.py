@@ -44,6 +44,7 @@ from .tables import table as markdown_table
 logger = logging.getLogger(__name__)
 
 BLOCKS = "blocks p(x|tags)"
+SEED_SUFFIX = r"-s(\d+)$"  # a row name's seed suffix (NAME-s1): the default of every --seed-suffix
 SUITE_KEYS = ("suites", "suite_items")  # what a model's suite reports add to its row
 
 
@@ -51,7 +52,7 @@ class SeedsError(ValueError):
     pass
 
 
-def read_reports(paths: Sequence[str], suffix: str = r"-s(\d+)$") -> "OrderedDict[str, dict]":
+def read_reports(paths: Sequence[str], suffix: str = SEED_SUFFIX) -> "OrderedDict[str, dict]":
     """``{row name: row}`` over all reports, in the order given; a score seen twice for a name is an error. A row
     whose name has no seed suffix, in a file whose name has one (``position`` in ``position-s2.json``,
     as ``examples/ewt/section5.sh`` writes them), takes the file's suffix."""
@@ -171,7 +172,7 @@ def run_fields(row: dict) -> Dict[str, object]:
     return out
 
 
-def check_groups(rows: "OrderedDict[str, dict]", suffix: str = r"-s(\d+)$", allow_mixed: bool = False) -> List[str]:
+def check_groups(rows: "OrderedDict[str, dict]", suffix: str = SEED_SUFFIX, allow_mixed: bool = False) -> List[str]:
     """:class:`SeedsError` for the first group whose rows were scored on different splits, sentence counts, data
     or models (module docstring); with ``allow_mixed`` a warning instead. Returns the rows that record nothing
     to compare (a warning names them)."""
@@ -198,7 +199,7 @@ def check_groups(rows: "OrderedDict[str, dict]", suffix: str = r"-s(\d+)$", allo
     return unchecked
 
 
-def group_by_seed(names: Sequence[str], suffix: str = r"-s(\d+)$") -> "OrderedDict[str, List[str]]":
+def group_by_seed(names: Sequence[str], suffix: str = SEED_SUFFIX) -> "OrderedDict[str, List[str]]":
     """``{"position": ["position-s1", "position-s2"], ...}``; a name without the suffix is its own group."""
     pattern = re.compile(suffix)
     groups = OrderedDict()
@@ -207,7 +208,7 @@ def group_by_seed(names: Sequence[str], suffix: str = r"-s(\d+)$") -> "OrderedDi
     return groups
 
 
-def aggregate(rows: "OrderedDict[str, dict]", per: str = "token", suffix: str = r"-s(\d+)$") -> "OrderedDict[str, dict]":
+def aggregate(rows: "OrderedDict[str, dict]", per: str = "token", suffix: str = SEED_SUFFIX) -> "OrderedDict[str, dict]":
     """``{group: {score: {"mean", "sd", "min", "max", "n", "seeds"}}}``; ``sd`` is nan for one seed."""
     out = OrderedDict()
     for group, names in group_by_seed(list(rows), suffix).items():
@@ -263,7 +264,7 @@ def seeds_markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:
     return "\n".join(lines)
 
 
-def compare(rows: "OrderedDict[str, dict]", baseline: str, per: str = "token", suffix: str = r"-s(\d+)$",
+def compare(rows: "OrderedDict[str, dict]", baseline: str, per: str = "token", suffix: str = SEED_SUFFIX,
             replicates: int = 1000, seed: int = 0) -> "OrderedDict[str, dict]":
     """``{group: {score: paired_difference(...)}}`` of every group against ``baseline`` (a group name), for the
     scores both recorded items for; seeds paired by the number in ``suffix``. ``SeedsError`` when the baseline

@@ -3,10 +3,10 @@ run that reads the reports, writes the table and draws the figure."""
 import argparse
 import logging
 
-from sipe_fairseq.cli.options import int_at_least
+from sipe_fairseq.cli.eval_commands.seeds import add_table_arguments
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.eval import scale
-from sipe_fairseq.eval.scale import SUFFIX, ScaleOptions, plot_scale, scale_markdown, scale_table
+from sipe_fairseq.eval.scale import ScaleOptions, plot_scale, scale_markdown, scale_table
 from sipe_fairseq.eval.seeds import SeedsError
 
 logger = logging.getLogger(__name__)
@@ -38,22 +38,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--matched", action="append", type=_matched, default=[], metavar="RUN=BASE",
                    help="compare RUN with BASE instead at the sizes where BASE was scored (a parameter-matched "
                         "baseline, e.g. gilt=nonegilt; repeatable)")
-    p.add_argument("--per", choices=("token", "word"), default="token", help="perplexity per token or per word")
     p.add_argument("--sources", type=_sources, metavar="S1,S2",
                    help="the tag sources to report, comma-separated (default: every source of the reports but "
                         "given-joint)")
     p.add_argument("--train-logs", metavar="DIR",
                    help="folder of the training logs train-SIZE-RUN-sSEED.log: adds the column train tokens/s (and "
                         "the parameter count of reports that do not record it)")
-    p.add_argument("--seed-suffix", default=SUFFIX, help="regex of a row name's seed suffix (default: %(default)s)")
-    p.add_argument("--allow-mixed", action="store_true",
-                   help="compare rows scored on different splits, sentence counts or data (default: refused, exit "
-                        "status 2)")
-    p.add_argument("--bootstrap", type=int_at_least(100), default=1000, metavar="N",
-                   help="bootstrap replicates of the item interval (default: %(default)s)")
-    p.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap draws (default: %(default)s)")
-    p.add_argument("--markdown", help="also write the table here")
-    p.add_argument("--json", help="also write every number here")
+    add_table_arguments(p)
     p.add_argument("--plot", metavar="FIG.png", help="also draw the figure here (format from the suffix: png, pdf, svg)")
 
 

@@ -6,7 +6,7 @@ import logging
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.eval import seeds
 from sipe_fairseq.cli.options import int_at_least
-from sipe_fairseq.eval.seeds import (SeedsError, aggregate, check_groups, compare, markdown_paired, read_reports,
+from sipe_fairseq.eval.seeds import (SEED_SUFFIX, SeedsError, aggregate, check_groups, compare, markdown_paired, read_reports,
                                      seeds_markdown)
 
 logger = logging.getLogger(__name__)
@@ -15,23 +15,30 @@ HELP = "mean and spread over seeds of sipe-eval-lm --json reports"
 DESCRIPTION = seeds.__doc__
 
 
+def add_table_arguments(p: argparse.ArgumentParser) -> None:
+    """The options ``sipe-eval seeds`` and ``sipe-eval scale`` share: what is averaged, how rows are grouped and
+    checked, the bootstrap of the item interval, and the outputs."""
+    p.add_argument("--per", choices=("token", "word"), default="token", help="perplexity per token or per word")
+    p.add_argument("--seed-suffix", default=SEED_SUFFIX,
+                   help="regex removed from a row name to find its group (default: %(default)s)")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="compare rows scored on different splits, sentence counts, data directories, architectures "
+                        "or injections (default: refused, exit status 2)")
+    p.add_argument("--bootstrap", type=int_at_least(100), default=1000, metavar="N",
+                   help="bootstrap replicates of the 95%% interval over items (default: %(default)s)")
+    p.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap draws (default: %(default)s)")
+    p.add_argument("--markdown", help="also write the table here")
+    p.add_argument("--json", help="also write every number here")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("reports", nargs="+", help="sipe-eval-lm --json files (rows named NAME-sSEED), and sipe-eval blimp / "
                                               "syntaxgym --json files (seed from the file name, NAME-sSEED.json)")
-    p.add_argument("--per", choices=("token", "word"), default="token", help="perplexity per token or per word")
-    p.add_argument("--seed-suffix", default=r"-s(\d+)$", help="regex removed from a row name to find its group")
-    p.add_argument("--allow-mixed", action="store_true",
-                   help="average rows scored on different splits, sentence counts, data directories, architectures "
-                        "or injections (default: refused, exit status 2)")
     p.add_argument("--baseline", metavar="NAME",
                    help="also compare every row with this one (e.g. none): the paired difference per seed, its mean "
                         "and a bootstrap 95%% interval over items, from the per-sentence / per-pair / per-item records "
                         "of the reports")
-    p.add_argument("--bootstrap", type=int_at_least(100), default=1000, metavar="N",
-                   help="bootstrap replicates of --baseline's interval (default: %(default)s)")
-    p.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap draws (default: %(default)s)")
-    p.add_argument("--markdown", help="also write the table here")
-    p.add_argument("--json", help="also write the aggregated numbers here")
+    add_table_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
