@@ -82,7 +82,7 @@ throttle() { while [ "$(jobs -r | wc -l)" -ge "$PARALLEL" ]; do sleep 5; done; }
 train_all() {
   jobs=()
   for s in $SEEDS; do for r in $RUNS; do
-    [ -f "$WORK/checkpoints-$r-s$s/checkpoint_last.pt" ] || jobs+=("$r $s")
+    grep -qs "done training" "$WORK/train-$r-s$s.log" || jobs+=("$r $s")  # unfinished runs resume (train_one.sh)
   done; done
   [ ${#jobs[@]} -gt 0 ] || return 0
   printf '%s\n' "${jobs[@]}" | xargs -P 2 -L 1 bash -c \

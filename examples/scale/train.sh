@@ -6,8 +6,9 @@
 #   SIZES="small base large"  RUNS="none position wordntss100detach gilt nonesipe nonegilt"  SEEDS="1"
 #   PARALLEL=2 (trainings at a time, one thread each)  WORK=runs/scale (data: $WORK/data-bin from prepare.sh)
 #   UPDATES_small / UPDATES_base / UPDATES_large: the update budget per size (4,096 tokens an update)
-# Writes $WORK/checkpoints-SIZE-RUN-sSEED/ and $WORK/train-SIZE-RUN-sSEED.log; a run with checkpoint_last.pt is
-# skipped. Parameter counts: `grep 'num. shared model params' $WORK/train-*.log` (fairseq logs them).
+# Writes $WORK/checkpoints-SIZE-RUN-sSEED/ and $WORK/train-SIZE-RUN-sSEED.log; a run whose log says "done
+# training" is skipped, one stopped part way resumes from its checkpoint_last.pt (examples/ewt/train_one.sh).
+# Parameter counts: `grep 'num. shared model params' $WORK/train-*.log` (fairseq logs them).
 #   small: d 64 x 2 layers, ffn 256, 2 heads;  base: d 128 x 3, ffn 512, 4 heads (the walkthrough);
 #   large: d 256 x 4, ffn 1024, 4 heads.
 # Budgets: measured with `nice -n 10`, 30 updates of none, wordntss100detach and gilt per size, on a busy 2-core
@@ -72,7 +73,7 @@ for s in $SEEDS; do for z in $SIZES; do for r in $RUNS; do
   size_args "$z" > /dev/null
   case $r in nonesipe|nonegilt) [ "$(matched "$z" "$r")" = - ] && { echo "skip $z $r: counts within 5%" >&2; continue; } ;; esac
   run_args "$z" "$r" > /dev/null  # fail early on an unknown size or run
-  [ -f "$WORK/checkpoints-$z-$r-s$s/checkpoint_last.pt" ] || jobs+=("$z $r $s")
+  grep -qs "done training" "$WORK/train-$z-$r-s$s.log" || jobs+=("$z $r $s")  # unfinished runs resume (train_one.sh)
 done; done; done
 [ ${#jobs[@]} -gt 0 ] || exit 0
 printf '%s\n' "${jobs[@]}" | xargs -P "$PARALLEL" -L 1 bash examples/scale/train.sh one
