@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 38, item 4 (a scaling curve): the data of examples/scale. Training = EWT train + GUM train (one
 # concatenated CoNLL-U file, since sipe-preprocess --train takes one file); valid = EWT dev; test = EWT test, the
-# walkthrough's test split (examples/ewt), so perplexities compare with it. The sentencepiece model (4,000 pieces,
-# as the walkthrough) and dict.txt come from the combined training file. sipe-preprocess writes {split}.arcs too
+# walkthrough's test split (examples/ewt), so per-word perplexities compare with it (per-token ones do not: the
+# sentencepiece model (4,000 pieces, as the walkthrough) and dict.txt come from the combined training file). sipe-preprocess writes {split}.arcs too
 # (--arcs tree, the default), so the same data-bin serves the GiLT run (gilt_lm), as in examples/ewt.
 # Usage: EWT_DIR=dir-with-en_ewt-ud-*.conllu GUM_DIR=dir-with-en_gum-ud-train.conllu bash examples/scale/prepare.sh
 #   WORK=runs/scale (output: $WORK/data-bin, $WORK/preprocess.log, $WORK/train.conllu)
