@@ -6,8 +6,9 @@
 #   TAGS=given,self,mix:16  MASS=0.99  TOP_PAIRS=4 (sipe-eval-lm --tags / --tags-mass / --tags-top-pairs)
 #   OUT=$WORK/results  BASELINE=none  MATCHED="gilt=nonegilt wordntss100detach=nonesipe" (sipe-eval scale --matched)
 # eval: every $WORK/checkpoints-SIZE-RUN-sSEED/checkpoint_best.pt -> $OUT/SIZE-RUN-sSEED.json (and .md; stderr in
-#   $WORK/eval-SIZE-RUN-sSEED.log). A report that exists is not recomputed (delete it to score again); a checkpoint
-#   that does not exist (not trained yet, or a matched baseline train.sh skips) is skipped.
+#   $WORK/eval-SIZE-RUN-sSEED.log, which ends with the evaluation's wall and CPU seconds). A report that exists is
+#   not recomputed (delete it to score again); a checkpoint that does not exist (not trained yet, or a matched
+#   baseline train.sh skips) is skipped.
 # table: sipe-eval scale over $OUT/*-s*.json -> $OUT/table.md, table.json and scale.png (perplexity per token) and
 #   $OUT/table-word.md (per word), with the training logs' tokens/s ($WORK/train-SIZE-RUN-sSEED.log).
 set -euo pipefail
@@ -23,11 +24,13 @@ MASS=${MASS:-0.99}
 TOP_PAIRS=${TOP_PAIRS:-4}
 BASELINE=${BASELINE:-none}
 MATCHED=${MATCHED:-"gilt=nonegilt wordntss100detach=nonesipe"}
-one() {  # size run seed: one evaluation
+one() {  # size run seed: one evaluation; its wall and CPU seconds end its log
   local name="$1-$2-s$3"
-  OMP_NUM_THREADS=1 .venv/bin/sipe-eval-lm "$WORK/data-bin" --gen-subset test \
+  local TIMEFORMAT="eval time $name: %R s wall, %U s user, %S s sys"
+  { time OMP_NUM_THREADS=1 .venv/bin/sipe-eval-lm "$WORK/data-bin" --gen-subset test \
     --path "$name=$WORK/checkpoints-$name/checkpoint_best.pt" --tags "$TAGS" --tags-mass "$MASS" \
     --tags-top-pairs "$TOP_PAIRS" --threads 1 --json "$OUT/$name.json" > "$OUT/$name.md" 2> "$WORK/eval-$name.log"
+  } 2>> "$WORK/eval-$name.log"
 }
 eval_all() {
   [ -f "$WORK/data-bin/dict.txt" ] || { echo "no $WORK/data-bin: run examples/scale/prepare.sh first" >&2; exit 2; }
