@@ -1,11 +1,11 @@
 #!/usr/bin/env python
-"""Time ``sipe-hexatag encode``: throughput on a CoNLL-U file (default: UD English EWT train) and one
+"""Time ``sipe-hexatag encode``: throughput on a CoNLL-U file (``--conllu``, e.g. UD English EWT train) and one
 long non-projective sentence of each of ``--sizes`` words, before (the old code, kept as the
 reference in tests/hexatag_reference.py) and after (``sipe_fairseq.hexatag``), in one run; prints
 markdown tables.
 
-    .venv/bin/python scripts/bench_hexatag.py [--conllu FILE] [--repeats 5] [--sizes 250,500,1000,2000]
-    .venv/bin/python scripts/bench_hexatag.py --baseline /path/to/old/checkout   # + the whole old command
+    .venv/bin/python scripts/bench_hexatag.py --conllu FILE [--repeats 5] [--sizes 250,500,1000,2000]
+    .venv/bin/python scripts/bench_hexatag.py --conllu FILE --baseline /path/to/old/checkout   # + the whole old command
 
 The machine is shared and noisy: each row is the median of ``--repeats`` runs, and the before and
 after runs alternate within this one process (a pair per repeat), so drift hits both alike; the
@@ -105,8 +105,8 @@ def random_tree(n, seed):
 def main_bench():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--conllu", default=str(ROOT.parent / "shared/data/ud-english-ewt/en_ewt-ud-train.conllu"),
-                        help="CoNLL-U file to encode (relative paths: from the current directory)")
+    parser.add_argument("--conllu", required=True,
+                        help="CoNLL-U file to encode, e.g. EWT train (relative paths: from the current directory)")
     parser.add_argument("--repeats", type=int, default=5, help="runs per row (pairs before/after); the median is reported")
     parser.add_argument("--sizes", default="250,500,1000,2000", help="words of the long non-projective sentences")
     parser.add_argument("--reference-repeats", type=int, default=1, help="runs of the reference on each long sentence")

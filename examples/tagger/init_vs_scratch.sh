@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Tagger encoder pre-trained (hexatag_mlm, --init-encoder) vs from scratch (--encoder-arch), same
 # architecture and the same tagger budget, on UD English EWT gold trees; prints test UAS of both.
-# Usage: bash examples/tagger/init_vs_scratch.sh [EWT_DIR] [WORKDIR]
+# Usage: bash examples/tagger/init_vs_scratch.sh EWT_DIR [WORKDIR]
 #   ARCH (default sipe_deberta_tiny), MLM_UPDATES (default 1000), TAG_UPDATES (default 600), THREADS (2)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-EWT=${1:-../shared/data/ud-english-ewt}
+[ $# -ge 1 ] || { echo "usage: bash examples/tagger/init_vs_scratch.sh EWT_DIR [WORKDIR]  (EWT_DIR: the folder with en_ewt-ud-{train,dev,test}.conllu)" >&2; exit 2; }
+EWT=$1
 WORK=${2:-runs/tagger_init}
 ARCH=${ARCH:-sipe_deberta_tiny}
 MLM_UPDATES=${MLM_UPDATES:-1000}

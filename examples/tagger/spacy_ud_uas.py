@@ -1,6 +1,6 @@
 """UAS of the spaCy backend on a UD CoNLL-U file with gold tokenization.
 
-    python examples/tagger/spacy_ud_uas.py /work/shared/data/ud-english-ewt/en_ewt-ud-test.conllu
+    python examples/tagger/spacy_ud_uas.py EWT_DIR/en_ewt-ud-test.conllu
 
 Parses the gold (syntactic) words of every sentence with ``SpacyParser.parse_words`` and compares
 the heads with (a) the original UD gold heads and (b) the projectivized gold heads
