@@ -110,18 +110,23 @@ def test_rows_sorted_by_parameters_and_the_figure(reports, tmp_path, capsys):
 def test_train_tokens_per_second_from_the_logs(reports, tmp_path, capsys):
     logs = tmp_path / "logs"
     logs.mkdir()
-    line = "2026-12-04 17:49:03 | INFO | train | epoch {:03d} | loss 6.5 | ppl 65.9 | wps {} | ups 0.34 | num_updates 600"
-    for seed, values in ((1, (100.0, 200.0)), (2, (900.0, 300.0))):  # the last epoch's wps: 200 and 300
-        text = "\n".join(line.format(i + 1, v) for i, v in enumerate(values))
+    line = ("2026-12-04 17:49:03 | INFO | train | epoch {:03d} | loss 6.5 | ppl 65.9 | wps {} | ups 0.34 | wpb 10"
+            " | num_updates {}")
+    # seed 1: 100 updates at 20 tokens/s (slowed), 250 at 300, 100 at 100: the token-weighted median is 300;
+    # seed 2: 396 updates at 180, then a last epoch of 4 updates at 5 (40 of 4,000 tokens): 180
+    for seed, epochs in ((1, ((20.0, 100), (300.0, 350), (100.0, 450))), (2, ((180.0, 396), (5.0, 400)))):
+        text = "\n".join(line.format(i + 1, w, n) for i, (w, n) in enumerate(epochs))
         valid = "2026-12-04 17:49:03 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 7.0 | wps 5325.5"
         (logs / f"train-small-gilt-s{seed}.log").write_text(text + "\n" + valid + "\n")
+    seed1, seed2 = 300.0, 180.0  # the last epoch's wps would give 100 and 5; the mean over epochs 140 and 92.5
     table, rows = _scale(tmp_path, reports.values(), "--train-logs", str(logs))
-    assert rows["small", "gilt"]["train_wps"] == 250.0 and rows["base", "gilt"]["train_wps"] is None
+    assert abs(rows["small", "gilt"]["train_wps"] - (seed1 + seed2) / 2) < 1e-9
+    assert rows["base", "gilt"]["train_wps"] is None
     out = capsys.readouterr().out
     assert "train tokens/s |" in out.splitlines()[0]
     cells = {line.split(" | ")[1]: line.rstrip(" |").rsplit(" | ", 1)[1] for line in out.splitlines()
              if line.startswith("| small")}
-    assert cells == {"none": "-", "gilt": "250", "nonegilt": "-"}
+    assert cells == {"none": "-", "gilt": f"{(seed1 + seed2) / 2:,.0f}", "nonegilt": "-"}
 
 
 def test_missing_baseline_is_one_line(reports, tmp_path):

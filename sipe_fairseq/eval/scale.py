@@ -31,9 +31,9 @@ items and, with two seeds or more, Student's t over seeds, and its verdict.
 Columns: ``parameters`` (``sipe-eval-lm`` records the count in ``run``; for reports written before it did,
 fairseq's ``num. shared model params`` from the training log with ``--train-logs``, else ``-``), ``vs`` and
 ``vs parameters`` (the baseline), ``seeds`` (``2 (1 paired)``: the baseline has only one of them), one column
-per source, and with ``--train-logs DIR`` ``train tokens/s``: the ``wps`` of the last ``train | epoch`` line of
-``DIR/train-SIZE-RUN-sSEED.log`` (fairseq's summary of the last epoch it trained), mean over the seeds that have
-a log (``-`` without one). Rows are sorted by parameters (rows without a count last). The JSON (``--json``)
+per source, and with ``--train-logs DIR`` ``train tokens/s``: the median of fairseq's ``wps`` over the ``train | epoch`` lines of
+``DIR/train-SIZE-RUN-sSEED.log``, each epoch weighted by its tokens (``wpb`` x updates), mean over the seeds that
+have a log (``-`` without one). Rows are sorted by parameters (rows without a count last). The JSON (``--json``)
 holds every number.
 
 Figure (``--plot``): x = parameters (log scale), y = the difference in % from the baseline, one line per run
@@ -67,6 +67,8 @@ EXCLUDED_SOURCES = ("given-joint",)  # the joint bound -log p(x, tags): not a pe
 COMPARED_FIELDS = ("split", "sentences", "data")  # a row and its baseline (arch and injection differ by design)
 TRAIN_EPOCH = re.compile(r"\|\s*train\s*\|\s*epoch\s+\d+\s*\|")
 WPS = re.compile(r"\|\s*wps\s+([0-9.]+)")
+WPB = re.compile(r"\|\s*wpb\s+([0-9.]+)")
+UPDATES = re.compile(r"\|\s*num_updates\s+([0-9]+)")
 PARAMS = re.compile(r"num\. shared model params:\s*([0-9,]+)")
 DODGE = 0.006  # the figure's lines shifted apart along x by this much (log10 of the parameters) each
 
@@ -224,9 +226,10 @@ def relative_difference(row: Dict[str, Items], base: Dict[str, Items], replicate
 
 
 def read_train_log(path: str) -> dict:
-    """``{"wps": float, "parameters": int}`` from a fairseq-train log (each only when found): the ``wps`` of the
-    last ``train | epoch`` summary line and ``num. shared model params``; {} for a missing log."""
-    out = {}
+    """``{"wps": float, "parameters": int}`` from a fairseq-train log (each only when found): the median ``wps``
+    of its ``train | epoch`` summary lines, each weighted by its tokens (``wpb`` x its updates; see
+    :func:`weighted_median`), and ``num. shared model params``; {} for a missing log."""
+    out, epochs, last_updates = {}, [], 0
     try:
         with open(path, errors="replace") as f:
             for line in f:
@@ -235,10 +238,31 @@ def read_train_log(path: str) -> dict:
                     out["parameters"] = int(params.group(1).replace(",", ""))
                 wps = WPS.search(line) if TRAIN_EPOCH.search(line) else None
                 if wps:
-                    out["wps"] = float(wps.group(1))
+                    wpb, updates = WPB.search(line), UPDATES.search(line)
+                    n = int(updates.group(1)) if updates else last_updates + 1
+                    tokens = max(n - last_updates, 0) * (float(wpb.group(1)) if wpb else 1.0)
+                    last_updates = n
+                    epochs.append((tokens, float(wps.group(1))))
     except OSError:
         return {}
+    if epochs:
+        out["wps"] = weighted_median(epochs)
     return out
+
+
+def weighted_median(epochs: Sequence[Tuple[float, float]]) -> float:
+    """The median epoch ``wps`` with each epoch weighted by its tokens: robust both to a last epoch of a few
+    updates and to epochs slowed by other work (e.g. a run resumed beside another at ``nice 19``)."""
+    order = sorted(epochs, key=lambda e: e[1])
+    total = sum(t for t, _ in order)
+    if total <= 0:
+        return order[-1][1]
+    seen = 0.0
+    for tokens, wps in order:
+        seen += tokens
+        if seen >= total / 2:
+            return wps
+    return order[-1][1]
 
 
 def _train_logs(side: Side, folder: Optional[str]) -> List[dict]:
@@ -332,7 +356,7 @@ def _footnote(table: dict, train_logs: bool) -> str:
             "(negative: lower perplexity), with the bootstrap 95% interval over sentences and, with two seeds or more, "
             "Student's t 95% interval over seeds and the verdict (both intervals on one side of 0).")
     if train_logs:
-        text += " train tokens/s: fairseq's wps of the last training epoch, mean over the seeds with a log."
+        text += " train tokens/s: the median of fairseq's wps over the training epochs (weighted by their tokens), mean over the seeds with a log."
     return text
 
 
