@@ -356,7 +356,8 @@ def _footnote(table: dict, train_logs: bool) -> str:
             "(negative: lower perplexity), with the bootstrap 95% interval over sentences and, with two seeds or more, "
             "Student's t 95% interval over seeds and the verdict (both intervals on one side of 0).")
     if train_logs:
-        text += " train tokens/s: the median of fairseq's wps over the training epochs (weighted by their tokens), mean over the seeds with a log."
+        text += (" train tokens/s: the median of fairseq's wps over the training epochs (weighted by their tokens),"
+                 " mean over the seeds with a log.")
     return text
 
 
