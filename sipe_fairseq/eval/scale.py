@@ -31,10 +31,10 @@ items and, with two seeds or more, Student's t over seeds, and its verdict.
 Columns: ``parameters`` (``sipe-eval-lm`` records the count in ``run``; for reports written before it did,
 fairseq's ``num. shared model params`` from the training log with ``--train-logs``, else ``-``), ``vs`` and
 ``vs parameters`` (the baseline), ``seeds`` (``2 (1 paired)``: the baseline has only one of them), one column
-per source, and with ``--train-logs DIR`` ``train tokens/s``: the median of fairseq's ``wps`` over the ``train | epoch`` lines of
-``DIR/train-SIZE-RUN-sSEED.log``, each epoch weighted by its tokens (``wpb`` x updates), mean over the seeds that
-have a log (``-`` without one). Rows are sorted by parameters (rows without a count last). The JSON (``--json``)
-holds every number.
+per source, and with ``--train-logs DIR`` ``train tokens/s``: the median of fairseq's ``wps`` over the
+``train | epoch`` lines of ``DIR/train-SIZE-RUN-sSEED.log``, each epoch weighted by its tokens (``wpb`` x
+updates), mean over the seeds that have a log (``-`` without one). Rows are sorted by parameters (rows without a
+count last). The JSON (``--json``) holds every number.
 
 Figure (``--plot``): x = parameters (log scale), y = the difference in % from the baseline, one line per run
 (colour) and source (line style; one line for a run whose sources all give the same number), error bars the
@@ -251,18 +251,15 @@ def read_train_log(path: str) -> dict:
 
 
 def weighted_median(epochs: Sequence[Tuple[float, float]]) -> float:
-    """The median epoch ``wps`` with each epoch weighted by its tokens: robust both to a last epoch of a few
-    updates and to epochs slowed by other work (e.g. a run resumed beside another at ``nice 19``)."""
-    order = sorted(epochs, key=lambda e: e[1])
-    total = sum(t for t, _ in order)
-    if total <= 0:
-        return order[-1][1]
-    seen = 0.0
-    for tokens, wps in order:
-        seen += tokens
-        if seen >= total / 2:
-            return wps
-    return order[-1][1]
+    """The median epoch ``wps`` of ``(tokens, wps)`` pairs, each weighted by its tokens: robust both to a last epoch
+    of a few updates and to epochs slowed by other work (e.g. a run resumed beside another at ``nice 19``); the
+    fastest epoch when no epoch has tokens."""
+    wps = np.array([w for _, w in epochs], dtype=float)
+    order = np.argsort(wps, kind="stable")
+    seen = np.cumsum(np.array([t for t, _ in epochs], dtype=float)[order])
+    if seen[-1] <= 0:
+        return float(wps.max())
+    return float(wps[order][min(int(np.searchsorted(seen, seen[-1] / 2)), len(order) - 1)])
 
 
 def _train_logs(side: Side, folder: Optional[str]) -> List[dict]:
