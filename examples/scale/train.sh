@@ -54,8 +54,8 @@ matched() {  # size run -> width
 }
 # the learning rate where a run does not train at the walkthrough's 0.002 (post-norm, 100 warmup updates):
 # large-nonegilt (d 384) stayed near the unigram level, valid ppl 544, 525, 438 after epochs 1-3 (471 updates),
-# where gilt at d 256 reached 106 after epoch 2 and base-nonegilt (d 224) 101 after epoch 3 (its log is kept in
-# $WORK/failed-large-nonegilt-lr0.002/). It trains at 0.001: the baseline gets the rate it needs.
+# where gilt at d 256 reached 106 after epoch 2 and base-nonegilt (d 224) 101 after epoch 3 (that log was lost
+# in a machine reset; the numbers were read from it). It trains at 0.001: the baseline gets the rate it needs.
 lr() {  # size run -> extra arguments
   case $1-$2 in large-nonegilt) echo "--lr 0.001" ;; *) echo "" ;; esac
 }
