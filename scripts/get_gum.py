@@ -26,6 +26,9 @@ import tarfile
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # fetchlib
+from fetchlib import git_dir, inside_repository  # noqa: E402
+
 REPO = "UniversalDependencies/UD_English-GUM"
 COMMIT = "afb41ee9bca57991125814fa04d96a0e61470c8b"
 SPLITS = ("train", "dev", "test")
@@ -36,13 +39,6 @@ PUBLISHED = {"train": (178, 10330, 178797), "dev": (30, 1575, 28119), "test": (3
 
 def _name(split: str) -> str:
     return f"en_gum-ud-{split}.conllu"
-
-
-def _git_dir(path: Path):
-    for cand in (path / ".git", path):
-        if (cand / "HEAD").is_file() and (cand / "objects").is_dir():
-            return cand
-    return None
 
 
 def _tar_files(tar: tarfile.TarFile) -> dict:
@@ -94,8 +90,9 @@ def collect(source):
     path = Path(source)
     if not path.is_dir():
         raise RuntimeError(f"--from {source}: no such directory")
-    if _git_dir(path) is not None:
-        files, commit = _from_git(_git_dir(path))
+    repo = git_dir(path)
+    if repo is not None:
+        files, commit = _from_git(repo)
         return files, commit, str(path)
     files = {_name(s): (path / _name(s)).read_bytes() for s in SPLITS if (path / _name(s)).is_file()}
     files.update({f"{SOURCES}/{p.name}": p.read_bytes() for p in sorted((path / SOURCES).glob("GUM_*.conllu"))})
@@ -133,9 +130,7 @@ def main(argv=None) -> int:
                    help=f"a local clone or bare mirror of {REPO}, or a folder holding the files (default: download)")
     args = p.parse_args(argv)
     dest = Path(args.dest).resolve()
-    here = Path(__file__).resolve().parents[1]
-    if dest == here or here in dest.parents:
-        print(f"get_gum: {dest} is inside this repository; choose a folder outside it", file=sys.stderr)
+    if inside_repository(dest, "get_gum"):
         return 2
     try:
         files, commit, origin = collect(args.source)

@@ -28,6 +28,9 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # fetchlib
+from fetchlib import git_dir, inside_repository  # noqa: E402
+
 # (repository, commit, folder inside it, file suffix, expected file count)
 COLLECTIONS = {
     "blimp": ("alexwarstadt/blimp", "3e56b06fcabca9b30822fc66435fca6b1aa40bb1", "data", ".jsonl", 67),
@@ -57,13 +60,6 @@ def _members(tar: tarfile.TarFile, folder: str, suffix: str) -> dict:
     return files
 
 
-def _git_dir(path: Path):
-    for cand in (path / ".git", path):
-        if (cand / "HEAD").is_file() and (cand / "objects").is_dir():
-            return cand
-    return None
-
-
 def collect(name: str, source):
     repo, commit, folder, suffix, _ = COLLECTIONS[name]
     if source is not None:
@@ -71,8 +67,9 @@ def collect(name: str, source):
         if not path.exists():
             raise RuntimeError(f"--{name}-from {source}: no such directory")
         files = _files_from_dir(path, folder, suffix)
-        if not files and _git_dir(path) is not None:
-            files = _files_from_git(_git_dir(path), folder, suffix)
+        gdir = git_dir(path) if not files else None
+        if gdir is not None:
+            files = _files_from_git(gdir, folder, suffix)
         return files, str(path)
     url = f"https://codeload.github.com/{repo}/tar.gz/{commit}"
     with urllib.request.urlopen(url, timeout=120) as r:  # noqa: S310 (a fixed https address)
@@ -102,9 +99,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", choices=sorted(COLLECTIONS), help="fetch one collection only")
     args = p.parse_args(argv)
     dest = Path(args.dest).resolve()
-    here = Path(__file__).resolve().parents[1]
-    if dest == here or here in dest.parents:
-        print(f"get_suites: {dest} is inside this repository; choose a folder outside it", file=sys.stderr)
+    if inside_repository(dest, "get_suites"):
         return 2
     status = 0
     for name in ([args.only] if args.only else sorted(COLLECTIONS)):
