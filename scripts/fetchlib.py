@@ -1,9 +1,21 @@
-"""What scripts/get_suites.py and scripts/get_gum.py share: finding a git repository in a checkout and keeping
-the data they write out of this repository (independent of sipe_fairseq)."""
+"""What scripts/get_suites.py and scripts/get_gum.py share: downloading a repository at a pinned commit, finding a
+git repository in a checkout and keeping the data they write out of this repository (independent of
+sipe_fairseq)."""
+import io
 import sys
+import tarfile
+import urllib.request
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def github_tarball(repo: str, commit: str, timeout: float):
+    """(the gzipped tar of ``repo`` at ``commit``, opened in memory; its address)."""
+    url = f"https://codeload.github.com/{repo}/tar.gz/{commit}"
+    with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (a fixed https address)
+        data = r.read()
+    return tarfile.open(fileobj=io.BytesIO(data), mode="r:gz"), url
 
 
 def git_dir(path: Path):

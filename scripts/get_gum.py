@@ -19,15 +19,13 @@ failed or the counts are not the published ones, 2 usage.
 """
 import argparse
 import hashlib
-import io
 import subprocess
 import sys
 import tarfile
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # fetchlib
-from fetchlib import git_dir, inside_repository  # noqa: E402
+from fetchlib import git_dir, github_tarball, inside_repository  # noqa: E402
 
 REPO = "UniversalDependencies/UD_English-GUM"
 COMMIT = "afb41ee9bca57991125814fa04d96a0e61470c8b"
@@ -41,13 +39,20 @@ def _name(split: str) -> str:
     return f"en_gum-ud-{split}.conllu"
 
 
+RELEASE = frozenset(_name(s) for s in SPLITS)
+
+
+def _wanted(path: str) -> bool:
+    """A release file or a source document (a path inside the repository)."""
+    return path in RELEASE or (path.startswith(SOURCES + "/GUM_") and path.endswith(".conllu"))
+
+
 def _tar_files(tar: tarfile.TarFile) -> dict:
     """Release files and sources of a tar of the repository (top folder stripped), by repository path."""
     files = {}
     for m in tar.getmembers():
         path = m.name.split("/", 1)[1] if m.name.split("/", 1)[0].startswith("UD_English-GUM") else m.name
-        wanted = path in {_name(s) for s in SPLITS} or _is_source(path)
-        if m.isfile() and wanted:
+        if m.isfile() and _wanted(path):
             files[path] = tar.extractfile(m).read()
     return files
 
@@ -61,7 +66,7 @@ def _from_git(git_dir: Path):
                         capture_output=True, text=True)
     if head.returncode != 0 or ls.returncode != 0:
         raise RuntimeError(f"git in {git_dir}: {(head.stderr or ls.stderr).strip()}")
-    paths = [p for p in ls.stdout.splitlines() if p in {_name(s) for s in SPLITS} or _is_source(p)]
+    paths = [p for p in ls.stdout.splitlines() if _wanted(p)]
     batch = subprocess.run([*git, "cat-file", "--batch"], input="".join(f"HEAD:{p}\n" for p in paths).encode(),
                            capture_output=True, check=True).stdout
     files, pos = {}, 0
@@ -77,16 +82,11 @@ def _from_git(git_dir: Path):
     return files, head.stdout.strip()
 
 
-def _is_source(path: str) -> bool:
-    return path.startswith(SOURCES + "/GUM_") and path.endswith(".conllu")
-
-
 def collect(source):
     """(files by repository path, commit or None, origin)."""
     if source is None:
-        url = f"https://codeload.github.com/{REPO}/tar.gz/{COMMIT}"
-        with urllib.request.urlopen(url, timeout=300) as r:  # noqa: S310 (a fixed https address)
-            return _tar_files(tarfile.open(fileobj=io.BytesIO(r.read()), mode="r:gz")), COMMIT, url
+        tar, url = github_tarball(REPO, COMMIT, timeout=300)
+        return _tar_files(tar), COMMIT, url
     path = Path(source)
     if not path.is_dir():
         raise RuntimeError(f"--from {source}: no such directory")

@@ -25,11 +25,10 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # fetchlib
-from fetchlib import git_dir, inside_repository  # noqa: E402
+from fetchlib import git_dir, github_tarball, inside_repository  # noqa: E402
 
 # (repository, commit, folder inside it, file suffix, expected file count)
 COLLECTIONS = {
@@ -71,10 +70,8 @@ def collect(name: str, source):
         if gdir is not None:
             files = _files_from_git(gdir, folder, suffix)
         return files, str(path)
-    url = f"https://codeload.github.com/{repo}/tar.gz/{commit}"
-    with urllib.request.urlopen(url, timeout=120) as r:  # noqa: S310 (a fixed https address)
-        data = r.read()
-    return _members(tarfile.open(fileobj=io.BytesIO(data), mode="r:gz"), folder, suffix), url
+    tar, url = github_tarball(repo, commit, timeout=120)
+    return _members(tar, folder, suffix), url
 
 
 def count_items(name: str, files: dict) -> int:
