@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from sipe_fairseq.data.arc_streams import load_arc_stream
-from sipe_fairseq.data.arcs import ArcError, decode_arcs, decode_words, deps_arcs, encode_arcs, tree_arcs
+from sipe_fairseq.data.gilt.arc_streams import load_arc_stream
+from sipe_fairseq.data.gilt.arcs import ArcError, decode_arcs, decode_words, deps_arcs, encode_arcs, tree_arcs
 from sipe_fairseq.data.preprocess import PreprocessOptions, preprocess
 from sipe_fairseq.data.toy_grammar import generate
 from sipe_fairseq.hexatag import read_conllu

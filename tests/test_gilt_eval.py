@@ -80,7 +80,7 @@ def greedy_loop(model, words):
 
 def per_token(model, words, arcs):
     """Per-target log p(x_t | x_<t, G) (x_1 .. x_n </s>) from one full forward on the graph ``arcs``."""
-    from sipe_fairseq.data.gilt_dataset import block_graph, position_words
+    from sipe_fairseq.data.gilt.gilt_dataset import block_graph, position_words
     from sipe_fairseq.modules.tag_embedding import FIRST_TAG_ID
 
     eos = model.decoder.dictionary.eos()

@@ -1,7 +1,7 @@
 """GiLT feature tape against hand-computed values (docs/gilt-reference.md section 3)."""
 import numpy as np
 
-from sipe_fairseq.data.graph_features import GraphTape, pair_features, sentence_tape
+from sipe_fairseq.data.gilt.graph_features import GraphTape, pair_features, sentence_tape
 
 # arcs: root->2, 2->1, 2->4, 4->3; owned by the later endpoint:
 WORDS = [([], []), ([0], [1]), ([], []), ([2], [3])]

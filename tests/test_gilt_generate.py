@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import fairseq  # noqa: F401
 import sipe_fairseq
 from fairseq import search
-from sipe_fairseq.data.gilt_dataset import block_graph, position_words
+from sipe_fairseq.data.gilt.gilt_dataset import block_graph, position_words
 from sipe_fairseq.structure.generation import StructureChoosingLM, StructuredSequenceGenerator, wrap_for_generation
 from sipe_fairseq.structure.scoring import score_sentences
 from sipe_fairseq.structure.sentences import Sentence
@@ -359,7 +359,7 @@ def test_sipe_generate_gilt_checkpoint(gilt_checkpoint, toy_data, tmp_path):
 def test_sipe_generate_prompt_arcs_from_a_parser(gilt_checkpoint, toy_data, tmp_path):
     """``--prompt-tags spacy`` with a GiLT checkpoint: the prompt's words keep the arcs of the parse's
     tree (starred), each arc on its later word; the words after the prompt get the model's."""
-    from sipe_fairseq.data.arcs import per_word, tree_arcs
+    from sipe_fairseq.data.gilt.arcs import per_word, tree_arcs
     from sipe_fairseq.parsing import DEFAULT_SPACY_MODEL, get_parser, spacy_available
 
     reason = spacy_available(DEFAULT_SPACY_MODEL)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import fairseq  # noqa: F401
 import sipe_fairseq
-from sipe_fairseq.data.gilt_dataset import block_graph, position_words
+from sipe_fairseq.data.gilt.gilt_dataset import block_graph, position_words
 from sipe_fairseq.models.gilt_lm import GiltConfig, GiltDecoder
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig
 from sipe_fairseq.modules.arc_scorer import arc_losses

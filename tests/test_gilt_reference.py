@@ -12,8 +12,8 @@ import sipe_fairseq
 
 sipe_fairseq.register()
 
-from sipe_fairseq.data.gilt_dataset import block_graph  # noqa: E402
-from sipe_fairseq.data.graph_features import HEAD_TO_DEP, DEP_TO_HEAD, MAX_VALUE, GraphTape, sentence_tape  # noqa: E402
+from sipe_fairseq.data.gilt.gilt_dataset import block_graph  # noqa: E402
+from sipe_fairseq.data.gilt.graph_features import HEAD_TO_DEP, DEP_TO_HEAD, MAX_VALUE, GraphTape, sentence_tape  # noqa: E402
 from sipe_fairseq.modules.arc_scorer import word_inputs  # noqa: E402
 
 TWO_WORDS = [([0], []), ([1], [1])]  # root -> 1, 1 -> 2 and 2 -> 1: arcs both ways between words 1 and 2
@@ -157,7 +157,7 @@ def test_per_layer_biases_refused_by_a_shared_model():
 
 def test_gilt_txl_embedding_unscaled():
     """TransformerGrammar: word_emb = self.emb(inputs) into the first layer and o_w (emb_scale unused)."""
-    from sipe_fairseq.data.gilt_dataset import position_words
+    from sipe_fairseq.data.gilt.gilt_dataset import position_words
     from sipe_fairseq.modules.tag_embedding import FIRST_TAG_ID
 
     for scale, factor in (("none", 1.0), ("sqrt_d", 32 ** 0.5)):

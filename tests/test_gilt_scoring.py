@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import fairseq  # noqa: F401
 from fairseq.data import Dictionary
-from sipe_fairseq.data.gilt_dataset import block_graph, position_words
+from sipe_fairseq.data.gilt.gilt_dataset import block_graph, position_words
 from sipe_fairseq.structure.arcs import branch_counts
 from sipe_fairseq.structure.family import StructureOptions
 from sipe_fairseq.structure.scoring import score_sentences

@@ -1,4 +1,4 @@
-"""Paired comparisons over seeds (sipe_fairseq/eval/paired.py, sipe-eval seeds --baseline): the point estimate
+"""Paired comparisons over seeds (sipe_fairseq/eval/reports/paired.py, sipe-eval seeds --baseline): the point estimate
 against a direct computation, the bootstrap interval against normal theory, stratified draws, and the command on
 sipe-eval-lm, BLiMP and SyntaxGym reports."""
 import json
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sipe_fairseq.cli.eval import main
-from sipe_fairseq.eval.paired import Items, _draw, _strata_index, paired_difference, verdict
+from sipe_fairseq.eval.reports.paired import Items, _draw, _strata_index, paired_difference, verdict
 
 
 def _ppl_items(nll, tokens, keys=None):
@@ -167,7 +167,7 @@ def test_no_common_seed_is_an_error(n):
 
 def test_blimp_report_records_each_scored_pair():
     from sipe_fairseq.eval.blimp import BlimpPair, compute_report
-    from sipe_fairseq.eval.seeds import suite_rows
+    from sipe_fairseq.eval.reports.seeds import suite_rows
     pairs = [BlimpPair(good=f"good {i}", bad=f"bad {i}", uid="p" + str(i % 3), pair_id=str(i), field="syntax",
                        term="t", location=f"f:{i}") for i in range(30)]
     rng = np.random.default_rng(2)

@@ -12,8 +12,8 @@ import sipe_fairseq
 sipe_fairseq.register()
 
 from sipe_fairseq.cli.eval import main as eval_main  # noqa: E402
-from sipe_fairseq.eval import report as rp  # noqa: E402
-from sipe_fairseq.eval import sweep_plot  # noqa: E402
+from sipe_fairseq.eval.reports import report as rp  # noqa: E402
+from sipe_fairseq.eval.reports import sweep_plot  # noqa: E402
 
 from conftest import SHARED, txl  # noqa: E402
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

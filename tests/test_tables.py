@@ -1,8 +1,8 @@
-"""The one markdown table writer (eval/tables.py) and the one arc-F1 formula (data/arcs.py)."""
+"""The one markdown table writer (eval/reports/tables.py) and the one arc-F1 formula (data/gilt/arcs.py)."""
 import pytest
 
-from sipe_fairseq.data.arcs import arc_f1, arc_matches
-from sipe_fairseq.eval.tables import row, rule, table
+from sipe_fairseq.data.gilt.arcs import arc_f1, arc_matches
+from sipe_fairseq.eval.reports.tables import row, rule, table
 
 
 def test_table_header_alignment_rows():

@@ -38,7 +38,7 @@ from sipe_fairseq.cli.options import (add_progress_argument, add_structure_argum
                                       output_path_problem, structure_options)
 from sipe_fairseq.cli.output import write_json
 from sipe_fairseq.eval.finite import first_non_finite
-from sipe_fairseq.eval.report import layer_info
+from sipe_fairseq.eval.reports.report import layer_info
 from sipe_fairseq.eval.prefix_scores import check_sources_fit, markdown_tag_sources, score_split_sources
 from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
 from sipe_fairseq.tasks.sipe_data import EvaluationError

@@ -19,7 +19,7 @@ from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from ..data.arcs import arc_f1
+from ..data.gilt.arcs import arc_f1
 from ..modules.arc_scorer import arc_losses
 
 

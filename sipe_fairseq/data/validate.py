@@ -2,7 +2,7 @@
 
 A split is the token stream ``{split}.bin/.idx`` and its tag streams ``{split}.{kind}.bin/.idx``
 (:mod:`sipe_fairseq.data.preprocess` documents the layout), for ``--task gilt_lm`` also its arc
-stream ``{split}.arcs.bin/.idx`` (:mod:`sipe_fairseq.data.arc_streams`). :func:`validate_split`
+stream ``{split}.arcs.bin/.idx`` (:mod:`sipe_fairseq.data.gilt.arc_streams`). :func:`validate_split`
 refuses a split with a :class:`DataError` that names the file and, for content errors, the first bad
 sentence:
 
@@ -42,7 +42,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..hexatag.errors import DataError
-from .arcs import ArcError, decode_words
+from .gilt.arcs import ArcError, decode_words
 from .tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from .words import word_start_mask
 from .writers import digests
@@ -340,7 +340,7 @@ def check_content(tokens: Stream, tags: Mapping[str, Stream], vocab: Vocabulary,
 
 def check_arc_content(arcs: Stream, terminal: Stream, scope: _Scope) -> int:
     """Every sentence of ``scope``: its arc item decodes to exactly as many words as ``terminal``
-    tags (:func:`~sipe_fairseq.data.arcs.decode_words`: counts inside the item, each word's heads
+    tags (:func:`~sipe_fairseq.data.gilt.arcs.decode_words`: counts inside the item, each word's heads
     among nodes 0..w-1 and dependents among words 1..w-1, as an arc belongs to its later word);
     returns the number of arcs."""
     n_arcs = 0

@@ -39,7 +39,7 @@ from ..data.tag_dictionary import NOTAG_ID
 from ..hexatag import HexatagError
 from ..structure.family import family_of, takes_tags
 from .progress import progress
-from .tables import table
+from .reports.tables import table
 
 logger = logging.getLogger(__name__)
 

@@ -73,7 +73,7 @@ from ..structure.sources import source_label
 from .prefix_scores import sources_for
 from .progress import progress
 from .scoring import score_sentence_batch, too_long
-from .tables import table
+from .reports.tables import table
 
 logger = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
     fields: Dict[str, dict] = OrderedDict()
     overall = _row()
     skipped_pairs = []
-    per_pair = {"keys": [], "correct": {n: [] for n in names}}  # the items of a paired comparison (eval/paired.py)
+    per_pair = {"keys": [], "correct": {n: [] for n in names}}  # the items of a paired comparison (eval/reports/paired.py)
     for p in pairs:
         per_pair["keys"].append(f"{p.uid}/{p.pair_id}")
         for name in names:

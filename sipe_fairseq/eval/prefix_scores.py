@@ -24,9 +24,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fairseq import utils
 from fairseq.data import data_utils
 
-from ..data.arc_streams import load_arc_stream
-from ..data.arcs import arc_f1, arc_matches
-from ..data.arcs import decode_words
+from ..data.gilt.arc_streams import load_arc_stream
+from ..data.gilt.arcs import arc_f1, arc_matches
+from ..data.gilt.arcs import decode_words
 from ..data.lm_dataset import task_placement
 from ..data.tag_dictionary import TAG_KINDS
 from ..data.tag_streams import load_tag_streams
@@ -38,7 +38,7 @@ from ..structure.record import POSITION_TYPES, SentenceScore, joint_token_logpro
 from ..structure.scoring import beyond_positions, plan, score_sentences
 from ..structure.sentences import prepare
 from .progress import progress
-from .tables import table
+from .reports.tables import table
 
 
 def default_sources(model) -> List[str]:
@@ -88,7 +88,7 @@ def gold_arc_set(per_word) -> set:
 
 
 def arc_scores(pred: Sequence, gold: Sequence) -> Dict[str, float]:
-    """Arc precision, recall and F1 (percent, :func:`~sipe_fairseq.data.arcs.arc_f1`) of predicted arc lists
+    """Arc precision, recall and F1 (percent, :func:`~sipe_fairseq.data.gilt.arcs.arc_f1`) of predicted arc lists
     against gold arc sets, summed over sentences."""
     p, r, f1 = arc_f1(*arc_matches(pred, gold))
     return {"arc_precision": 100.0 * p, "arc_recall": 100.0 * r, "arc_f1": 100.0 * f1}
@@ -138,7 +138,7 @@ def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence
 
 
 def per_sentence(scores: Sequence[SentenceScore], joint: bool = False) -> Dict[str, list]:
-    """The items of a paired comparison (:mod:`~sipe_fairseq.eval.paired`): each sentence's negative
+    """The items of a paired comparison (:mod:`~sipe_fairseq.eval.reports.paired`): each sentence's negative
     log-probability (``joint``: of the joint score), its tokens and its words (``</s>`` included), in the
     split's order."""
     return {"nll": [-(s.joint if joint else s.logprob) for s in scores], "tokens": [s.n_tokens for s in scores],

@@ -62,7 +62,7 @@ from ..structure.family import StructureOptions, family_of, takes_tags
 from ..structure.record import SentenceScore
 from ..structure.scoring import score_encoded
 from .progress import progress
-from .tables import table
+from .reports.tables import table
 
 POSITION_TYPES = ("eos", "word_initial", "continuation")
 Encoded = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..data.graph_features import MAX_VALUE, N_FEATURES
+from ..data.gilt.graph_features import MAX_VALUE, N_FEATURES
 from .graph_term import FEATURE_DIM
 from .positional import sinusoid
 

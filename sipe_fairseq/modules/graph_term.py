@@ -2,7 +2,7 @@
 of :class:`~sipe_fairseq.modules.attention.SiPEAttention` (its ``pair_terms``).
 
 For query position i and key position j, three small integers v_f(i, j) in 0..150 (degree, depth,
-distance of j's word in the graph as it stood when i's word arrived, :mod:`sipe_fairseq.data.graph_features`)
+distance of j's word in the graph as it stood when i's word arrived, :mod:`sipe_fairseq.data.gilt.graph_features`)
 index three tables shared by all layers (151 x 256). Each layer projects each feature with its own
 Linear 256 -> d, sums them into d_ij and adds, through the layer's key matrix, an offset to the key
 (Pushdown-LM Eq. 1 with Transformer-XL's content bias u)::
@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from ..data.graph_features import MAX_VALUE, N_FEATURES
+from ..data.gilt.graph_features import MAX_VALUE, N_FEATURES
 
 N_VALUES = MAX_VALUE + 1
 FEATURE_DIM = 256

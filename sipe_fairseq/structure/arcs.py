@@ -27,8 +27,8 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from ..data.arcs import per_word, tree_arcs
-from ..data.graph_features import N_FEATURES, TWO_WAY_RULES, GraphTape
+from ..data.gilt.arcs import per_word, tree_arcs
+from ..data.gilt.graph_features import N_FEATURES, TWO_WAY_RULES, GraphTape
 from ..modules.arc_scorer import MAX_COUNT
 from .policy import BRANCH, FORCED, GREEDY, SAMPLE, StructurePolicy
 from .sentences import Sentence

@@ -4,8 +4,8 @@ fairseq's ``SequenceScorer``, running the model once on them, prints the exact p
 ``log q(x_t | x_<t)``. Needs one sentence per row (``--sample-break-mode eos``)."""
 import torch
 
-from ..data.arcs import per_word
-from ..data.gilt_dataset import MATRIX_KEYS, block_graph
+from ..data.gilt.arcs import per_word
+from ..data.gilt.gilt_dataset import MATRIX_KEYS, block_graph
 from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from .family import StructureOptions, structure_of
 from .hexatags import tag_ids

@@ -16,7 +16,7 @@ from typing import Callable, List, Optional, Sequence
 
 import torch
 
-from ..data.arcs import per_word, tree_arcs
+from ..data.gilt.arcs import per_word, tree_arcs
 from ..data.tag_dictionary import NOTAG_ID
 from ..parsing import parse_each, split_words
 from .family import family_of

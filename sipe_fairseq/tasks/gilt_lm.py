@@ -19,9 +19,9 @@ from fairseq.tasks import register_task
 from omegaconf import open_dict
 
 from ..checkpoints import gilt_init
-from ..data.arc_streams import load_arc_stream
-from ..data.gilt_dataset import WHOLE_SENTENCE_BREAK_MODES, GiltLMDataset
-from ..data.graph_features import TWO_WAY_RULES
+from ..data.gilt.arc_streams import load_arc_stream
+from ..data.gilt.gilt_dataset import WHOLE_SENTENCE_BREAK_MODES, GiltLMDataset
+from ..data.gilt.graph_features import TWO_WAY_RULES
 from ..data.settings import setting
 from ..data.words import WORD_MARK
 from ..hexatag.errors import OptionError
@@ -47,7 +47,7 @@ class GiltLMConfig(HexatagLMConfig):
 
 @register_task("gilt_lm", dataclass=GiltLMConfig)
 class GiltLanguageModelingTask(HexatagLanguageModelingTask):
-    """Samples of :class:`~sipe_fairseq.data.gilt_dataset.GiltLMDataset` (gold graph tensors in ``net_input``,
+    """Samples of :class:`~sipe_fairseq.data.gilt.gilt_dataset.GiltLMDataset` (gold graph tensors in ``net_input``,
     gold arcs as ``gilt_head``/``gilt_dep`` targets)."""
 
     validates_arcs = True  # {split}.arcs checked at load with the tag streams (data/validate.py)

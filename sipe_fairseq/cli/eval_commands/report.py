@@ -1,4 +1,4 @@
-"""``sipe-eval report``: the options of the Table 2 report (:mod:`sipe_fairseq.eval.report`; checkpoints,
+"""``sipe-eval report``: the options of the Table 2 report (:mod:`sipe_fairseq.eval.reports.report`; checkpoints,
 evaluation data and precomputed reports, shared with ``sipe-eval sweep-plot``), and the run that builds
 the report and writes the table and the sub-reports."""
 import argparse
@@ -6,8 +6,8 @@ import logging
 
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.cli.options import add_structure_arguments, float_at_least, int_at_least, structure_options
-from sipe_fairseq.eval import report as report_engine
-from sipe_fairseq.eval.report import ReportError, ReportInputs, build_report, table2_markdown
+from sipe_fairseq.eval.reports import report as report_engine
+from sipe_fairseq.eval.reports.report import ReportError, ReportInputs, build_report, table2_markdown
 from sipe_fairseq.eval.syntaxgym import EQUALITY_ATOL, EQUALITY_RTOL, SyntaxGymError
 from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args
 
@@ -76,7 +76,7 @@ def _write_json(path, obj, **kw) -> None:
 
 
 def report_inputs(args: argparse.Namespace, paths=None, baseline=None, rows=None, blimp_inputs: bool = True) -> ReportInputs:
-    """The :class:`~sipe_fairseq.eval.report.ReportInputs` of the options of :func:`add_input_arguments`
+    """The :class:`~sipe_fairseq.eval.reports.report.ReportInputs` of the options of :func:`add_input_arguments`
     (``paths``: instead of ``--path``; ``baseline``, ``rows``: the table's baseline row and rows)."""
     return ReportInputs(
         data=args.data, paths=list(args.path if paths is None else paths), split=args.split, no_ppl=args.no_ppl,

@@ -1,13 +1,13 @@
-"""``sipe-eval scale``: the options of the scaling table and figure (:mod:`sipe_fairseq.eval.scale`), and the
+"""``sipe-eval scale``: the options of the scaling table and figure (:mod:`sipe_fairseq.eval.reports.scale`), and the
 run that reads the reports, writes the table and draws the figure."""
 import argparse
 import logging
 
 from sipe_fairseq.cli.eval_commands.seeds import add_table_arguments
 from sipe_fairseq.cli.output import write_json, write_text
-from sipe_fairseq.eval import scale
-from sipe_fairseq.eval.scale import ScaleOptions, plot_scale, scale_markdown, scale_table
-from sipe_fairseq.eval.seeds import SeedsError
+from sipe_fairseq.eval.reports import scale
+from sipe_fairseq.eval.reports.scale import ScaleOptions, plot_scale, scale_markdown, scale_table
+from sipe_fairseq.eval.reports.seeds import SeedsError
 
 logger = logging.getLogger(__name__)
 

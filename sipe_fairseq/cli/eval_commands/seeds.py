@@ -1,13 +1,13 @@
-"""``sipe-eval seeds``: the options of the seed aggregation (:mod:`sipe_fairseq.eval.seeds`), and the run
+"""``sipe-eval seeds``: the options of the seed aggregation (:mod:`sipe_fairseq.eval.reports.seeds`), and the run
 that reads the reports and writes the table."""
 import argparse
 import logging
 
 from sipe_fairseq.cli.output import write_json, write_text
-from sipe_fairseq.eval import seeds
+from sipe_fairseq.eval.reports import seeds
 from sipe_fairseq.cli.options import int_at_least
-from sipe_fairseq.eval.seeds import (SEED_SUFFIX, SeedsError, aggregate, check_groups, compare, markdown_paired, read_reports,
-                                     seeds_markdown)
+from sipe_fairseq.eval.reports.seeds import (SEED_SUFFIX, SeedsError, aggregate, check_groups, compare, markdown_paired,
+                                             read_reports, seeds_markdown)
 
 logger = logging.getLogger(__name__)
 

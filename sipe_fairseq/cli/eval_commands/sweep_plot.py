@@ -1,12 +1,12 @@
-"""``sipe-eval sweep-plot``: the options of the layer-entry sweep plot (:mod:`sipe_fairseq.eval.sweep_plot`),
+"""``sipe-eval sweep-plot``: the options of the layer-entry sweep plot (:mod:`sipe_fairseq.eval.reports.sweep_plot`),
 and the run that gathers the rows, draws the figure and prints its points."""
 import argparse
 import logging
 
 from sipe_fairseq.cli.eval_commands.report import add_input_arguments, report_inputs
-from sipe_fairseq.eval import sweep_plot
-from sipe_fairseq.eval.report import ReportError
-from sipe_fairseq.eval.sweep_plot import layer_specs, plot_sweep, sweep_markdown, sweep_points, sweep_report
+from sipe_fairseq.eval.reports import sweep_plot
+from sipe_fairseq.eval.reports.report import ReportError
+from sipe_fairseq.eval.reports.sweep_plot import layer_specs, plot_sweep, sweep_markdown, sweep_points, sweep_report
 from sipe_fairseq.eval.syntaxgym import SyntaxGymError
 
 logger = logging.getLogger(__name__)

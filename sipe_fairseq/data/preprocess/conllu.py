@@ -12,7 +12,7 @@ from tqdm import tqdm
 from ...hexatag import encode, encode_tree
 from ...hexatag.conllu_io import parse_sentence, sentence_blocks
 from ...hexatag.errors import ConlluError, HexatagError, NonProjectiveError, TreeError
-from ..arcs import ArcError, deps_arcs
+from ..gilt.arcs import ArcError, deps_arcs
 from ..tag_dictionary import FIRST_TAG_ID, TAG_KINDS, tag_names
 from ..words import WHITESPACE, clean_word
 from .options import PreprocessError

@@ -7,7 +7,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ...parsing import DEFAULT_BACKEND, resolve_parser
 from ...parsing.line_tagger import BACKEND_BATCH_SIZE, BACKEND_THREADS
-from ..arc_streams import ARC_SOURCES
+from ..gilt.arc_streams import ARC_SOURCES
 
 INPUT_FORMATS = ("conllu", "text", "tokenized")
 DOCUMENT_MODES = ("none", "blank-lines", "wikitext")

@@ -9,8 +9,8 @@ import numpy as np
 from tqdm import tqdm
 
 from ...parsing import DEFAULT_BACKEND
-from ..arc_streams import sentence_item, write_arc_stream
-from ..arcs import ArcError
+from ..gilt.arc_streams import sentence_item, write_arc_stream
+from ..gilt.arcs import ArcError
 from ..tag_dictionary import NOTAG_ID, TAG_KINDS
 from ..writers import sha256_file, tool_versions, write_streams, write_text
 from .conllu import REFUSAL_REASONS, SplitData

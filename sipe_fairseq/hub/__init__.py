@@ -6,7 +6,7 @@
     r.logprob, r.kind, r.words, r.word_surprisal         # natural log; "exact"; bits per word
 
 A thin facade outside the layers (like ``sipe_fairseq/__init__.py``): the implementation is
-:mod:`sipe_fairseq.eval.interface`, imported when first used, so that ``import sipe_fairseq.hub`` stays free
+:mod:`sipe_fairseq.hub.interface`, imported when first used, so that ``import sipe_fairseq.hub`` stays free
 of torch and fairseq. Nothing here prints or touches ``sys.excepthook``.
 """
 _NAMES = ("LanguageModel", "ScoredText", "ParsedText", "to_dataframe", "surprisal_rows")
@@ -17,18 +17,18 @@ __all__ = list(_NAMES + _FROM_PROMPTS)
 
 def __getattr__(name):
     if name in _NAMES:
-        from .eval import interface  # lazy (heavy): torch, fairseq
+        from . import interface  # lazy (heavy): torch, fairseq
 
         return getattr(interface, name)
     if name in _FROM_PROMPTS:
-        from .structure import prompts  # lazy (heavy): torch, fairseq
+        from ..structure import prompts  # lazy (heavy): torch, fairseq
 
         return getattr(prompts, name)
     raise AttributeError(f"module 'sipe_fairseq.hub' has no attribute {name!r}")
 
 
 def load(checkpoint, data=None, device="cpu", **kwargs):
-    """See :func:`sipe_fairseq.eval.interface.load`."""
-    from .eval.interface import load as _load  # lazy (heavy): torch, fairseq
+    """See :func:`sipe_fairseq.hub.interface.load`."""
+    from .interface import load as _load  # lazy (heavy): torch, fairseq
 
     return _load(checkpoint, data, device, **kwargs)

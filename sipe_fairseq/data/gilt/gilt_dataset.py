@@ -26,8 +26,8 @@ from fairseq.data import data_utils
 
 from .arcs import decode_words
 from .graph_features import N_FEATURES, TWO_WAY_RULES, sentence_tape
-from .lm_dataset import HexatagLMDataset
-from .tag_dictionary import FIRST_TAG_ID
+from ..lm_dataset import HexatagLMDataset
+from ..tag_dictionary import FIRST_TAG_ID
 
 WHOLE_SENTENCE_BREAK_MODES = ("eos", "complete", "complete_doc")
 WORD_KEYS = ("gilt_word_pos", "gilt_local", "gilt_sent")

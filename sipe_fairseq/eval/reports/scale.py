@@ -5,7 +5,7 @@ its baseline at that size, from ``sipe-eval-lm --tags ... --json`` reports.
         --matched wordntss100detach=nonesipe --markdown table.md --json table.json --plot scale.png \\
         --train-logs runs/scale
 
-Names. The reports are read as by ``sipe-eval seeds`` (:func:`~sipe_fairseq.eval.seeds.read_reports`). A report
+Names. The reports are read as by ``sipe-eval seeds`` (:func:`~sipe_fairseq.eval.reports.seeds.read_reports`). A report
 that holds one row (``sipe-eval-lm`` with one ``--path``) names it by its file name, ``SIZE-RUN-sSEED.json``
 (``small-gilt-s1.json``), whatever ``--path NAME=`` said; a report with several rows keeps their names, which
 must then read ``SIZE-RUN-sSEED``. The size is the part of the name before its first ``-`` (a size has no
@@ -25,7 +25,7 @@ percent of the baseline's perplexity,
     100 x mean over paired seeds (row - baseline perplexity) / mean over the same seeds (baseline perplexity),
 
 on the sentences both scored (negative: lower perplexity than the baseline), with the intervals of
-:func:`~sipe_fairseq.eval.paired.paired_difference` scaled by the same number: the bootstrap 95% interval over
+:func:`~sipe_fairseq.eval.reports.paired.paired_difference` scaled by the same number: the bootstrap 95% interval over
 items and, with two seeds or more, Student's t over seeds, and its verdict.
 
 Columns: ``parameters`` (``sipe-eval-lm`` records the count in ``run``; for reports written before it did,
@@ -212,7 +212,7 @@ def check_pair(side: Side, base: Side, allow_mixed: bool = False) -> None:
 
 
 def relative_difference(row: Dict[str, Items], base: Dict[str, Items], replicates: int = 1000, seed: int = 0) -> dict:
-    """:func:`~sipe_fairseq.eval.paired.paired_difference` of two ``{seed: Items}`` (``paired``) with the row's
+    """:func:`~sipe_fairseq.eval.reports.paired.paired_difference` of two ``{seed: Items}`` (``paired``) with the row's
     and the baseline's perplexity on what both scored (``paired_ppl``, ``baseline_ppl``: means over the paired
     seeds) and the difference and its intervals in % of the baseline's perplexity."""
     paired = paired_difference(row, base, replicates, seed)

@@ -37,7 +37,7 @@ import statistics
 from collections import OrderedDict
 from typing import Dict, List, Sequence
 
-from ..structure.sources import split_label
+from ...structure.sources import split_label
 from .paired import Items, paired_difference
 from .tables import table as markdown_table
 
@@ -89,7 +89,7 @@ def read_reports(paths: Sequence[str], suffix: str = SEED_SUFFIX) -> "OrderedDic
 def suite_rows(report: dict):
     """``{NAME: {"suites": {"BLiMP given": %, ...}, "suite_items": {"BLiMP given": Items as JSON, ...}}}`` of a
     BLiMP or SyntaxGym report, None for others. The items (each pair or suite item a model scored) are those
-    of a paired comparison (:mod:`~sipe_fairseq.eval.paired`); reports written before they were recorded
+    of a paired comparison (:mod:`~sipe_fairseq.eval.reports.paired`); reports written before they were recorded
     have none."""
     if not ("models" in report or "suites" in report) or not isinstance(report.get("overall"), dict):
         return None

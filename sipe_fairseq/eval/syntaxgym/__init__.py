@@ -20,10 +20,10 @@ longer than the model accepts) makes its item *unscored*: it is listed with the 
 report and left out of that suite's denominator. Formula syntax errors and references to a
 missing condition or region are errors that stop the run before any model is loaded.
 
-The formula language (grammar, ``=`` tolerance) is in :mod:`~sipe_fairseq.eval.syntaxgym_formula`;
-reading suites and sentences in :mod:`~sipe_fairseq.eval.syntaxgym_suites`; surprisals and
-suite scores in :mod:`~sipe_fairseq.eval.syntaxgym_scoring`; the tables in
-:mod:`~sipe_fairseq.eval.syntaxgym_output`.
+The formula language (grammar, ``=`` tolerance) is in :mod:`.formula`;
+reading suites and sentences in :mod:`~sipe_fairseq.eval.syntaxgym.suites`; surprisals and
+suite scores in :mod:`~sipe_fairseq.eval.syntaxgym.scoring`; the tables in
+:mod:`~sipe_fairseq.eval.syntaxgym.output`.
 
 ``--tags`` adds a column per model and tag source: ``given`` (the parser's tags on
 each whole sentence, default), ``self`` (tags the model chooses from the prefix: region
@@ -36,37 +36,13 @@ information from the critical region. ``sipe-eval syntaxgym`` (:mod:`sipe_fairse
 runs it (exit status 0, or 2 on a usage, suite or formula error, logged without a traceback: one line naming the
 suite, item and prediction, plus the formula and a caret for a formula error).
 """
-import logging
-from dataclasses import replace
-from typing import Optional
-
-from ..data.lm_dataset import task_placement
-from ..structure.family import StructureOptions
-from ..structure.sources import source_label
-from .prefix_scores import sources_for
-from .scoring import sentence_logprob_fn
-from .syntaxgym_formula import (EQUALITY_ATOL, EQUALITY_RTOL, MAX_DEPTH, BinOp, FormulaError, Neg, Node, Number,  # noqa: F401
+from .formula import (EQUALITY_ATOL, EQUALITY_RTOL, MAX_DEPTH, BinOp, FormulaError, Neg, Node, Number,  # noqa: F401
                                 Ref, SyntaxGymError, evaluate_formula, parse_formula)
-from .syntaxgym_output import report_markdown  # noqa: F401
-from .syntaxgym_scoring import (critical_region, evaluate_suites, merge_reports, prefix_tag_differences,  # noqa: F401
+from .output import report_markdown  # noqa: F401
+from .scoring import (critical_region, evaluate_suites, merge_reports, prefix_tag_differences,  # noqa: F401
                                 region_surprisals, region_token_spans, score_regions)
-from .syntaxgym_suites import (Condition, Item, Prediction, Region, Suite, SuiteSentence, encode_sentences,  # noqa: F401
+from .suites import (Condition, Item, Prediction, Region, Suite, SuiteSentence, encode_sentences,  # noqa: F401
                                find_suites, load_suite, parse_sentences, read_suites, sentences_of,
                                tree_and_encode)
 
-logger = logging.getLogger(__name__)
-
-
-def tag_source_columns(name: str, model, task, dictionary, sources, options: Optional[StructureOptions] = None) -> dict:
-    """``{column: (model, eos, pad, logprob_fn)}`` for :func:`evaluate_suites`: one column per tag
-    source (:func:`~sipe_fairseq.structure.sources.source_label`; ``sources`` None: the model's default,
-    given, for GiLT self), the per-token log-probs of
-    :func:`~sipe_fairseq.eval.scoring.sentence_logprob_fn` at the checkpoint's own
-    ``--tag-head-placement``: ``given`` = the parser's tags (GiLT: its tree as arcs), ``self`` =
-    the model's own choice from the prefix, ``beam:K`` = the increments of the beam's running
-    logsumexp, so a region's surprisal is the difference of the prefix marginal at its boundaries;
-    ``options``: how structure is chosen (``--tags-*``, ``--gilt-count-*``)."""
-    options = replace(options or StructureOptions(), placement=task_placement(task))
-    d = dictionary
-    return {source_label(name, src): (model, d.eos(), d.pad(), sentence_logprob_fn(model, src, d, options))
-            for src in sources_for(model, sources)}
+from .columns import tag_source_columns  # noqa: F401

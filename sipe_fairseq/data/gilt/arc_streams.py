@@ -15,9 +15,9 @@ import numpy as np
 from fairseq.data import data_utils
 
 from .arcs import ArcError, check_arcs, decode_words, encode_arcs, tree_arcs
-from .tag_dictionary import NOTAG_ID
-from .validate import DataError
-from .writers import write_stream
+from ..tag_dictionary import NOTAG_ID
+from ..validate import DataError
+from ..writers import write_stream
 
 ARC_SOURCES = ("tree", "deps")
 

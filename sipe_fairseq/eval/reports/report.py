@@ -46,7 +46,7 @@ scored alone). Precomputed reports bring their groups: BLiMP/SyntaxGym columns n
 
 Exit status: 0, or 2 on a usage or input error (one line, no traceback).
 
-``sipe-eval sweep-plot`` (:mod:`~sipe_fairseq.eval.sweep_plot`) draws the layer-entry sweep
+``sipe-eval sweep-plot`` (:mod:`~sipe_fairseq.eval.reports.sweep_plot`) draws the layer-entry sweep
 (section 5, Figure 3) from such a report.
 """
 import json
@@ -60,17 +60,17 @@ from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 import torch
 
 import sipe_fairseq
-from ..checkpoints import checkpoint_specs, load_lm, read_checkpoint
-from ..data.encode import SentenceEncoder
-from ..data.lm_dataset import task_placement
-from ..parsing import tree_source_stats
-from ..structure.family import StructureOptions
-from ..structure.sources import parse_sources as parse_tag_sources
-from ..structure.sources import source_label, split_label
-from . import blimp, syntaxgym
-from .prefix_scores import score_split_sources
-from .scoring import score_split
-from .syntaxgym_formula import EQUALITY_ATOL, EQUALITY_RTOL
+from ...checkpoints import checkpoint_specs, load_lm, read_checkpoint
+from ...data.encode import SentenceEncoder
+from ...data.lm_dataset import task_placement
+from ...parsing import tree_source_stats
+from ...structure.family import StructureOptions
+from ...structure.sources import parse_sources as parse_tag_sources
+from ...structure.sources import source_label, split_label
+from .. import blimp, syntaxgym
+from ..prefix_scores import score_split_sources
+from ..scoring import score_split
+from ..syntaxgym.formula import EQUALITY_ATOL, EQUALITY_RTOL
 from .tables import table
 
 logger = logging.getLogger(__name__)

@@ -4,9 +4,9 @@ import json
 import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .scoring import token_logprobs, too_long
-from .syntaxgym_formula import EQUALITY_ATOL, EQUALITY_RTOL, evaluate_formula
-from .syntaxgym_suites import SuiteSentence, Suite
+from ..scoring import token_logprobs, too_long
+from .formula import EQUALITY_ATOL, EQUALITY_RTOL, evaluate_formula
+from .suites import SuiteSentence, Suite
 
 LN2 = math.log(2.0)
 

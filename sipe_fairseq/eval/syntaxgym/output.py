@@ -1,5 +1,5 @@
 """SyntaxGym report tables (markdown) from a ``sipe-syntaxgym/1`` report."""
-from .tables import table
+from ..reports.tables import table
 
 
 def _pct(x) -> str:

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from ..hexatag import TreeError, check_tree
-from ..parsing.tokenize import split_words
-from .progress import progress
-from .syntaxgym_formula import FormulaError, Node, SyntaxGymError, parse_formula
+from ...hexatag import TreeError, check_tree
+from ...parsing.tokenize import split_words
+from ..progress import progress
+from .formula import FormulaError, Node, SyntaxGymError, parse_formula
 
 logger = logging.getLogger(__name__)
 
