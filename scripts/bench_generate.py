@@ -185,14 +185,14 @@ def scoring_setup(a, dictionary):
                                                 f"{getattr(task.args, 'tag_head_placement', 'first_subword')}), the first "
                                                 f"{len(sents)} sentences of {a.data} {a.score_split}")
     from sipe_fairseq.models.sipe_lm import SiPETransformerXLModel
-    from sipe_fairseq.structure.sentences import prepare
+    from sipe_fairseq.structure.sentences import sentence_of
 
     a = argparse.Namespace(**{**vars(a), "tokens": max(a.tokens, 3 * ((3 * a.score_words) // 2) + 2)})  # longest sentence
     model = SiPETransformerXLModel(build("sipe_txl", "position", a, dictionary)).eval()
     with torch.no_grad():  # sharper heads than the init, as a trained model's
         model.decoder.terminal_head.weight.mul_(8)
         model.decoder.nonterminal_head.weight.mul_(8)
-    sents = [prepare(i, *s, eos=dictionary.eos()) for i, s in
+    sents = [sentence_of(i, *s, eos=dictionary.eos()) for i, s in
              enumerate(random_sentences(a.score_sentences, a.score_words, dictionary, a.seed))]
     return model, sents, dictionary.eos(), dictionary.pad(), (
         f"a random-init position decoder, d {a.embed_dim} x {a.layers} layers ({a.heads} heads, FFN {a.ffn}), vocab "

@@ -56,7 +56,7 @@ def main(argv=None):
     loaded = {}
     for spec in backends:  # load everything before any timing
         t = time.perf_counter()
-        parser = parsers.get_parser(spec)
+        parser = parsers.make_parser(spec)
         if hasattr(parser, "nlp"):
             parser.nlp
         parser.parse_words(words[:args.warmup])  # warm-up, not timed

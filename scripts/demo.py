@@ -106,7 +106,7 @@ def main(argv=None):
     from sipe_fairseq.checkpoints import load_lm as load
     from sipe_fairseq.cli.eval_lm import evaluate_lm
     from sipe_fairseq.data.encode import SentenceEncoder
-    from sipe_fairseq.eval.scoring import perplexity_markdown as markdown
+    from sipe_fairseq.eval.perplexity import perplexity_markdown as markdown
     from sipe_fairseq.eval.minimal_pairs import pair_accuracy
 
     encoder = SentenceEncoder(str(data))

@@ -116,7 +116,7 @@ def test_generate_random_sentences_are_tagged_trees():
     gen = _load("bench_generate")
     from fairseq.data import Dictionary
     from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID
-    from sipe_fairseq.structure.sentences import prepare, word_starts
+    from sipe_fairseq.structure.sentences import sentence_of, word_starts
     from sipe_fairseq.hexatag.constrained import is_valid
 
     d = Dictionary()
@@ -134,7 +134,7 @@ def test_generate_random_sentences_are_tagged_trees():
         assert (nts >= FIRST_TAG_ID).tolist() == (terms >= FIRST_TAG_ID).tolist()
     from sipe_fairseq.hexatag.constrained import PAIRS
 
-    assert all(is_valid([PAIRS[p] for p in prepare(i, *s, eos=d.eos()).pairs]) for i, s in enumerate(sents))
+    assert all(is_valid([PAIRS[p] for p in sentence_of(i, *s, eos=d.eos()).pairs]) for i, s in enumerate(sents))
     assert len({len(t) for t, _, _ in sents}) > 3  # lengths vary
 
 

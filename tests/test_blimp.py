@@ -16,7 +16,7 @@ from sipe_fairseq.cli.eval import main as eval_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar as tg  # noqa: E402
 from sipe_fairseq.eval import blimp  # noqa: E402
 from sipe_fairseq.parsing import (CachedParser, ConlluTrees, NoTrees, ParseError, SpacyParser,  # noqa: E402
-                                  attach_extra_roots, get_parser, parse_each, register_parser, spacy_available,
+                                  attach_extra_roots, make_parser, parse_each, register_parser, spacy_available,
                                   split_words)
 from sipe_fairseq.hexatag import check_tree  # noqa: E402
 
@@ -81,18 +81,18 @@ def test_attach_extra_roots():
     check_tree(heads)
 
 
-def test_get_parser_and_unknown_spec():
-    p = get_parser("fake:xyz")
+def test_make_parser_and_unknown_spec():
+    p = make_parser("fake:xyz")
     assert isinstance(p, FakeParser) and p.spec == "fake:xyz"
     with pytest.raises(ValueError, match="unknown parser 'nope'"):
-        get_parser("nope")
+        make_parser("nope")
 
 
 def test_cached_parser_second_run_makes_no_call(tmp_path):
     cache = tmp_path / "parses.jsonl"
     texts = ["the dog runs .", "a cat  sleeps", "the dog runs .", "x ROOTS y z"]
     FakeParser.calls.clear()
-    first = CachedParser(get_parser("fake:a"), cache)
+    first = CachedParser(make_parser("fake:a"), cache)
     out1 = first.parse_text(texts)
     assert FakeParser.calls["text"] == 1
     assert first.stats["misses"] == 3 and first.stats["hits"] == 1  # the repeated sentence is parsed once
@@ -105,31 +105,31 @@ def test_cached_parser_second_run_makes_no_call(tmp_path):
     assert out1[1][0] == ["a", "cat", "sleeps"]  # whitespace normalized
 
     FakeParser.calls.clear()
-    again = CachedParser(get_parser("fake:a"), cache)
+    again = CachedParser(make_parser("fake:a"), cache)
     assert again.parse_text(texts) == out1
     assert again.parse_words([["a", "b"], ["c"]]) == heads1
     assert sum(FakeParser.calls.values()) == 0
     assert again.stats["hits"] == 6 and again.stats["misses"] == 0
     assert again.stats["root_fixed_sentences"] == 1  # root fixes are remembered by the cache
 
-    other = CachedParser(get_parser("fake:b"), cache)  # keyed by spec: another parser parses again
+    other = CachedParser(make_parser("fake:b"), cache)  # keyed by spec: another parser parses again
     other.parse_text(texts[:1])
     assert FakeParser.calls["text"] == 1 and other.stats["misses"] == 1
-    assert len(CachedParser(get_parser("fake:a"), cache)) == 5
+    assert len(CachedParser(make_parser("fake:a"), cache)) == 5
 
     with open(cache, "a") as f:
         f.write('{"parser": "fake:a", "input_kind": "text"}\n')
     n_lines = len(cache.read_text().splitlines())
     with pytest.raises(ValueError, match=rf"parses.jsonl:{n_lines}: bad parse-cache entry"):
-        CachedParser(get_parser("fake:a"), cache)
+        CachedParser(make_parser("fake:a"), cache)
 
 
 def test_parse_each_isolates_failures(tmp_path):
     texts = ["a b", "UNPARSABLE here", "c d e", ""]
-    out = parse_each(get_parser("fake:"), texts, batch_size=3)
+    out = parse_each(make_parser("fake:"), texts, batch_size=3)
     assert [type(x).__name__ for x in out] == ["tuple", "ParseError", "tuple", "ParseError"]
     assert out[2] == (["c", "d", "e"], [2, 3, 0])
-    cached = CachedParser(get_parser("fake:"), tmp_path / "c.jsonl")
+    cached = CachedParser(make_parser("fake:"), tmp_path / "c.jsonl")
     cached.parse_text(["c d e"])
     with pytest.raises(ParseError) as err:
         cached.parse_text(texts)

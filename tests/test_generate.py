@@ -381,7 +381,7 @@ def test_sipe_generate_prompts_to_conllu(trained, tmp_path):
 def test_sipe_generate_keeps_parser_tags_of_the_prompt(trained, tmp_path):
     """``--prompt-tags spacy``: the prompt's words carry the parse's tags (starred), except the last
     word, whose pair closes the parse's tree and is chosen by the model."""
-    from sipe_fairseq.parsing import DEFAULT_SPACY_MODEL, get_parser, spacy_available
+    from sipe_fairseq.parsing import DEFAULT_SPACY_MODEL, make_parser, spacy_available
 
     reason = spacy_available(DEFAULT_SPACY_MODEL)
     if reason:
@@ -389,7 +389,7 @@ def test_sipe_generate_keeps_parser_tags_of_the_prompt(trained, tmp_path):
     data, ck = trained
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("the old dogs near the nurses\n")
-    words, heads = get_parser("spacy").parse_text(["the old dogs near the nurses"])[0]
+    words, heads = make_parser("spacy").parse_text(["the old dogs near the nurses"])[0]
     given = encode(heads)
     out = run([sys.executable, "-m", "sipe_fairseq.cli.generate", "--path", ck, "--data", data, prompts, "--beam", "2",
                "--max-len", "25", "--prompt-tags", "spacy"], tmp_path)

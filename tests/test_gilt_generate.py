@@ -360,14 +360,14 @@ def test_sipe_generate_prompt_arcs_from_a_parser(gilt_checkpoint, toy_data, tmp_
     """``--prompt-tags spacy`` with a GiLT checkpoint: the prompt's words keep the arcs of the parse's
     tree (starred), each arc on its later word; the words after the prompt get the model's."""
     from sipe_fairseq.data.gilt.arcs import per_word, tree_arcs
-    from sipe_fairseq.parsing import DEFAULT_SPACY_MODEL, get_parser, spacy_available
+    from sipe_fairseq.parsing import DEFAULT_SPACY_MODEL, make_parser, spacy_available
 
     reason = spacy_available(DEFAULT_SPACY_MODEL)
     if reason:
         pytest.skip(reason)
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("the old dogs near the nurses\n")
-    words, heads = get_parser("spacy").parse_text(["the old dogs near the nurses"])[0]
+    words, heads = make_parser("spacy").parse_text(["the old dogs near the nurses"])[0]
     want = per_word(tree_arcs(heads), len(heads))
     out = stdout_of([sys.executable, "-m", "sipe_fairseq.cli.generate", "--path", gilt_checkpoint, "--data", toy_data,
                      prompts, "--beam", "2", "--max-len", "25", "--prompt-tags", "spacy"], tmp_path)

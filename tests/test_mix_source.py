@@ -34,7 +34,7 @@ from sipe_fairseq.eval.prefix_scores import summarize
 from sipe_fairseq.structure.family import StructureOptions, policy_for
 from sipe_fairseq.structure.policy import top_per_group
 from sipe_fairseq.structure.scoring import score_sentences
-from sipe_fairseq.structure.sentences import Sentence, prepare
+from sipe_fairseq.structure.sentences import Sentence, sentence_of
 from sipe_fairseq.structure.sources import Source, parse_source
 from test_prefix_tags import encode_sentence, make_model, parser_tags, reference, word_pieces  # noqa: E402
 from test_word_aware_heads import make_word_model  # noqa: E402
@@ -116,7 +116,7 @@ def test_sipe_mixture_is_normalized_and_reads_only_the_prefix(dictionary, k, wid
                 sents, m = [], sum(len(p) for p in head)
                 for v in range(len(dictionary)):
                     toks, terms, nts = sipe_sentence(dictionary, head, v)
-                    sents.append(prepare(v, toks, terms, nts, dictionary, dictionary.eos()))
+                    sents.append(sentence_of(v, toks, terms, nts, dictionary, dictionary.eos()))
                 scores = score_sentences(model, sents, f"mix:{k}", options, dictionary.eos(), dictionary.pad(), 64)
                 probs = torch.tensor([s.token_logprobs[m] for s in scores], dtype=torch.float64).exp()
                 assert abs(float(probs.sum()) - 1) < 1e-9, (name, cut, mid_word, float(probs.sum()))
@@ -159,7 +159,7 @@ def test_unpruned_unconstrained_mixture_is_the_marginal(dictionary, placement):
     _, joint = reference(model, encoded, placement)
     exact = float(torch.logsumexp(joint, 0))
     toks, terms, nts = encode_sentence(dictionary, pieces, parser_tags(3))
-    sent = [prepare(0, toks, terms, nts, dictionary, dictionary.eos())]
+    sent = [sentence_of(0, toks, terms, nts, dictionary, dictionary.eos())]
     options = StructureOptions(placement=placement, constrained=False)
     full = score_sentences(model, sent, f"mix:{len(seqs)}", options, dictionary.eos(), dictionary.pad())[0]
     assert abs(full.logprob - exact) < 1e-6
@@ -223,7 +223,7 @@ def test_smaller_mass_keeps_fewer_hypotheses(dictionary):
     model = make_model(dictionary)
     pieces = word_pieces(dictionary, WORDS[:3])
     toks, terms, nts = encode_sentence(dictionary, pieces, parser_tags(3))
-    sent = [prepare(0, toks, terms, nts, dictionary, dictionary.eos())]
+    sent = [sentence_of(0, toks, terms, nts, dictionary, dictionary.eos())]
     for k in (4, 50):
         previous = None
         for mass in (1.0, 0.999, 0.9, 0.5, 0.1, 1e-12):
@@ -248,7 +248,7 @@ def test_report_counts_live_hypotheses_and_positions(dictionary):
     sents = []
     for i, words in enumerate((WORDS, WORDS[:2])):
         toks, terms, nts = encode_sentence(dictionary, word_pieces(dictionary, words), parser_tags(len(words)))
-        sents.append(prepare(i, toks, terms, nts, dictionary, dictionary.eos()))
+        sents.append(sentence_of(i, toks, terms, nts, dictionary, dictionary.eos()))
     for force in (False, True):
         given = summarize(score_sentences(model, sents, "given", StructureOptions(), dictionary.eos(),
                                           dictionary.pad(), force_incremental=force))

@@ -24,7 +24,7 @@ from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.eval.prefix_scores import summarize
 from sipe_fairseq.structure.family import StructureOptions
 from sipe_fairseq.structure.scoring import score_sentences
-from sipe_fairseq.structure.sentences import prepare
+from sipe_fairseq.structure.sentences import sentence_of
 from sipe_fairseq.structure.sources import Source, parse_source
 from sipe_fairseq.eval.scoring import decoder_sentence_scores, token_logprobs
 from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS, encode
@@ -51,7 +51,7 @@ class PrefixTagScorer:
 
     def score_batch(self, encoded, dictionary=None):
         eos = int(encoded[0][0][-1])
-        sents = [prepare(i, t, a, b, dictionary, eos) for i, (t, a, b) in enumerate(encoded)]
+        sents = [sentence_of(i, t, a, b, dictionary, eos) for i, (t, a, b) in enumerate(encoded)]
         return score_sentences(self.model, sents, self.source, self.options, eos, 1, self.batch, keep_trace=True)
 
 
@@ -455,7 +455,7 @@ def test_given_forced_path_equals_one_full_forward(model, dictionary):
     full forward's per-token scores and tag costs."""
     encoded = [s for pair in sentence_pairs(dictionary, 3, seed=5) for s in pair]
     eos = dictionary.eos()
-    sents = [prepare(i, *e, eos=eos) for i, e in enumerate(encoded)]
+    sents = [sentence_of(i, *e, eos=eos) for i, e in enumerate(encoded)]
     for placement in PLACEMENTS:
         opts = StructureOptions(placement=placement)
         full = score_sentences(model, sents, "given", opts, eos, dictionary.pad())
@@ -494,7 +494,7 @@ def test_search_errors_count_where_the_parse_beats_the_beam(model, dictionary):
         encoded.append(encode_sentence(dictionary, pieces, seqs[int(joint.argmax())]))
         best.append(float(joint.max()))
     eos = dictionary.eos()
-    sents = [prepare(i, *e, eos=eos) for i, e in enumerate(encoded)]
+    sents = [sentence_of(i, *e, eos=eos) for i, e in enumerate(encoded)]
     opts = StructureOptions(placement="first_subword")
     given = score_sentences(model, sents, "given", opts, eos, dictionary.pad())
     one = score_sentences(model, sents, "beam:1", opts, eos, dictionary.pad())

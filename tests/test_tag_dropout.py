@@ -14,7 +14,7 @@ from sipe_fairseq.criterions.hexatag_lm import HexatagLMCriterion, drop_word_tag
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.structure.family import StructureOptions
 from sipe_fairseq.structure.scoring import score_sentences
-from sipe_fairseq.structure.sentences import prepare
+from sipe_fairseq.structure.sentences import sentence_of
 from test_prefix_tags import make_model, sentence_pairs  # noqa: E402
 from conftest import small_dictionary  # noqa: E402
 
@@ -77,7 +77,7 @@ def test_untagged_source_is_the_model_with_every_word_untagged(dictionary):
     model = make_model(dictionary)
     encoded = [s for pair in sentence_pairs(dictionary, 3, seed=7) for s in pair]
     eos = dictionary.eos()
-    sents = [prepare(i, *e, eos=eos) for i, e in enumerate(encoded)]
+    sents = [sentence_of(i, *e, eos=eos) for i, e in enumerate(encoded)]
     got = score_sentences(model, sents, "untagged", StructureOptions(), eos, dictionary.pad())
     given = score_sentences(model, sents, "given", StructureOptions(), eos, dictionary.pad())
     for e, s, g in zip(encoded, got, given):
@@ -101,7 +101,7 @@ def test_abstaining_self_is_exact_and_spans_self_to_untagged(dictionary):
     model = make_model(dictionary)
     encoded = [s for pair in sentence_pairs(dictionary, 3, seed=9) for s in pair]
     eos, pad = dictionary.eos(), dictionary.pad()
-    sents = [prepare(i, *e, eos=eos) for i, e in enumerate(encoded)]
+    sents = [sentence_of(i, *e, eos=eos) for i, e in enumerate(encoded)]
     plain = score_sentences(model, sents, "self", StructureOptions(), eos, pad)
     zero = score_sentences(model, sents, "self", StructureOptions(abstain=0.0), eos, pad)
     every = score_sentences(model, sents, "self", StructureOptions(abstain=1.0), eos, pad)

@@ -10,7 +10,8 @@ task: it finds the task a checkpoint names in fairseq's registry.
   and :data:`CHECKPOINT_EXIT_STATUS` are defined in :mod:`sipe_fairseq.hexatag.errors`.
 - :mod:`.encoder_init`: warm start of a hexatagger's encoder (``sipe_tagger --init-encoder CKPT``).
 - :mod:`.gilt_init`: warm start of a ``gilt_transformer_lm`` (``--gilt-init-from CKPT``).
-- :mod:`.specs`: ``--path [NAME=]CKPT`` specs.
+- :mod:`.specs`: ``--path [NAME=]CKPT`` specs and the one loader of them (:class:`CheckpointSpecs`,
+  :func:`load_checkpoint`: ``load_lm`` plus the one dictionary check of every command).
 - :mod:`.hexatagger`: the ``hexatagger:CKPT`` parser backend, registered into
   :mod:`sipe_fairseq.parsing` on import.
 
@@ -21,4 +22,6 @@ from .compat import allow_fairseq_checkpoint_globals  # noqa: F401
 from .load import (  # noqa: F401
     CHECKPOINT_EXIT_STATUS, MASKED_LM_TASKS, CheckpointError, load_lm, load_tagger, load_with_task, read_checkpoint,
 )
-from .specs import checkpoint_specs  # noqa: F401
+from .specs import (  # noqa: F401
+    CheckpointSpecs, LoadedCheckpoint, check_dictionary, checkpoint_specs, load_checkpoint, parse_checkpoint_specs,
+)

@@ -33,14 +33,14 @@ from fairseq.data import data_utils
 import sipe_fairseq
 from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.allocator import keep_freed_memory
-from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, load_lm
+from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, CheckpointSpecs, load_checkpoint
 from sipe_fairseq.cli.options import (add_progress_argument, add_structure_arguments, configure_progress, int_at_least,
                                       output_path_problem, structure_options)
 from sipe_fairseq.cli.output import write_json
 from sipe_fairseq.eval.finite import first_non_finite
 from sipe_fairseq.eval.reports.report import layer_info
 from sipe_fairseq.eval.prefix_scores import check_sources_fit, markdown_tag_sources, score_split_sources
-from sipe_fairseq.eval.scoring import perplexity_markdown, score_split
+from sipe_fairseq.eval.perplexity import perplexity_markdown, score_split
 from sipe_fairseq.tasks.sipe_data import EvaluationError
 
 logger = logging.getLogger(__name__)
@@ -48,19 +48,21 @@ logger = logging.getLogger(__name__)
 
 def evaluate_lm(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None, tags=None,
                 options=None, allow_dictionary_mismatch=False):
-    """:func:`~sipe_fairseq.eval.scoring.score_split` of one checkpoint (loaded once by
-    :func:`~sipe_fairseq.checkpoints.load.load_lm`); with ``tags`` (tag sources), also
-    ``tag_sources``: every sentence scored alone under each
+    """:func:`~sipe_fairseq.eval.perplexity.score_split` of one checkpoint (loaded once by
+    :func:`~sipe_fairseq.checkpoints.specs.load_checkpoint`: its dictionary checked against ``data``'s); with
+    ``tags`` (tag sources), also ``tag_sources``: every sentence scored alone under each
     (:func:`~sipe_fairseq.eval.prefix_scores.score_split_sources`: hexatags for SiPE checkpoints,
     graphs for GiLT ones; ``options``: :class:`~sipe_fairseq.structure.family.StructureOptions`)."""
-    model, task = load_lm(path, data, context_window, allow_dictionary_mismatch)
+    loaded = load_checkpoint(path, data, allow_dictionary_mismatch, context_window)
+    model, task = loaded.model, loaded.task
     if tags:  # a tag source that cannot fit the memory budget: refused before anything is scored
         check_sources_fit(model, task, split, tags, options)
     rows = score_split(model, task, split, context_window, max_tokens, batch_size)
     rows["run"] = run_record(model, task, data, split)  # what sipe-eval seeds checks before it averages
     if tags:
         if context_window:  # the tag sources score sentences alone: a task without the context-window shortening
-            model, task = load_lm(path, data, allow_dictionary_mismatch=allow_dictionary_mismatch)
+            loaded = load_checkpoint(path, data, allow_dictionary_mismatch)
+            model, task = loaded.model, loaded.task
         rows["tag_sources"] = score_split_sources(model, task, split, tags, options)
     return rows
 
@@ -112,7 +114,7 @@ def main(argv=None):
         options = structure_options(args)
         results = {name: evaluate_lm(path, args.data, args.gen_subset, args.context_window, args.max_tokens,
                                      args.batch_size, sources, options, args.allow_dictionary_mismatch)
-                   for name, path in checkpoint_specs(args.path).items()}
+                   for name, path in CheckpointSpecs.parse(args.path, args.data).paths().items()}  # one at a time
         empty = [f"{name} [{source}]" for name, r in results.items() for source, row in (r.get("tag_sources") or {}).items()
                  if not row.get("tokens")]
         if empty:

@@ -45,7 +45,7 @@ from sipe_fairseq.cli.allocator import keep_freed_memory
 from sipe_fairseq.cli.options import float_above, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.parsing import BackendLoadError, resolve_parser
-from sipe_fairseq.parsing import get_parser as get_backend
+from sipe_fairseq.parsing import make_parser
 from sipe_fairseq.structure.prompts import GenerationSettings, PromptError, build_generator, generate, parse_prompts
 
 logger = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     backend = None
     if args.prompt_tags:
         try:
-            backend = get_backend(args.prompt_tags)
+            backend = make_parser(args.prompt_tags)
         except (BackendLoadError, CheckpointError, ValueError) as e:  # missing, refused, not a hexatagger, not installed
             logger.error(f"--prompt-tags {args.prompt_tags}: {e}")
             return CHECKPOINT_EXIT_STATUS

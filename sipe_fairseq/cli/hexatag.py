@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence, TextIO
 
+from sipe_fairseq.cli.output import atomic_open
 from sipe_fairseq.hexatag import ConlluError, HexatagError, decode, encode_tree, format_tags, parse_tags
 from sipe_fairseq.hexatag.conllu_io import parse_sentence, sentence_blocks, undecodable
 
@@ -22,7 +23,8 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class Stats:
+class ConversionCounts:
+    """What one ``sipe-hexatag`` run converted (its summary line)."""
     sentences: int = 0  # all sentences read, including bad ones (= output lines)
     words: int = 0
     lifted_trees: int = 0
@@ -77,7 +79,7 @@ def _open(path: str) -> Iterator[TextIO]:
             f.detach()  # leave sys.stdin.buffer open
 
 
-def _bad(message: str, out: TextIO, stats: Stats, keep_going: bool) -> None:
+def _bad(message: str, out: TextIO, stats: ConversionCounts, keep_going: bool) -> None:
     stats.errors += 1
     logger.error(message)
     if not keep_going:
@@ -85,7 +87,7 @@ def _bad(message: str, out: TextIO, stats: Stats, keep_going: bool) -> None:
     out.write("\n")
 
 
-def encode_files(args, out: TextIO, stats: Stats) -> None:
+def encode_files(args, out: TextIO, stats: ConversionCounts) -> None:
     for path in args.files:
         with _open(path) as f:
             for start, block in sentence_blocks(f):
@@ -104,7 +106,7 @@ def encode_files(args, out: TextIO, stats: Stats) -> None:
                     out.write(format_tags(tags) + "\n")
 
 
-def decode_files(args, out: TextIO, stats: Stats) -> None:
+def decode_files(args, out: TextIO, stats: ConversionCounts) -> None:
     for path in args.files:
         with _open(path) as f:
             for lineno, line in enumerate(f, 1):
@@ -140,10 +142,10 @@ def _log_to_stderr():
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = get_parser().parse_args(argv)
     run = encode_files if args.command == "encode" else decode_files
-    stats, status = Stats(), 0
-    with _log_to_stderr():
+    stats, status = ConversionCounts(), 0
+    with _log_to_stderr(), contextlib.ExitStack() as files:  # -o: written atomically, replaced when main returns
         try:
-            out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+            out = files.enter_context(atomic_open(args.output)) if args.output else sys.stdout
         except OSError as e:
             logger.error(f"{args.output}: {e.strerror}")
             return 2
@@ -156,9 +158,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except BrokenPipeError:  # e.g. piped into head: stop quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
-        finally:
-            if out is not sys.stdout:
-                out.close()
         status = status or (1 if stats.errors else 0)
         summary = f"sentences: {stats.sentences}, words: {stats.words}"
         if args.command == "encode":

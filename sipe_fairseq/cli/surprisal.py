@@ -26,6 +26,7 @@ from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.allocator import keep_freed_memory
 from sipe_fairseq.cli.options import SPLIT_ONLY, add_structure_arguments, output_path_problem, structure_options
+from sipe_fairseq.cli.output import write_text
 from sipe_fairseq.hub.interface import load, surprisal_rows
 from sipe_fairseq.hexatag.conllu_io import read_conllu_lines
 from sipe_fairseq.parsing import DEFAULT_BACKEND, BackendLoadError
@@ -110,8 +111,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         text = tsv(results, sources, args.level)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_text(args.output, text)
     else:
         sys.stdout.write(text)
         sys.stdout.flush()

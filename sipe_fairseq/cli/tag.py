@@ -13,6 +13,7 @@ loaded (a hexatagger checkpoint missing, refused by torch's weights-only loading
 spaCy pipeline not installed): one line naming it.
 """
 import argparse
+import contextlib
 import logging
 import sys
 from dataclasses import dataclass
@@ -20,14 +21,17 @@ from typing import List, Optional, Sequence
 
 import sipe_fairseq.checkpoints  # noqa: F401  registers the hexatagger backend
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS
+from sipe_fairseq.cli.output import atomic_open
 from sipe_fairseq.hexatag import format_tags
+from sipe_fairseq.hexatag.errors import install_error_hook
 from sipe_fairseq.parsing import BackendLoadError
-from sipe_fairseq.parsing.line_tagger import LineTagger, add_backend_arguments, conllu_block, read_lines
+from sipe_fairseq.parsing.line_tagger import LineTagger, add_backend_arguments, read_lines, tagged_line_conllu
 
 logger = logging.getLogger(__name__)
 
 @dataclass
-class Stats:
+class TaggingCounts:
+    """What one ``sipe-tag`` run tagged (its summary line)."""
     lines: int = 0
     parsed: int = 0
     words: int = 0
@@ -52,6 +56,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = get_parser().parse_args(argv)
+    install_error_hook()  # its own logger, not logs.configure: the commands' one-line user errors here
     if not args.output and not args.tags_out:
         args.tags_out = "-"
     handler = logging.StreamHandler(sys.stderr)
@@ -71,13 +76,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def run(args, lines: List[str]) -> int:
-    try:
-        conllu = open(args.output, "w", encoding="utf-8") if args.output else None
-        tags = (sys.stdout if args.tags_out == "-" else open(args.tags_out, "w", encoding="utf-8")) if args.tags_out else None
-    except OSError as e:
-        logger.error(f"{e.filename}: {e.strerror}")
-        return 2
-    stats = Stats()
+    """Tag ``lines`` into the output files, each written atomically (replaced when the run returns, left
+    as they were if an exception interrupts it)."""
+    with contextlib.ExitStack() as files:
+        try:
+            conllu = files.enter_context(atomic_open(args.output)) if args.output else None
+            tags = (sys.stdout if args.tags_out == "-" else files.enter_context(atomic_open(args.tags_out))) \
+                if args.tags_out else None
+        except OSError as e:
+            logger.error(f"{e.filename}: {e.strerror}")
+            return 2
+        return _tag(args, lines, conllu, tags)
+
+
+def _tag(args, lines: List[str], conllu, tags) -> int:
+    stats = TaggingCounts()
     name = args.input if args.input != "-" else "<stdin>"
     tagger = LineTagger(args.backend, args.pretokenized, args.batch_size, args.workers, args.threads,
                         progress=not args.no_progress, segment=args.segment_sentences)
@@ -95,17 +108,13 @@ def run(args, lines: List[str]) -> int:
                 if tags is not None:
                     tags.write((format_tags(line.tags) if line.ok else "") + "\n")
                 if conllu is not None:
-                    conllu.write(conllu_block(line))
+                    conllu.write(tagged_line_conllu(line))
     except BackendLoadError as e:  # e.g. a missing or refused hexatagger checkpoint
         logger.error(str(e))
         return CHECKPOINT_EXIT_STATUS
     except ValueError as e:  # an unknown backend name
         logger.error(str(e))
         return 2
-    finally:
-        for f in (conllu, tags):
-            if f is not None and f is not sys.stdout:
-                f.close()
     logger.info(f"lines: {stats.lines}, parsed: {stats.parsed}, words: {stats.words}, failed: {stats.failed}, "
                 f"non-projective parses lifted: {stats.lifted_trees}")
     return 1 if stats.failed else 0

@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from sipe_fairseq.data.writers import atomic_open
 from sipe_fairseq.hexatag import check_tree, is_projective
+from sipe_fairseq.hexatag.conllu_io import conllu_sentence
 
 MAX_WORDS = 30  # longer sentences (punctuation included) are resampled
 MAX_DEPTH = 2  # nouns/clauses at this embedding depth take no PP, relative clause or complement
@@ -206,12 +208,10 @@ class ToySentence:
         return " ".join(self.words)
 
     def to_conllu(self) -> str:
-        lines = [f"# sent_id = {self.sent_id}"] if self.sent_id else []
-        lines.append(f"# text = {self.text}")
-        rows = zip(self.words, self.lemmas, self.upos, self.feats, self.heads, self.deprels)
-        for i, (word, lemma, upos, feats, head, deprel) in enumerate(rows, 1):
-            lines.append(f"{i}\t{word}\t{lemma}\t{upos}\t_\t{feats}\t{head}\t{deprel}\t_\t_")
-        return "\n".join(lines) + "\n\n"
+        comments = [("sent_id", self.sent_id)] if self.sent_id else []
+        comments.append(("text", self.text))
+        return conllu_sentence(self.words, self.heads, self.deprels, comments, lemma=self.lemmas, upos=self.upos,
+                               feats=self.feats)
 
 
 def _linearize(root: Node) -> Tuple[ToySentence, Dict[int, int]]:
@@ -451,8 +451,8 @@ def generate(n: int, seed, id_prefix: str = "toy") -> List[ToySentence]:
 
 
 def write_conllu(sentences: Sequence[ToySentence], path) -> None:
-    """Write CoNLL-U (10 columns, ``# sent_id`` and ``# text`` comments)."""
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
+    """Write CoNLL-U (10 columns, ``# sent_id`` and ``# text`` comments), atomically."""
+    with atomic_open(path) as f:
         f.writelines(s.to_conllu() for s in sentences)
 
 
@@ -524,7 +524,7 @@ def minimal_pairs(n: int, seed) -> List[Dict[str, str]]:
 
 
 def write_jsonl(pairs: Sequence[Dict[str, str]], path) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
+    with atomic_open(path) as f:
         f.writelines(json.dumps(p) + "\n" for p in pairs)
 
 

@@ -1,11 +1,15 @@
 """Writers shared by ``sipe-preprocess`` and ``sipe-glue-preprocess``: the one place that writes
-token and tag streams (fairseq mmap ``.bin/.idx``), text files and the JSON manifest."""
+token and tag streams (fairseq mmap ``.bin/.idx``), text files and the JSON manifest; and the package's
+one atomic writer (:func:`atomic_open`, :func:`write_text`), through which every command's output file goes."""
+import contextlib
 import hashlib
 import importlib.metadata as md
 import json
 import os
+import stat
+import tempfile
 import zlib
-from typing import Dict, Tuple
+from typing import IO, Dict, Iterator, Tuple
 
 import numpy as np
 
@@ -34,9 +38,51 @@ def write_streams(prefix: str, sizes: np.ndarray, streams: Dict[str, Tuple[np.nd
         write_stream(prefix + suffix, flat, sizes, vocab_size)
 
 
-def write_text(path: str, text: str) -> None:
-    """UTF-8, ``\\n`` line breaks on every platform."""
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
+@contextlib.contextmanager
+def atomic_open(path, binary: bool = False) -> Iterator[IO]:
+    """A file to write ``path`` through, atomically: a temporary file in the same directory (UTF-8 text with
+    ``\\n`` line breaks on every platform, or bytes), flushed and fsynced, then renamed over ``path``
+    (``os.replace``, mode ``0o666`` less the umask) when the block ends; if an exception ends it, the temporary
+    file is removed and ``path`` is left as it was (an interrupted run leaves no partial file). A ``path``
+    that exists and is not a regular file (``/dev/stdout``, a FIFO; a directory: the ``open`` error) cannot
+    be replaced and is written in place; a symbolic link's target is replaced. ``OSError`` names ``path``,
+    never the temporary file."""
+    path = os.fspath(path)
+    if os.path.islink(path):
+        path = os.path.realpath(path)
+    mode = "wb" if binary else "w"
+    text = {} if binary else {"encoding": "utf-8", "newline": "\n"}
+    if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+        with open(path, mode, **text) as f:
+            yield f
+        return
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=f".{os.path.basename(path)}.",
+                                   suffix=".tmp")
+    except OSError as e:
+        raise type(e)(e.errno, e.strerror, path) from e
+    try:
+        with os.fdopen(fd, mode, **text) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_text(path, text: str) -> None:
+    """``text`` into ``path`` through :func:`atomic_open` (UTF-8, ``\\n`` line breaks on every platform)."""
+    with atomic_open(path) as f:
         f.write(text)
 
 

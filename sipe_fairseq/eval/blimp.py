@@ -21,9 +21,10 @@ the difference between the two sentences; a model that sees no tags scores the s
 per model and source, named ``model`` for ``given`` and ``model [self]``, ``model [beam:K]``):
 ``given`` = the tree source's tags, a parse of the whole sentence (default, the paper's protocol);
 ``self`` = the sentence's exact ``log q(x)`` with tags the model chooses from the prefix only;
-``beam:K`` = the word-synchronous beam's lower bound on ``log p(x)`` (tags paid for), both from
-:func:`~sipe_fairseq.eval.scoring.score_sentence_batch` (``--score`` applies to ``given`` only; the
-tree source then only marks word starts, which ``--parser none`` takes from sentencepiece's U+2581).
+``beam:K`` = the word-synchronous beam's lower bound on ``log p(x)`` (tags paid for), ``mix:K`` = the
+beam's exact mixture ``log q_K(x)``, every source from the structure engine
+(:func:`~sipe_fairseq.structure.scoring.score_encoded`, called directly; ``--score`` applies to ``given``
+only; the tree source then only marks word starts, which ``--parser none`` takes from sentencepiece's U+2581).
 
 Masked-LM encoders (``hexatag_mlm`` checkpoints: ``sipe_roberta``, ``sipe_deberta``,
 ``sipe_modernbert``; stock fairseq ``masked_lm`` ones such as ``roberta``) are scored by their
@@ -37,8 +38,9 @@ gets a pass of its own. With ``--score joint`` each masked first subword also ad
 log-probability of its word's tags given the rest, the pseudo-log-likelihood of the joint
 (token, tag) sequence; an encoder that sees no tags scores the same either way.
 
-Every checkpoint is scored by the same code (:func:`~sipe_fairseq.eval.scoring.score_sentence_batch`,
-dispatching on model kind): ``hexatag_lm``/``hexatag_mlm`` checkpoints get the tags, stock
+Every checkpoint is scored by the same code (:func:`score_prepared`: decoders through the structure engine,
+masked-LM encoders by pseudo-log-likelihood, :mod:`~sipe_fairseq.eval.pll`): ``hexatag_lm``/``hexatag_mlm``
+checkpoints get the tags, stock
 ``language_modeling``/``masked_lm`` checkpoints trained on the same data directory see the same
 tokens without tags.
 
@@ -68,11 +70,13 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..hexatag import HexatagError, encode_tree
 from ..parsing import ParseError, normalize_text, parse_each, tree_source_stats
-from ..structure.family import StructureOptions
-from ..structure.sources import source_label
+from ..structure.family import StructureOptions, masked_lm
+from ..structure.scoring import score_encoded
+from ..structure.sentences import too_long
+from ..structure.sources import parse_source, source_label
+from .pll import pll_sentence_scores
 from .prefix_scores import sources_for
 from .progress import progress
-from .scoring import score_sentence_batch, too_long
 from .reports.tables import table
 
 logger = logging.getLogger(__name__)
@@ -250,7 +254,7 @@ def unscorable(model, prepared: Prepared) -> Dict[str, str]:
     """``text -> reason`` for the prepared sentences ``model`` cannot score (more tokens than positions)."""
     out = {}
     for text, (tokens, _, _) in prepared.encoded.items():
-        reason = too_long(model, tokens)
+        reason = too_long(model, len(tokens) + int(masked_lm(model)))  # an encoder's input adds <s>
         if reason is not None:
             out[text] = reason
     return out
@@ -259,20 +263,31 @@ def unscorable(model, prepared: Prepared) -> Dict[str, str]:
 def score_prepared(model, prepared: Prepared, dictionary, source: str = "given", batch_size: int = 64,
                    joint: bool = False, options: Optional[StructureOptions] = None) -> Dict[str, float]:
     """``text -> log-likelihood`` under tag ``source`` (``--tags``) for every prepared sentence that
-    ``model`` can score (not the :func:`unscorable` ones), longest first for even batches, through
-    :func:`~sipe_fairseq.eval.scoring.score_sentence_batch`: ``given`` = the tree source's tags
-    (``joint`` as ``--score``); ``self``/``beam:K`` = tags from the prefix only: the sentence's exact
-    ``log q(x)`` (self) or the beam's bound on ``log p(x)`` (already joint), decoders only. GiLT
-    checkpoints get graphs instead of tags under every source (given: the tree source's tree as arcs,
-    ``joint`` adding the arcs' cost). ``options`` (with the checkpoint's ``placement``): how structure
-    is chosen (:class:`~sipe_fairseq.structure.options.StructureOptions`)."""
+    ``model`` can score (not the :func:`unscorable` ones), longest first. A decoder of any family is scored
+    by the structure engine, called directly (:func:`~sipe_fairseq.structure.scoring.score_encoded`):
+    ``given`` = the tree source's structure (``joint`` as ``--score``: the structure paid for), ``self``,
+    ``beam:K``, ``mix:K`` = structure from the prefix only (the source's own number: exact or a bound); GiLT
+    checkpoints get graphs instead of tags (given: the tree source's tree as arcs). A masked-LM encoder takes
+    the one other road, pseudo-log-likelihood (:func:`~sipe_fairseq.eval.pll.pll_sentence_scores`), under
+    ``given`` only. ``options`` (with the checkpoint's ``placement``): how structure is chosen
+    (:class:`~sipe_fairseq.structure.options.StructureOptions`)."""
+    src = parse_source(source)
     options = options or StructureOptions()
     skip = unscorable(model, prepared)
     texts = sorted((t for t in prepared.encoded if t not in skip), key=lambda t: -len(prepared.encoded[t][0]))
-    scores = score_sentence_batch(model, [prepared.encoded[t] for t in texts], dictionary, batch_size=batch_size,
-                                  joint=joint, source=source, options=options,
-                                  heads=[prepared.heads.get(t) for t in texts])
-    return dict(zip(texts, scores))
+    encoded = [prepared.encoded[t] for t in texts]
+    if masked_lm(model):
+        if str(src) != "given":
+            raise ValueError(f"tag source {src}: {type(model).__name__} is a masked-LM encoder, scored by "
+                             "pseudo-log-likelihood with the given tags only")
+        return dict(zip(texts, pll_sentence_scores(model, encoded, dictionary, batch_size, joint)))
+    bar = progress(desc=f"tags {src}", unit=" sent", total=len(encoded))
+    try:
+        scores = score_encoded(model, encoded, src, dictionary, options, [prepared.heads.get(t) for t in texts],
+                               batch_size, progress=bar.update)
+    finally:
+        bar.close()
+    return dict(zip(texts, (s.joint if joint and src.number == "conditional" else s.logprob for s in scores)))
 
 
 def _row(meta: Optional[Dict[str, str]] = None) -> dict:
@@ -346,17 +361,19 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
             "skipped_pairs": skipped_pairs, "unscored_pairs": unscored_pairs, "per_pair": per_pair}
 
 
-def evaluate_blimp(pairs: Sequence[BlimpPair], models: Dict[str, object], prepared: Prepared, dictionary,
+def evaluate_blimp(pairs: Sequence[BlimpPair], models, prepared: Prepared, dictionary,
              batch_size: int = 64, joint: bool = False, placements: Optional[Dict[str, str]] = None,
              tags: Optional[Sequence[str]] = ("given",), options: Optional[StructureOptions] = None) -> dict:
     """Score every prepared sentence under every model and tag source; the :func:`compute_report`
     tables, one column per model and source (:func:`~sipe_fairseq.structure.sources.source_label`).
-    ``placements``: each model's ``--tag-head-placement`` (default: ``options.placement``); ``tags`` None:
+    ``models``: name -> model, or ``(name, model)`` pairs walked once (e.g. loaded one at a time).
+    ``placements``: each model's ``--tag-head-placement``, read when its model is reached (default:
+    ``options.placement``); ``tags`` None:
     each model's default source (:func:`~sipe_fairseq.eval.prefix_scores.default_sources`: given,
     for GiLT self); ``options``: how structure is chosen (``--tags-*``, ``--gilt-count-*``)."""
     options = options or StructureOptions()
     scores, seconds, unscored = {}, {}, {}
-    for name, model in models.items():
+    for name, model in (models.items() if hasattr(models, "items") else models):
         own = replace(options, placement=(placements or {}).get(name, options.placement))
         for source in sources_for(model, tags):
             t0 = time.perf_counter()
@@ -364,6 +381,7 @@ def evaluate_blimp(pairs: Sequence[BlimpPair], models: Dict[str, object], prepar
             unscored[label] = unscorable(model, prepared)
             scores[label] = score_prepared(model, prepared, dictionary, source, batch_size, joint, own)
             seconds[label] = time.perf_counter() - t0
+        model = None  # not held while the next one loads
     report = compute_report(pairs, scores, prepared.skipped, unscored)
     report["seconds"] = {"trees": prepared.seconds, "scoring": seconds}
     return report

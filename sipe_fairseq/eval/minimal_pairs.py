@@ -2,13 +2,14 @@
 log-likelihood) for sentences whose trees are known, e.g. the toy grammar's agreement pairs.
 
 Both members of a pair get the good sentence's tags: the pairs differ in one word's number, which
-leaves the dependency tree unchanged.
+leaves the dependency tree unchanged. Scored by the structure engine under ``given``
+(:func:`~sipe_fairseq.structure.scoring.score_encoded`).
 """
 from collections import defaultdict
 from typing import Dict, Iterable, Sequence, Tuple
 
 from ..data.encode import SentenceEncoder
-from .scoring import token_logprobs
+from ..structure.scoring import score_encoded
 
 
 def pair_accuracy(model, encoder: SentenceEncoder, pairs: Iterable[Tuple[Sequence[str], Sequence[str], Sequence[int], str]],
@@ -21,7 +22,7 @@ def pair_accuracy(model, encoder: SentenceEncoder, pairs: Iterable[Tuple[Sequenc
         encoded.append(encoder.encode(good, heads)[:3])
         encoded.append(encoder.encode(bad, heads)[:3])
     d = encoder.dictionary
-    scores = [lp.sum().item() for lp in token_logprobs(model, encoded, d.eos(), d.pad(), batch_size)]
+    scores = [s.logprob for s in score_encoded(model, encoded, "given", d, batch_sentences=batch_size)]
     table = defaultdict(lambda: {"correct": 0, "total": 0})
     for k, (_, _, _, uid) in enumerate(pairs):
         ok = scores[2 * k] > scores[2 * k + 1]

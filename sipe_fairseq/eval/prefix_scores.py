@@ -1,6 +1,7 @@
 """Whole splits scored under structure sources (``--tags given,self,beam:K``), summarized and
 tabulated: the aggregation around the structure engine (:mod:`sipe_fairseq.structure`). Sentence sets
-(BLiMP, SyntaxGym) are scored through :mod:`sipe_fairseq.eval.scoring`, the entry point for sentence scores.
+(BLiMP, SyntaxGym) call the engine's entry point themselves (:func:`~sipe_fairseq.structure.scoring.score_encoded`).
+What a source's numbers are and how its rows are labelled is the source's own (:mod:`sipe_fairseq.structure.sources`).
 
 Every sentence is scored alone (a ``</s>`` starts it, as ``--sample-break-mode eos``). A row per
 source: perplexity per token and per word (words + ``</s>``), bits per token by position type, the
@@ -36,7 +37,8 @@ from ..structure.arcs import flat_arcs
 from ..structure.family import StructureOptions, family_named, family_of
 from ..structure.record import POSITION_TYPES, SentenceScore, joint_token_logprobs
 from ..structure.scoring import beyond_positions, plan, score_sentences
-from ..structure.sentences import prepare
+from ..structure.sentences import sentence_of
+from ..structure.sources import Given, parse_source
 from .progress import progress
 from .reports.tables import table
 
@@ -73,7 +75,7 @@ def load_split_sentences(task, split: str):
             empty += 1
             continue
         graph = decode_words(arcs[i].tolist(), int(n_words[i])) if arcs is not None else None
-        out.append(prepare(i, tokens, terms, nts, d, d.eos(), graph))
+        out.append(sentence_of(i, tokens, terms, nts, d, d.eos(), graph))
     return out, {"split_sentences": len(raw), "empty_sentences": empty}
 
 
@@ -94,7 +96,7 @@ def arc_scores(pred: Sequence, gold: Sequence) -> Dict[str, float]:
     return {"arc_precision": 100.0 * p, "arc_recall": 100.0 * r, "arc_f1": 100.0 * f1}
 
 
-def summarize(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence[Tuple[str, str]]]] = None,
+def source_summary(scores: Sequence[SentenceScore], given: Optional[Sequence[Sequence[Tuple[str, str]]]] = None,
               joint: bool = False) -> Dict[str, float]:
     """Perplexity per token and per word (words + ``</s>``) of the summed log-probabilities, the
     position-type breakdown (bits per token), how many sentences' structures form a tree, and with
@@ -156,7 +158,7 @@ def check_sources_fit(model, task, split: str, sources: Sequence[str], options: 
 
 def score_split_sources(model, task, split: str, sources: Sequence[str],
                         options: Optional[StructureOptions] = None) -> Dict[str, Dict[str, float]]:
-    """Every sentence of ``split`` scored alone under each source; ``{source: summarize(...)}`` and,
+    """Every sentence of ``split`` scored alone under each source; ``{source: source_summary(...)}`` and,
     for ``given``, ``given-joint``. ``options.max_sentences`` scores the first N only (the counts say
     so), ``options.batch_sentences`` at a time. The placement is the checkpoint's own (the task's
     ``--tag-head-placement``)."""
@@ -169,7 +171,7 @@ def score_split_sources(model, task, split: str, sources: Sequence[str],
         plan(model, sentences, source, options, batch_sentences)
     gold = given_tags(sentences)
     family = family_of(model)
-    if family.predicts_arcs and any(s.arcs is None for s in sentences) and "given" in sources:
+    if family.predicts_arcs and any(s.arcs is None for s in sentences) and any(parse_source(x).needs_parse for x in sources):
         raise ValueError(f"split {split!r}: tag source 'given' for a GiLT model needs the data's {split}.arcs")
     longer, limit, refusal = beyond_positions(model, [s.n for s in sentences])
     if refusal:  # as --inference-tags self (tasks/hexatag_lm.py): the same sentences, the same answer
@@ -187,28 +189,30 @@ def score_split_sources(model, task, split: str, sources: Sequence[str],
     if family.reads_tags and options.abstain:
         common.update(abstain=options.abstain)
     given_scores = None
-    for source in sorted(sources, key=lambda x: x != "given"):  # given first: the beams' search errors need it
+    for source in sorted(sources, key=lambda x: not parse_source(x).needs_parse):  # given first: search errors need it
+        src = parse_source(source)
         start = time.time()
         bar = progress(desc=f"tags {source}", unit=" sent", total=len(sentences))
         scores = score_sentences(model, sentences, source, options, d.eos(), d.pad(), batch_sentences, progress=bar.update)
         bar.close()
-        row = summarize(scores, gold)
+        row = source_summary(scores, gold)
         row["per_sentence"] = per_sentence(scores)
         if any("abstained" in s.extra for s in scores):
             row["abstained_words"] = sum(s.extra.get("abstained", 0) for s in scores)
         row.update(common, seconds=time.time() - start)
-        if family.predicts_arcs and source != "given":
+        if family.predicts_arcs and not src.needs_parse:
             row.update(arc_scores([s.extra["arcs"] for s in scores], [gold_arc_set(s.arcs) for s in sentences]))
-        if given_scores is not None and family.reads_tags and source.startswith("beam"):
+        if given_scores is not None and family.reads_tags and src.number == "bound":
             row.update(search_errors(given_scores, scores))
         results[source] = row
-        if source == "given":
+        if src.number == "conditional":  # beside it, the row that pays for the given structure
             given_scores = scores
-            joint = summarize(scores, gold, joint=True)
+            joint = source_summary(scores, gold, joint=True)
             joint["per_sentence"] = per_sentence(scores, joint=True)
             joint.update(common, seconds=row["seconds"])
-            results["given-joint"] = joint
-    order = [k for source in sources for k in ((source, "given-joint") if source == "given" else (source,))]
+            results[GIVEN_JOINT] = joint
+    order = [k for source in sources
+             for k in ((source, GIVEN_JOINT) if parse_source(source).number == "conditional" else (source,))]
     return {k: results[k] for k in order}
 
 
@@ -219,13 +223,7 @@ def search_errors(given: Sequence[SentenceScore], beam: Sequence[SentenceScore])
     return {"search_errors": sum(g.joint > b.joint + 1e-6 for g, b in compared), "search_compared": len(compared)}
 
 
-# tag source -> (label, whether the row pays for its tags); a GiLT row's structure is a graph G
-SOURCE_LABELS = {"given": ("given: p(x\\|tags) (conditional)", False), "given-joint": ("given: joint bound p(x,tags)", True),
-                 "self": ("self: exact q(x)", False), "untagged": ("untagged: exact p(x), every word <notag>", False)}
-GILT_LABELS = {"given": ("given: p(x\\|G) (conditional)", False),
-               "given-joint": ("given: training joint (Bernoulli arcs; not a bound)", True)}
-SHORT_LABELS = {"given": "given p(x\\|tags)", "given-joint": "given joint", "self": "self exact", "untagged": "untagged exact"}
-GILT_SHORT = {"given": "given p(x\\|G)"}
+GIVEN_JOINT = "given-joint"  # the row beside given that pays for the given structure
 
 
 def _predicts_arcs(row: dict) -> bool:
@@ -234,20 +232,15 @@ def _predicts_arcs(row: dict) -> bool:
 
 
 def _source_label(source: str, row: dict) -> Tuple[str, bool]:
-    gilt = _predicts_arcs(row)
-    if gilt and source in GILT_LABELS:
-        return GILT_LABELS[source]
-    if source in SOURCE_LABELS:
-        return SOURCE_LABELS[source]
-    if source.startswith("mix:"):
-        return f"{source}: exact q(x), the beam's mixture", False
-    return (f"{source}: beam marginal over counts" if gilt else f"{source}: bound on p(x)"), True
+    """``(label, pays)`` of a row: the source's own (:meth:`~sipe_fairseq.structure.sources.Source.label`)."""
+    arcs = _predicts_arcs(row)
+    if source == GIVEN_JOINT:
+        return f"given: {Given.joint_titles[int(arcs)]}", True
+    return parse_source(source).label(arcs)
 
 
 def _short_label(source: str, row: dict) -> str:
-    if _predicts_arcs(row) and source in GILT_SHORT:
-        return GILT_SHORT[source]
-    return SHORT_LABELS.get(source, source)
+    return "given joint" if source == GIVEN_JOINT else parse_source(source).short_label(_predicts_arcs(row))
 
 
 def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str:
@@ -256,7 +249,7 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
     for name, rows in results.items():
         for source, r in rows.items():
             label, pays = _source_label(source, r)
-            shows_acc = "terminal_acc" in r and "given" not in source
+            shows_acc = "terminal_acc" in r and source != GIVEN_JOINT and not parse_source(source).needs_parse
             acc = f"{r['terminal_acc']:.1f} / {r['nonterminal_acc']:.1f}" if shows_acc else "-"
             if "arc_f1" in r:
                 acc = f"arc F1 {r['arc_f1']:.1f}"
@@ -292,7 +285,7 @@ def markdown_tag_sources(results: Dict[str, Dict[str, Dict[str, float]]]) -> str
             if "search_errors" in r:
                 lines.append(f"\n{name} {source}: the parse's tags score higher jointly than the beam's best "
                              f"hypothesis in {r['search_errors']} of {r['search_compared']} sentences (search errors).")
-            if "mass" in r and source.startswith(("beam:", "mix:")):
+            if "mass" in r and source != GIVEN_JOINT and parse_source(source).branches:
                 lines.append(f"\n{name} {source}: at each word the best hypotheses until their share of the prefix "
                              f"mass reaches {r['mass']:g} (--tags-mass), at most K.")
     empty = sum(rows[next(iter(rows))].get("empty_sentences", 0) for rows in results.values() if rows)

@@ -1,4 +1,5 @@
-"""CoNLL-U reading with the ``conllu`` library's field parsers, with errors naming file and line.
+"""CoNLL-U reading with the ``conllu`` library's field parsers, with errors naming file and line,
+and the one CoNLL-U writer (:func:`conllu_row`, :func:`conllu_lines`, :func:`conllu_sentence`).
 
 Only what hexatags need is parsed (ID, FORM, HEAD, DEPREL, ``sent_id``/``text``). Lines are split
 on tabs here and each field goes through ``conllu``'s own value parsers: ``conllu.parse`` would
@@ -12,7 +13,7 @@ Empty nodes (``8.1``) take no part in the basic tree and are skipped (counted). 
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from conllu.exceptions import ParseException
 from conllu.parser import parse_comment_line, parse_id_value, parse_int_value
@@ -138,3 +139,62 @@ def read_conllu(source: Union[str, Path, io.TextIOBase]) -> Iterator[ConlluSente
 def read_conllu_lines(lines: Iterable[str], path="<stream>") -> Iterator[ConlluSentence]:
     for start, block in sentence_blocks(lines):
         yield parse_sentence(block, path, start)
+
+
+# ---------------------------------------------------------------------- writing
+Field = Union[str, int, None]
+Comments = Union[Mapping[str, Optional[object]], Iterable[Tuple[str, Optional[object]]]]
+
+
+def conllu_field(value: Field) -> str:
+    """A column's text: ``_`` for None or an empty value, else ``str(value)`` as it is."""
+    if value is None:
+        return "_"
+    return str(value) or "_"
+
+
+def conllu_row(id: Field, form: Field, head: Field = None, deprel: Field = None, *, lemma: Field = None,
+               upos: Field = None, xpos: Field = None, feats: Field = None, deps: Field = None,
+               misc: Field = None) -> str:
+    """One word line: the 10 tab-separated columns ``ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS MISC``
+    (``_`` for each one not given or empty), without a line break."""
+    return "\t".join(map(conllu_field, (id, form, lemma, upos, xpos, feats, head, deprel, deps, misc)))
+
+
+def conllu_comment(key: str, value: Optional[object] = None) -> str:
+    """``# key = value`` (``# key`` when ``value`` is None)."""
+    return f"# {key}" if value is None else f"# {key} = {value}"
+
+
+def plain_deprels(heads: Sequence[int]) -> List[str]:
+    """The unlabelled relations of a tree: ``root`` for the head-0 word(s), ``dep`` for the others."""
+    return ["root" if h == 0 else "dep" for h in heads]
+
+
+def hexatag_misc(tag: Tuple[str, str]) -> str:
+    """The MISC entry for a word's hexatag: ``("l", "L1")`` -> ``Hexatag=l,L1``."""
+    return f"Hexatag={tag[0]},{tag[1]}"
+
+
+def conllu_lines(words: Sequence[str], heads: Optional[Sequence[Field]] = None,
+                 deprels: Optional[Sequence[Field]] = None, comments: Comments = (), *,
+                 misc: Optional[Sequence[Field]] = None, **columns: Optional[Sequence[Field]]) -> List[str]:
+    """A sentence's lines without line breaks: the comments (``(key, value)`` pairs or a mapping, in order;
+    see :func:`conllu_comment`), then one :func:`conllu_row` per word, IDs from 1. ``heads``, ``deprels``,
+    ``misc`` and ``columns`` (``lemma``, ``upos``, ``xpos``, ``feats``, ``deps``: per-word lists) may be
+    None: that column is ``_`` on every row."""
+    pairs = comments.items() if isinstance(comments, Mapping) else comments
+    out = [conllu_comment(key, value) for key, value in pairs]
+    n = len(words)
+    per_word = {name: [None] * n if values is None else values for name, values in columns.items()}
+    heads, deprels, misc = ([None] * n if v is None else v for v in (heads, deprels, misc))
+    for i in range(n):
+        out.append(conllu_row(i + 1, words[i], heads[i], deprels[i], misc=misc[i],
+                              **{name: values[i] for name, values in per_word.items()}))
+    return out
+
+
+def conllu_sentence(words: Sequence[str], heads: Optional[Sequence[Field]] = None,
+                    deprels: Optional[Sequence[Field]] = None, comments: Comments = (), **columns) -> str:
+    """One CoNLL-U block: :func:`conllu_lines`, each ending in a line break, and the blank line after."""
+    return "\n".join(conllu_lines(words, heads, deprels, comments, **columns)) + "\n\n"

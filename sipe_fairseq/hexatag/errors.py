@@ -4,11 +4,18 @@ and catch them (pure Python: no torch, no fairseq).
 * The hexatag core's errors (:class:`HexatagError` and its subclasses), all ``ValueError``.
 * The user errors (:data:`USER_ERRORS`): :class:`DataError`, :class:`EvaluationError`,
   :class:`OptionError`, :class:`CheckpointError`. Each message is one line naming the file or the
-  option. A fairseq command stops on one with that line, without a traceback (the ``sys.excepthook`` of
-  :mod:`sipe_fairseq.tasks.sipe_data`), and exit status 1; :class:`UsageError` (a criterion's option)
+  option. A command stops on one with that line, without a traceback (the ``sys.excepthook`` of
+  :func:`install_error_hook`), and exit status 1; :class:`UsageError` (a criterion's option)
   exits 2 as argparse does, :class:`CheckpointError` exits :data:`CHECKPOINT_EXIT_STATUS` as every
   ``sipe-*`` command that cannot read or use a checkpoint.
+
+Importing this module (or any of the package) changes nothing global: the hook is installed only where a
+command runs (the ``sipe-*`` commands' logging set-up, :func:`sipe_fairseq.cli.logs.configure`, and the
+plugin's tasks set up by a ``fairseq-*`` command, :func:`sipe_fairseq.tasks.sipe_data.install_command_error_hook`).
+In Python the user errors are ordinary exceptions.
 """
+import os
+import sys
 
 CHECKPOINT_EXIT_STATUS = 3  # every sipe-* command: a checkpoint is missing, refused or unreadable
 
@@ -62,3 +69,32 @@ class CheckpointError(RuntimeError):
 
 
 USER_ERRORS = (DataError, EvaluationError, OptionError, CheckpointError)
+
+
+def install_error_hook() -> bool:
+    """Make an uncaught user error (:data:`USER_ERRORS`) end the process with one line on stderr,
+    ``sipe_fairseq: error: <message>``, and its exit status (1; :class:`UsageError`: 2; :class:`CheckpointError`:
+    :data:`CHECKPOINT_EXIT_STATUS`) instead of a traceback; any other exception goes to the hook that was in
+    place. For commands only (see the module docstring). Idempotent: True when it installed the hook, False
+    when it was already there."""
+    if getattr(sys.excepthook, "sipe_one_line_errors", False):
+        return False
+    sys.excepthook = _one_line_errors(sys.excepthook)
+    return True
+
+
+def _one_line_errors(previous):
+    def hook(exc_type, exc, tb):
+        if not issubclass(exc_type, USER_ERRORS):
+            previous(exc_type, exc, tb)
+            return
+        sys.stderr.flush()
+        print(f"sipe_fairseq: error: {exc}", file=sys.stderr, flush=True)
+        for kind, code in ((CheckpointError, CHECKPOINT_EXIT_STATUS), (UsageError, USAGE_EXIT_STATUS)):
+            if issubclass(exc_type, kind):  # a checkpoint that cannot be used (as the sipe-* commands), an option
+                sys.stdout.flush()
+                os._exit(code)  # the interpreter would exit 1 after the hook
+
+    hook.sipe_one_line_errors = True
+    hook.previous = previous
+    return hook

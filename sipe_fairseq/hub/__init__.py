@@ -7,8 +7,12 @@
 
 A thin facade outside the layers (like ``sipe_fairseq/__init__.py``): the implementation is
 :mod:`sipe_fairseq.hub.interface`, imported when first used, so that ``import sipe_fairseq.hub`` stays free
-of torch and fairseq. Nothing here prints or touches ``sys.excepthook``.
+of torch and fairseq. Nothing here prints or touches ``sys.excepthook``; the root logger and the warnings
+filters are as the user had them after the first use too (fairseq's import configures logging:
+:mod:`sipe_fairseq.hub.process_state`).
 """
+from .process_state import process_state_kept
+
 _NAMES = ("LanguageModel", "ScoredText", "ParsedText", "to_dataframe", "surprisal_rows")
 _FROM_PROMPTS = ("Continuation", "GenerationSettings", "PromptError")
 
@@ -17,11 +21,13 @@ __all__ = list(_NAMES + _FROM_PROMPTS)
 
 def __getattr__(name):
     if name in _NAMES:
-        from . import interface  # lazy (heavy): torch, fairseq
+        with process_state_kept():
+            from . import interface  # lazy (heavy): torch, fairseq
 
         return getattr(interface, name)
     if name in _FROM_PROMPTS:
-        from ..structure import prompts  # lazy (heavy): torch, fairseq
+        with process_state_kept():
+            from ..structure import prompts  # lazy (heavy): torch, fairseq
 
         return getattr(prompts, name)
     raise AttributeError(f"module 'sipe_fairseq.hub' has no attribute {name!r}")
@@ -29,6 +35,7 @@ def __getattr__(name):
 
 def load(checkpoint, data=None, device="cpu", **kwargs):
     """See :func:`sipe_fairseq.hub.interface.load`."""
-    from .interface import load as _load  # lazy (heavy): torch, fairseq
+    with process_state_kept():
+        from .interface import load as _load  # lazy (heavy): torch, fairseq
 
     return _load(checkpoint, data, device, **kwargs)

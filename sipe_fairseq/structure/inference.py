@@ -10,7 +10,7 @@ from ..data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from .family import StructureOptions, structure_of
 from .hexatags import tag_ids
 from .scoring import score_sentences
-from .sentences import PAIR_INDEX, prepare
+from .sentences import PAIR_INDEX, sentence_of
 
 
 def _rows(sample, dictionary):
@@ -44,13 +44,13 @@ def self_structured_sample(model, sample: dict, dictionary, options: StructureOp
             terms = torch.full_like(tokens, NOTAG_ID)
             terms[:n - 1] = net["src_terminals"][i, 1:n].cpu()
             terms[0] = FIRST_TAG_ID
-            sentences.append(prepare(i, tokens, terms, None, dictionary, eos))
+            sentences.append(sentence_of(i, tokens, terms, None, dictionary, eos))
         else:
             word_no = net["src_words"][i, 1:n].cpu()  # block word of each input x_1 .. x_(n-1)
             starts = [q for q in range(n - 1) if int(word_no[q]) and (q == 0 or int(word_no[q]) != int(word_no[q - 1]))]
             terms = torch.full_like(tokens, NOTAG_ID)
             terms[torch.tensor(starts, dtype=torch.long)] = FIRST_TAG_ID  # marks the word starts
-            sentences.append(prepare(i, tokens, terms, None, dictionary, eos))
+            sentences.append(sentence_of(i, tokens, terms, None, dictionary, eos))
         rows.append((i, n))
     if not sentences:
         return sample

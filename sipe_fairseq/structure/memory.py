@@ -23,15 +23,12 @@ estimate and the budget) when one sentence alone does not fit. The estimate is a
 rows (every word of a SiPE beam is counted with 7 allowed pairs); against the measured peak of a tiny
 model it is within 2x for ``beam:4`` and ``mix:16`` (tests/test_trust.py).
 """
-import math
 import re
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence
 
 from .arcs import DEFAULT_COUNT_BEAM
-from .sources import Source, parse_source
-
-SIPE_PAIRS = 7  # SiPE: the most tag pairs a word may take after a valid prefix (hexatag.constrained)
+from .sources import SIPE_PAIRS, Source, parse_source  # noqa: F401  SIPE_PAIRS: re-exported
 DEFAULT_FRACTION = 0.5  # the default budget: this share of MemAvailable
 _CACHE_MIN_POSITIONS = 64  # kv_cache._room: a new buffer has room for at least this many positions
 _UNITS = {"": 1, "B": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
@@ -72,16 +69,8 @@ def model_size(model) -> ModelSize:
 
 def rows_per_sentence(source: Source, words: int, family: str, top_pairs: int = 0, count_beam: int = DEFAULT_COUNT_BEAM) -> int:
     """The most rows (hypotheses and their children) one sentence holds under ``source`` once ``words``
-    of its words have started."""
-    if source.kind not in ("beam", "mix") or family == "none":
-        return 1
-    if family == "arcs":  # a hypothesis branches on its count_beam counts
-        pairs = max(1, count_beam)
-    else:  # a hypothesis branches on the next word's allowed pairs
-        pairs = min(top_pairs, SIPE_PAIRS) if top_pairs > 0 else SIPE_PAIRS
-    if pairs == 1 or words * math.log(pairs) < math.log(source.k * pairs):  # every structure of the words so far
-        return pairs ** words
-    return source.k * pairs
+    of its words have started: the source's own estimate (:meth:`~.sources.Source.rows_per_sentence`)."""
+    return source.rows_per_sentence(words, family, top_pairs, count_beam)
 
 
 def row_bytes(size: ModelSize, positions: int) -> int:

@@ -18,9 +18,10 @@ import torch
 
 from ..data.gilt.arcs import per_word, tree_arcs
 from ..data.tag_dictionary import NOTAG_ID
+from ..hexatag.conllu_io import conllu_sentence, hexatag_misc, plain_deprels
 from ..parsing import parse_each, split_words
 from .family import family_of
-from .generation import WORD_MARK, StructuredSequenceGenerator, format_arcs, graph_rows, hypothesis_words
+from .generation import WORD_MARK, StructuredSequenceGenerator, format_arcs, graph_columns, hypothesis_words
 
 logger = logging.getLogger(__name__)
 
@@ -83,29 +84,21 @@ class Continuation:
         return self.hypo.get("arcs")
 
     def conllu(self) -> str:
-        """The CoNLL-U block ``sipe-generate`` writes for this hypothesis."""
-        return conllu_block(self.prompt, self.words, self.hypo, self.nth, self.index)
-
-
-def conllu_block(prompt: str, words: List[str], hypo: dict, nth: int, index: int) -> str:
-    """``# sent_id``, ``# prompt``, ``# text``, ``# score``, then ``# tags`` (``*``: the prompt's) and one
-    row per word with the decoded head and ``Hexatag=t,n``, or ``# arcs`` and graph rows (GiLT)."""
-    lines = [f"# sent_id = {index + 1}.{nth + 1}", f"# prompt = {prompt}", f"# text = {' '.join(words)}",
-             f"# score = {float(hypo['positional_scores'].sum()):.4f}"]
-    if "arcs" in hypo:  # GiLT: a graph
-        lines.append(f"# arcs = {format_arcs(words, hypo)}")
-        return "\n".join(lines + graph_rows(words, hypo)) + "\n\n"
-    tags = hypo.get("tags")
-    if tags is not None:
-        lines.append("# tags = " + " ".join(f"{t}/{n}{'*' if o == 'prompt' else ''}"
-                                            for (t, n), o in zip(tags, hypo["tag_origin"])))
-    heads = hypo.get("heads")
-    for i, w in enumerate(words):
-        head = "_" if heads is None else str(heads[i])
-        rel = "_" if heads is None else ("root" if heads[i] == 0 else "dep")
-        misc = "_" if tags is None else f"Hexatag={tags[i][0]},{tags[i][1]}"
-        lines.append(f"{i + 1}\t{w}\t_\t_\t_\t_\t{head}\t{rel}\t_\t{misc}")
-    return "\n".join(lines) + "\n\n"
+        """The CoNLL-U block ``sipe-generate`` writes for this hypothesis: ``# sent_id``, ``# prompt``,
+        ``# text``, ``# score``, then ``# tags`` (``*``: the prompt's) and one row per word with the decoded
+        head and ``Hexatag=t,n``, or ``# arcs`` and graph rows (GiLT)."""
+        words, hypo = self.words, self.hypo
+        comments = [("sent_id", f"{self.index + 1}.{self.nth + 1}"), ("prompt", self.prompt), ("text", self.text),
+                    ("score", f"{float(hypo['positional_scores'].sum()):.4f}")]
+        if "arcs" in hypo:  # GiLT: a graph
+            comments.append(("arcs", format_arcs(words, hypo)))
+            return conllu_sentence(words, comments=comments, **graph_columns(hypo))
+        tags, heads = hypo.get("tags"), hypo.get("heads")
+        if tags is not None:
+            comments.append(("tags", " ".join(f"{t}/{n}{'*' if o == 'prompt' else ''}"
+                                              for (t, n), o in zip(tags, hypo["tag_origin"]))))
+        return conllu_sentence(words, heads, None if heads is None else plain_deprels(heads), comments,
+                               misc=None if tags is None else [hexatag_misc(t) for t in tags])
 
 
 def _words_of_plain(hypo, dictionary) -> List[str]:

@@ -1,7 +1,9 @@
-"""Sentences in, :class:`~.record.SentenceScore` out under a structure source: the structure engine's
-scoring interface. Evaluation reaches it through the entry point for sentence scores,
-:mod:`sipe_fairseq.eval.scoring` (BLiMP, SyntaxGym), and through :mod:`sipe_fairseq.eval.prefix_scores`
-(whole splits); ``fairseq-eval-lm --inference-tags`` through :mod:`.inference`.
+"""Sentences in, :class:`~.record.SentenceScore` out under a structure source: the structure engine's one
+entry point, :func:`score_sentences` (:func:`score_encoded` for sentences already encoded). Every surface
+calls it directly: ``sipe-eval-lm --tags`` (:mod:`sipe_fairseq.eval.prefix_scores`), BLiMP, SyntaxGym and
+the minimal pairs, the Python interface and ``sipe-surprisal`` (:mod:`sipe_fairseq.hub`),
+``fairseq-eval-lm --inference-tags`` (:mod:`.inference`). The one other road is masked-LM
+pseudo-log-likelihood (:mod:`sipe_fairseq.eval.pll`).
 
 Sentences are sorted by length and scored ``batch_sentences`` at a time (:func:`.search.search`: every
 hypothesis of every sentence of a batch through one decoder call per position). A larger batch runs
@@ -16,12 +18,12 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from .family import StructureOptions, policy_for, structure_of
+from .family import StructureOptions, masked_lm, policy_for, structure_of
 from .arcs import gold_graph
 from .memory import budget_from, model_size, plan_batches
 from .record import SentenceScore, position_types
 from .search import _prefix_logp, plain_scores, search
-from .sentences import Sentence, prepare
+from .sentences import Sentence, max_positions, sentence_of
 from .sources import parse_source
 
 logger = logging.getLogger(__name__)
@@ -29,26 +31,33 @@ BEAM_ROWS = 8192  # hypotheses a beam's batch is sized for (8 per sentence and u
 GIVEN_POSITIONS = 1024  # positions per full forward of given (small forwards are the fastest on a CPU)
 
 
-def score_sentences(model, sentences: Sequence[Sentence], source: str, options: Optional[StructureOptions] = None,
+def score_sentences(model, sentences: Sequence[Sentence], source, options: Optional[StructureOptions] = None,
                     eos: int = 2, pad: int = 1, batch_sentences: int = 256, keep_trace: bool = False,
                     force_incremental: bool = False, progress=None) -> List[SentenceScore]:
-    """Every sentence scored alone under ``source`` (``given``, ``self``, ``beam:K``, ``mix:K``), in input order.
-    ``force_incremental``: ``given`` through the search's forced path (one position at a time through
-    the cache) even where one full forward would do (tests)."""
+    """The engine's entry point: every sentence scored alone under ``source`` (a spec such as ``"mix:16"`` or a
+    :class:`~.sources.Source`), in input order, for every decoder family (the family is decided here, once:
+    :func:`~.family.structure_of`). ``given`` of a SiPE decoder (and ``untagged``, and every source of a model
+    without structure) runs in full forwards; every other source through the search. ``force_incremental``:
+    ``given`` through the search's forced path (one position at a time through the cache) even where full
+    forwards would do (tests). ``progress``: called with the number of sentences of each finished batch.
+    Masked-LM encoders are not scored here: their road is pseudo-log-likelihood (:mod:`sipe_fairseq.eval.pll`)."""
     src = parse_source(source)
     options = options or StructureOptions()
     if batch_sentences < 1:
         raise ValueError(f"batch of {batch_sentences} sentences: expected >= 1")
+    if masked_lm(model):
+        raise ValueError(f"{type(model).__name__} is a masked-LM encoder: it is scored by pseudo-log-likelihood "
+                         "(given tags only), not left to right")
     model.eval()
     kind = structure_of(model)
-    if src.kind == "untagged" and kind == "arcs":
-        raise ValueError("tag source 'untagged' (every word <notag>) is for SiPE models, not GiLT's graphs")
+    refusal = src.applies_to(kind)
+    if refusal:
+        raise ValueError(refusal)
     order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
-    planned = plan(model, sentences, source, options, batch_sentences, order)
-    policy = None if kind == "none" else policy_for(model, options, needs_heads=src.kind not in ("given", "untagged"))
+    planned = plan(model, sentences, src, options, batch_sentences, order)
+    policy = None if kind == "none" else policy_for(model, options, needs_heads=src.chooses)
     out: List[Optional[SentenceScore]] = [None] * len(sentences)
-    full = policy is None or src.kind == "untagged" or (src.kind == "given" and hasattr(policy, "forced_full")
-                                                         and not force_incremental)
+    full = policy is None or (src.full_forward and hasattr(policy, "forced_full") and not force_incremental)
     for idx in (_full_batches(order, sentences) if full else planned):
         batch = [sentences[i] for i in idx]
         with torch.no_grad():
@@ -67,13 +76,11 @@ def score_sentences(model, sentences: Sequence[Sentence], source: str, options: 
 
 def beyond_positions(model, lengths: Sequence[int]) -> Tuple[int, Optional[int], Optional[str]]:
     """``(count, limit, refusal)`` for sentences of ``lengths`` positions: how many are longer than the model's
-    positions (``limit``, the smallest it declares; None: no limit). Such a sentence is scored whole, in one
-    pass, as every sentence (``--tags`` and ``--inference-tags`` alike), by a model whose positions extend
+    positions (``limit``, :func:`~.sentences.max_positions`; None: no limit). Such a sentence is scored whole, in
+    one pass, as every sentence (``--tags`` and ``--inference-tags`` alike), by a model whose positions extend
     (relative, rotary, sinusoidal); one with learned absolute positions has no row for them: ``refusal`` is
     the line that says so (None when nothing is refused)."""
-    limit = model.max_positions() if hasattr(model, "max_positions") else None
-    if isinstance(limit, (tuple, list)):
-        limit = min((x for x in limit if x is not None), default=None)
+    limit = max_positions(model)
     count = sum(1 for n in lengths if limit is not None and n > limit)
     learned = isinstance(getattr(getattr(model, "decoder", model), "embed_positions", None), torch.nn.Embedding)
     refusal = None
@@ -83,18 +90,18 @@ def beyond_positions(model, lengths: Sequence[int]) -> Tuple[int, Optional[int],
     return count, limit, refusal
 
 
-def plan(model, sentences: Sequence[Sentence], source: str, options: Optional[StructureOptions] = None,
+def plan(model, sentences: Sequence[Sentence], source, options: Optional[StructureOptions] = None,
          batch_sentences: int = 256, order: Optional[Sequence[int]] = None) -> List[List[int]]:
     """The batches (sentence indices, shortest first) :func:`score_sentences` runs ``source`` in: at most
-    ``batch_sentences`` each (a beam's at most :data:`BEAM_ROWS` / (8 K)), each within the memory budget
-    (:mod:`.memory`). Planned before anything is allocated: :class:`~.memory.MemoryBudgetError` when one
-    sentence alone does not fit (callers check every source before they score any)."""
+    ``batch_sentences`` each (a beam's at most :data:`BEAM_ROWS` / (8 K): the source's ``batch_cap``), each
+    within the memory budget (:mod:`.memory`). Planned before anything is allocated:
+    :class:`~.memory.MemoryBudgetError` when one sentence alone does not fit (callers check every source
+    before they score any)."""
     src, options = parse_source(source), options or StructureOptions()
     if order is None:
         order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
-    if src.kind in ("beam", "mix"):
-        batch_sentences = max(1, min(batch_sentences, BEAM_ROWS // (8 * src.k)))
-    return list(plan_batches(order, sentences, source, model_size(model), structure_of(model),
+    batch_sentences = src.batch_cap(batch_sentences, BEAM_ROWS)
+    return list(plan_batches(order, sentences, src, model_size(model), structure_of(model),
                              budget_from(options.max_memory), batch_sentences, options.top_pairs, options.count_beam))
 
 
@@ -112,7 +119,7 @@ def _full_batches(order, sentences):
 
 def _given_full(policy, batch, src, eos, pad) -> List[SentenceScore]:
     out = []
-    for s, (lm, cost, info) in zip(batch, policy.forced_full(batch, eos, pad, untagged=src.kind == "untagged")):
+    for s, (lm, cost, info) in zip(batch, policy.forced_full(batch, eos, pad, untagged=src.untagged)):
         types = position_types(s.n, s.starts)
         out.append(SentenceScore(str(src), sum(lm), lm, types, info["tags"], cost, info["complete"], sum(lm) + sum(cost),
                                  0, {"hypotheses": 1, "word_start_mismatch": s.mismatch, "positions": s.n,
@@ -128,14 +135,16 @@ def sentences_from_encoded(encoded, dictionary, eos: int, heads=None) -> List[Se
     for i, e in enumerate(encoded):
         tokens, terminals, nonterminals = (tuple(e[:3]) + (None, None))[:3]
         arcs = gold_graph(heads[i]) if heads is not None and heads[i] is not None else None
-        out.append(prepare(i, tokens, terminals, nonterminals, dictionary, eos, arcs))
+        out.append(sentence_of(i, tokens, terminals, nonterminals, dictionary, eos, arcs))
     return out
 
 
-def score_encoded(model, encoded, source: str, dictionary, options: Optional[StructureOptions] = None, heads=None,
+def score_encoded(model, encoded, source, dictionary, options: Optional[StructureOptions] = None, heads=None,
                   batch_sentences: int = 256, **kwargs) -> List[SentenceScore]:
-    """:func:`score_sentences` over ``(tokens, terminals, nonterminals)`` sentences (BLiMP, SyntaxGym, through
-    :func:`sipe_fairseq.eval.scoring.score_sentence_batch` and :func:`~sipe_fairseq.eval.scoring.sentence_logprob_fn`)."""
-    sentences = sentences_from_encoded(encoded, dictionary, dictionary.eos(), heads)
+    """:func:`score_sentences` over ``(tokens, terminals, nonterminals)`` sentences as
+    :class:`~sipe_fairseq.data.encode.SentenceEncoder` encodes them (BLiMP, SyntaxGym, minimal pairs);
+    ``heads``: each sentence's tree (a GiLT model's given graph), or None."""
+    graphs = heads if structure_of(model) == "arcs" else None  # only a graph-reading model takes the tree as given
+    sentences = sentences_from_encoded(encoded, dictionary, dictionary.eos(), graphs)
     return score_sentences(model, sentences, source, options, dictionary.eos(), dictionary.pad(), batch_sentences,
                            **kwargs)

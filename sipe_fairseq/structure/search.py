@@ -37,12 +37,10 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from .policy import BRANCH, FORCED, GREEDY, StructurePolicy, scatter_logsumexp, top_per_group
+from .policy import StructurePolicy, scatter_logsumexp, top_per_group
 from .record import SentenceScore, position_types
 from .sentences import Sentence
 from .sources import Source
-
-MODES = {"given": FORCED, "self": GREEDY, "beam": BRANCH, "mix": BRANCH}
 
 
 def _prefix_logp(per_token: Sequence[float], types: Sequence[str]) -> List[float]:
@@ -72,8 +70,8 @@ class _Search:
 
     def __init__(self, policy: StructurePolicy, batch: Sequence[Sentence], source: Source, eos: int, keep_trace: bool):
         self.policy, self.batch, self.source, self.keep_trace = policy, batch, source, keep_trace
-        self.mode, self.k = MODES[source.kind], source.k
-        self.branch = self.mode == BRANCH
+        self.mode, self.k = source.mode, source.k
+        self.branch = source.branches
         self.mass = float(getattr(policy, "mass", 1.0)) if self.branch else 1.0
         S = self.S = len(batch)
         self.n = torch.tensor([s.n for s in batch])
@@ -222,19 +220,14 @@ def _result(policy, sentence: Sentence, source: Source, rows: List[int], lm, cos
     types = position_types(n, sentence.starts)
     info = policy.result(best, words)
     extra = dict(info.get("extra", {}))
-    if source.kind in ("beam", "mix"):
-        if source.kind == "beam":
-            logprob, per_token = float(z), running[:n].tolist()
-        else:
-            per_token = mixed[:n].tolist()
-            logprob = float(mixed[:n].sum())
+    logprob, per_token = source.read(lm_best, running[:n].tolist(), mixed[:n].tolist(), float(z))
+    if source.branches:
         extra["hypotheses"] = len(rows)
         extra["beam"] = [(policy.labels(r), float(score[r])) for r in rows]
         extra["best_lm"] = lm_best
         if trace is not None:
             extra["trace"] = trace[1:] if policy.prune_before else trace
     else:
-        logprob, per_token = sum(lm_best), lm_best
         extra["hypotheses"] = 1
     extra["prefix_logp"] = _prefix_logp(per_token, types)
     extra["word_start_mismatch"] = sentence.mismatch

@@ -63,7 +63,7 @@ def given_pairs(terminals: torch.Tensor, nonterminals: torch.Tensor, starts: Seq
             for q in starts]
 
 
-def prepare(index: int, tokens: torch.Tensor, terminals=None, nonterminals=None, dictionary=None, eos: int = 2,
+def sentence_of(index: int, tokens: torch.Tensor, terminals=None, nonterminals=None, dictionary=None, eos: int = 2,
             arcs: Optional[List[WordArcs]] = None) -> Sentence:
     """One :class:`Sentence` from ``(tokens, terminals, nonterminals)`` (tags may be None when
     ``dictionary`` marks word starts); ``arcs``: GiLT's given graph. ``ValueError`` naming the
@@ -85,3 +85,25 @@ def prepare(index: int, tokens: torch.Tensor, terminals=None, nonterminals=None,
     if arcs is not None and len(arcs) != len(starts):
         raise ValueError(f"sentence {index}: a graph of {len(arcs)} words for {len(starts)} encoded words")
     return Sentence(tokens, starts, pairs, None if arcs is None else [(list(h), list(d)) for h, d in arcs], mismatch)
+
+
+def max_positions(model) -> Optional[int]:
+    """The positions rule, the one place it is written: the most positions ``model`` accepts (the smallest of
+    what its ``max_positions()`` returns, a number or a tuple), or None when it declares no limit."""
+    try:
+        limit = model.max_positions()
+    except (AttributeError, NotImplementedError):  # a model (or a wrapper) that declares nothing
+        return None
+    if isinstance(limit, (tuple, list)):
+        limit = min((x for x in limit if x is not None), default=None)
+    return int(limit) if limit else None
+
+
+def too_long(model, positions: int) -> Optional[str]:
+    """Why ``model`` cannot score a sentence of ``positions`` input positions in one pass (more than
+    :func:`max_positions`), or None. A decoder's sentence ``x_1 .. x_n </s>`` takes ``n + 1`` positions, a
+    masked-LM encoder's ``n + 2`` (``<s> x_1 .. x_n </s>``)."""
+    limit = max_positions(model)
+    if limit is not None and positions > limit:
+        return f"too long: {positions} tokens > the model's {limit} positions"
+    return None

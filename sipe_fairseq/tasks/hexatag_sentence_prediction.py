@@ -39,7 +39,7 @@ from ..data.glue import glue_task, read_glue_info
 from ..data.lm_dataset import input_key
 from ..data.tag_dictionary import NOTAG_ID, TAG_KINDS
 from ..data.validate import read_stream
-from .sipe_data import SiPEDataConfig, SiPEDataMixin
+from .sipe_data import SiPEDataConfig, SiPEDataMixin, install_command_error_hook
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ class HexatagSentencePredictionTask(SiPEDataMixin, SentencePredictionTask):
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
+        install_command_error_hook()  # replaces SiPEDataMixin.setup_task
         data = cfg.data
         info = read_glue_info(data)
         name = cfg.glue_task or (info or {}).get("task")

@@ -17,7 +17,7 @@ from fairseq.tasks import FairseqTask, register_task
 
 from ..data.tag_dictionary import TAG_KINDS
 from ..models.sipe_tagger import SiPETaggerModel
-from .sipe_data import EpochShuffledDataset, SiPEDataConfig, SiPEDataMixin
+from .sipe_data import EpochShuffledDataset, SiPEDataConfig, SiPEDataMixin, install_command_error_hook
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class HexatagTaggingTask(SiPEDataMixin, FairseqTask):
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
+        install_command_error_hook()  # replaces SiPEDataMixin.setup_task
         dictionary = Dictionary.load(os.path.join(cfg.data, "dict.txt"))
         tags = cls.load_tag_dictionaries(cfg.data, TAG_KINDS)
         logger.info(f"dictionary: {len(dictionary)} types")

@@ -18,9 +18,11 @@
 * User errors (:data:`~sipe_fairseq.hexatag.errors.USER_ERRORS`: ``DataError``, ``EvaluationError``,
   ``OptionError``, ``CheckpointError``, e.g. from ``--gilt-init-from``) end a fairseq command with one
   line on stderr, ``sipe_fairseq: error: <file>: <what>``, and exit status 1 (``UsageError``, a criterion's
-  option: 2, as argparse; ``CheckpointError``: 3, as the ``sipe-*`` commands), without a traceback: the plugin
-  installs a ``sys.excepthook`` for these types only (fairseq runs ``load_dataset`` and ``build_model``
-  outside any handler of its own). In Python they are ordinary exceptions.
+  option: 2, as argparse; ``CheckpointError``: 3, as the ``sipe-*`` commands), without a traceback: a task's
+  ``setup_task`` run by a fairseq command installs :func:`~sipe_fairseq.hexatag.errors.install_error_hook`
+  (:func:`install_command_error_hook`; fairseq runs ``load_dataset`` and ``build_model`` outside any handler
+  of its own). Importing the tasks, or loading a checkpoint from Python (``sipe_fairseq.hub.load``), leaves
+  ``sys.excepthook`` alone: there they are ordinary exceptions.
 """
 import logging
 import os
@@ -41,27 +43,32 @@ from ..data.tag_streams import load_tag_streams
 from ..data.validate import VALIDATION_MODES, expectations, split_files, validate_split
 from ..hexatag.errors import (  # noqa: F401  EvaluationError, OptionError: imported from here by the tasks and tests
     CHECKPOINT_EXIT_STATUS, USAGE_EXIT_STATUS, USER_ERRORS, CheckpointError, DataError, EvaluationError, OptionError,
-    UsageError,
+    UsageError, install_error_hook,
 )
 
 logger = logging.getLogger(__name__)
 
 
-def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):
-    if issubclass(exc_type, USER_ERRORS):
-        sys.stderr.flush()
-        print(f"sipe_fairseq: error: {exc}", file=sys.stderr, flush=True)
-        status = {CheckpointError: CHECKPOINT_EXIT_STATUS, UsageError: USAGE_EXIT_STATUS}
-        for kind, code in status.items():  # a checkpoint that cannot be used (as the sipe-* commands), an option
-            if issubclass(exc_type, kind):
-                sys.stdout.flush()
-                os._exit(code)
-        return
-    _previous(exc_type, exc, tb)
+def fairseq_command_running() -> bool:
+    """Whether this process is one of fairseq's commands (``fairseq-train``, ``fairseq-eval-lm``,
+    ``fairseq-generate``, ``fairseq-hydra-train``, ...): its ``__main__`` is a ``fairseq_cli`` module
+    (``python -m fairseq_cli.train``, or the file run by path) or its ``argv[0]`` a ``fairseq-*`` script."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and (spec.name or "").split(".")[0] == "fairseq_cli":
+        return True
+    for path in (getattr(main, "__file__", None), sys.argv[0] if sys.argv else None):
+        if path and (os.path.basename(path).startswith("fairseq-")
+                     or os.path.basename(os.path.dirname(os.path.abspath(path))) == "fairseq_cli"):
+            return True
+    return False
 
 
-if getattr(sys.excepthook, "__name__", "") != _excepthook.__name__:
-    sys.excepthook = _excepthook
+def install_command_error_hook() -> bool:
+    """In a fairseq command, the one-line user errors (:func:`~sipe_fairseq.hexatag.errors.install_error_hook`);
+    anywhere else (Python, a notebook, ``sipe_fairseq.hub.load``) nothing. Called by every task's
+    ``setup_task``; idempotent. True when it installed the hook."""
+    return fairseq_command_running() and install_error_hook()
 
 
 @dataclass
@@ -95,6 +102,13 @@ def _option(task, name, default=None):
 
 class SiPEDataMixin:
     """Shared by the ``hexatag_*`` tasks; see the module docstring."""
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        """fairseq's ``setup_task`` of the task's other base, after :func:`install_command_error_hook` (a task
+        that overrides ``setup_task`` without calling this one calls the hook itself)."""
+        install_command_error_hook()
+        return super().setup_task(cfg, **kwargs)
 
     @staticmethod
     def load_tag_dictionaries(folder: str, kinds: Sequence[str]) -> Dict[str, object]:

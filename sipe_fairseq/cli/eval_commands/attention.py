@@ -8,7 +8,7 @@ import torch
 
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json
-from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
+from sipe_fairseq.checkpoints import CheckpointSpecs
 from sipe_fairseq.cli.options import add_data_argument, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import attention
@@ -54,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
     sipe_fairseq.register()
     layers = parse_layers(args.layers)
     try:
-        checkpoints = checkpoint_specs(args.path)
+        checkpoints = CheckpointSpecs.parse(args.path, args.data)
     except ValueError as e:
         raise AttentionAnalysisError(str(e)) from e
     try:
@@ -63,17 +63,15 @@ def _run(args: argparse.Namespace) -> int:
         raise AttentionAnalysisError(str(e)) from e
     encoder = SentenceEncoder(args.data)
     models = OrderedDict()
-    for name, path in checkpoints.items():
-        model, task = load_lm(path, args.data)
-        if len(task.source_dictionary) < len(encoder.dictionary):
-            raise AttentionAnalysisError(f"{path}: its dictionary ({len(task.source_dictionary)} symbols) does not "
-                                         f"hold {args.data}'s ({len(encoder.dictionary)})")
+    for name in checkpoints.names():  # every model at once: a sentence is measured only where all of them see it
+        ck = checkpoints.load(name)  # its dictionary checked against --data's
+        model = ck.model
         n_layers = len(getattr(getattr(model, "decoder", None) or model.encoder, "layers", []))
         if layers is not None and any(i >= n_layers for i in layers):
-            raise AttentionAnalysisError(f"{path}: --layers {args.layers} outside 1..{n_layers}")
+            raise AttentionAnalysisError(f"{ck.path}: --layers {args.layers} outside 1..{n_layers}")
         models[name] = (model, not is_encoder(model))
     report = analyse(models, sentences, encoder, args.relation, args.direction, layers, args.max_sentences)
-    report.update(data=args.data, conllu=args.conllu, checkpoints=checkpoints)
+    report.update(data=args.data, conllu=args.conllu, checkpoints=checkpoints.paths())
     print(attention_markdown(report), end="")
     if args.plot:
         visible = [r["sentence"] for r in report["arcs"] if all(v is not None for v in r["mass"].values())]

@@ -2,13 +2,13 @@
 run that loads the checkpoints, scores the pairs and writes the reports."""
 import argparse
 import logging
-from typing import Dict, List
+from typing import List
 
 import torch
 
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json, write_text
-from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
+from sipe_fairseq.checkpoints import CheckpointSpecs
 from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_structure_arguments, int_at_least,
                                       structure_options, width_line, width_of)
 from sipe_fairseq.data.encode import SentenceEncoder
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     scored no pair."""
     try:
         args.tag_sources = args.tags  # checked by argparse; None: each model's default
-        checkpoints = checkpoint_specs(args.path)
+        checkpoints = CheckpointSpecs.parse(args.path, args.data)
         read = read_blimp(args.blimp)
         pairs = blimp.every_nth(read, args.every)
         args.sample = {"every": args.every, "read": len(read), "kept": len(pairs)}
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     return _run(args, checkpoints, pairs)
 
 
-def _run(args: argparse.Namespace, checkpoints: Dict[str, str], pairs: List[BlimpPair]) -> int:
+def _run(args: argparse.Namespace, checkpoints: CheckpointSpecs, pairs: List[BlimpPair]) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
@@ -79,19 +79,21 @@ def _run(args: argparse.Namespace, checkpoints: Dict[str, str], pairs: List[Blim
     logger.info("trees (%s) for %d distinct sentences in %.1fs%s%s", src["spec"], prepared.counts["sentences"], prepared.seconds,
                 f" (cache {src['cache']}: {src.get('hits', 0)} hits, {src.get('misses', 0)} misses)" if "cache" in src else "",
                 f"; {src['root_fixed_sentences']} sentences needed root fixing" if "root_fixed_sentences" in src else "")
-    models, placements = {}, {}
-    for name, path in checkpoints.items():
-        model, task = load_lm(path, args.data)
-        models[name] = model
-        placements[name] = task_placement(task)
+    placements = {}
+
+    def one_at_a_time():  # each checkpoint loaded when evaluate_blimp reaches it, released before the next
+        for ck in checkpoints:
+            placements[ck.name] = task_placement(ck.task)
+            yield ck.name, ck.model
+
     try:
         options = structure_options(args)
-        report = evaluate_blimp(pairs, models, prepared, encoder.dictionary, args.batch_size, joint=args.score == "joint",
-                                placements=placements, tags=args.tag_sources, options=options)
+        report = evaluate_blimp(pairs, one_at_a_time(), prepared, encoder.dictionary, args.batch_size,
+                                joint=args.score == "joint", placements=placements, tags=args.tag_sources, options=options)
     except ValueError as e:  # e.g. --tags self with an encoder or a model without tag heads
         logger.error("%s", e)
         return USAGE_ERROR
-    add_metadata(report, prepared, args.score, checkpoints, args.data, args.blimp)
+    add_metadata(report, prepared, args.score, checkpoints.paths(), args.data, args.blimp)
     report["sample"] = args.sample
     report["tags"] = list(args.tag_sources) if args.tag_sources else "default (given; GiLT: self)"
     report["tag_width"] = width_of(options)

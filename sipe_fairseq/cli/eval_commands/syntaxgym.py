@@ -2,13 +2,13 @@
 and the run that loads the checkpoints, scores the suites and writes the reports."""
 import argparse
 import logging
-from typing import Dict, Iterable
+from typing import Iterable, Optional
 
 import torch
 
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json, write_text
-from sipe_fairseq.checkpoints import checkpoint_specs, load_lm
+from sipe_fairseq.checkpoints import CheckpointSpecs
 from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_structure_arguments, float_at_least, int_at_least,
                                       structure_options, width_line, width_of)
 from sipe_fairseq.data.encode import SentenceEncoder
@@ -48,9 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
 
 
-def _checkpoints(specs: Iterable[str]) -> Dict[str, str]:
+def _checkpoints(specs: Iterable[str], data: Optional[str]) -> CheckpointSpecs:
     try:
-        return checkpoint_specs(specs)
+        return CheckpointSpecs.parse(specs, data)
     except (ValueError, FileNotFoundError) as e:
         raise SyntaxGymError(str(e)) from e
 
@@ -70,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
     sipe_fairseq.register()
     sources = args.tags  # checked by argparse; None: each model's default
     options = structure_options(args)
-    checkpoints = _checkpoints(args.path)
+    checkpoints = _checkpoints(args.path, args.data)
     suites, sentences = read_suites(args.suites)  # fails fast on bad formulae and references
     source = tree_source_from_args(args)
     encoder = SentenceEncoder(args.data)
@@ -78,20 +78,15 @@ def _run(args: argparse.Namespace) -> int:
     d = encoder.dictionary
 
     reports = []
-    for name, path in checkpoints.items():  # one checkpoint loaded at a time, scored under every tag source
-        model, task = load_lm(path, args.data)
-        if len(task.source_dictionary) != len(d):
-            raise SyntaxGymError(f"{path}: its dictionary ({len(task.source_dictionary)} symbols) is not "
-                                 f"{args.data}'s ({len(d)})")
+    for ck in checkpoints:  # one checkpoint loaded at a time (its dictionary checked), scored under every tag source
         try:
             reports.append(evaluate_suites(suites, sentences,
-                                           tag_source_columns(name, model, task, d, sources, options),
+                                           tag_source_columns(ck.name, ck.model, ck.task, d, sources, options),
                                            args.batch_size, args.eq_atol, args.eq_rtol))
         except ValueError as e:  # e.g. --tags self with a model without tag heads
-            raise SyntaxGymError(f"{path}: {e}") from e
-        del model, task
+            raise SyntaxGymError(f"{ck.path}: {e}") from e
     report = merge_reports(reports)
-    report.update(parser=source.spec, tree_source=tree_source_stats(source), data=args.data, checkpoints=checkpoints,
+    report.update(parser=source.spec, tree_source=tree_source_stats(source), data=args.data, checkpoints=checkpoints.paths(),
                   tags=sources if sources else "default (given; GiLT: self)", tag_width=width_of(options))
     if sources is None or "given" in sources:
         report["prefix_tag_differences"] = prefix_tag_differences(suites, sentences)

@@ -1,6 +1,7 @@
 """Reading raw text: each line parsed with a backend into the CoNLL-U block ``sipe-tag`` would
 write, which then goes through the CoNLL-U reader (see *Text input* and *Raw corpora* in
 :mod:`sipe_fairseq.data.preprocess`)."""
+import contextlib
 import logging
 import os
 import re
@@ -8,7 +9,8 @@ from collections import Counter
 from typing import Dict, Sequence, Tuple
 
 from ...parsing import DEFAULT_BACKEND
-from ...parsing.line_tagger import LineTagger, conllu_block, read_lines
+from ...parsing.line_tagger import LineTagger, read_lines, tagged_line_conllu
+from ..writers import atomic_open
 from .conllu import SplitData, read_blocks
 from .options import PreprocessError, PreprocessOptions, raw_corpus
 
@@ -70,9 +72,8 @@ def read_text_splits(splits: Sequence[Tuple[str, str]], opts: PreprocessOptions)
                 lines, linenos = [t for _, t in keep], [n for n, _ in keep]
             else:
                 doc_lines, lines, linenos = set(), texts[name], None
-            saved = open(os.path.join(opts.save_conllu, f"{name}.conllu"), "w", encoding="utf-8",
-                         newline="\n") if opts.save_conllu else None
-            try:
+            saved_path = os.path.join(opts.save_conllu, f"{name}.conllu") if opts.save_conllu else None
+            with atomic_open(saved_path) if saved_path else contextlib.nullcontext() as saved:  # kept only when whole
                 for line in tagger.tag(lines, desc=f"parse {name}", linenos=linenos):
                     new_doc = line.lineno in doc_lines and line.sentence <= 1
                     if new_doc:
@@ -81,7 +82,7 @@ def read_text_splits(splits: Sequence[Tuple[str, str]], opts: PreprocessOptions)
                             items.append(None)  # a document break between two documents
                     if not raw:
                         data.stats["lines_read"] += 1
-                    block = conllu_block(line, newdoc=new_doc)
+                    block = tagged_line_conllu(line, newdoc=new_doc)
                     if saved:
                         saved.write(block)
                     if line.empty:
@@ -95,9 +96,6 @@ def read_text_splits(splits: Sequence[Tuple[str, str]], opts: PreprocessOptions)
                         data.stats["root_fixed_sentences"] += int(line.extra_roots > 0)
                         data.stats["extra_roots"] += line.extra_roots
                         items.append((path, line.lineno, block.rstrip("\n").split("\n"), opts.strict))
-            finally:
-                if saved:
-                    saved.close()
             blocks[name] = (data, items)
     out = {}
     for name, (data, items) in blocks.items():

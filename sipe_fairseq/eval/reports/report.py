@@ -14,7 +14,7 @@ Columns, one row per model, in the paper's Table 2 layout (each number followed 
 * ``PPL/word``: perplexity of ``p(x | tags)`` *per word* on DATA's ``--split``: the summed token
   NLL (subword pieces and each sentence's ``</s>``) divided by the number of words plus
   sentences (one ``</s>`` each). This is the paper's Table 2 PPL (its 16.95 is on Figure 3's
-  word-level axis), from :func:`~sipe_fairseq.eval.scoring.summarize`;
+  word-level axis), from :func:`~sipe_fairseq.eval.perplexity.split_summary`;
 * ``joint PPL/word``: ``-log p(x, tags)`` per word, an upper bound on the perplexity of ``p(x)``:
   the number comparable with a model that sees no tags (for which it equals ``PPL/word``);
 * ``SyntaxGym``: % of items passing every prediction, mean over suites, from
@@ -60,7 +60,7 @@ from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 import torch
 
 import sipe_fairseq
-from ...checkpoints import checkpoint_specs, load_lm, read_checkpoint
+from ...checkpoints import CheckpointSpecs, parse_checkpoint_specs, read_checkpoint
 from ...data.encode import SentenceEncoder
 from ...data.lm_dataset import task_placement
 from ...parsing import tree_source_stats
@@ -69,7 +69,7 @@ from ...structure.sources import parse_sources as parse_tag_sources
 from ...structure.sources import source_label, split_label
 from .. import blimp, syntaxgym
 from ..prefix_scores import score_split_sources
-from ..scoring import score_split
+from ..perplexity import score_split
 from ..syntaxgym.formula import EQUALITY_ATOL, EQUALITY_RTOL
 from .tables import table
 
@@ -222,7 +222,7 @@ def by_model(values: Dict[str, dict], key_map=None) -> Dict[str, dict]:
 
 def ppl_values(results: dict, where: str = "perplexity report") -> Dict[str, Dict[str, Optional[float]]]:
     """``{model: {ppl, joint_ppl, ppl_word, joint_ppl_word, tokens, sees_tags}}`` from the
-    ``sipe-eval-lm --json`` output (``{model: rows}``, rows of :func:`~sipe_fairseq.eval.scoring.summarize`);
+    ``sipe-eval-lm --json`` output (``{model: rows}``, rows of :func:`~sipe_fairseq.eval.perplexity.split_summary`);
     with ``--tags``, also ``ppl@self``, ``ppl_word@self``, ... from each row's ``tag_sources``
     (every sentence scored alone, :func:`~sipe_fairseq.eval.prefix_scores.score_split_sources`)."""
     if not isinstance(results, dict) or not results or \
@@ -410,7 +410,7 @@ def sg_name(label: str) -> str:
 
 def checkpoints_from_specs(specs) -> Dict[str, str]:
     try:
-        return checkpoint_specs(specs)
+        return parse_checkpoint_specs(specs)
     except (ValueError, FileNotFoundError) as e:
         raise ReportError(str(e)) from e
 
@@ -541,22 +541,22 @@ def score_checkpoints(inputs: ReportInputs, checkpoints: Dict[str, str], collect
     data = _read_sentence_inputs(inputs, any("blimp" in t for t in todo.values()),
                                  any("syntaxgym" in t for t in todo.values()))
     scores = _Scores(OrderedDict(), {}, {}, [], OrderedDict())
+    loader = CheckpointSpecs(checkpoints, inputs.data, context_window=inputs.context_window)
     for name, path in checkpoints.items():
         if not todo[name]:
             collected.info[name].update({"checkpoint": path, **checkpoint_layer_info(path)})
             continue
         t0 = time.perf_counter()
-        model, task = load_lm(path, inputs.data, inputs.context_window)
+        ck = loader.load(name)  # one model at a time; its dictionary checked against inputs.data's
+        model, task = ck.model, ck.task
         collected.info[name].update({"checkpoint": path, **layer_info(getattr(getattr(model, "decoder", None), "cfg", None))})
-        if data.encoder is not None and len(task.source_dictionary) != len(data.encoder.dictionary):
-            raise ReportError(f"{path}: its dictionary ({len(task.source_dictionary)} symbols) is not "
-                              f"{inputs.data}'s ({len(data.encoder.dictionary)})")
         try:
             _score_one(name, model, task, todo[name], sources, inputs, data, scores, collected)
         except ReportError:
             raise
         except ValueError as e:  # e.g. --tags self for an encoder or a model without tag heads
             raise ReportError(f"{path}: {e}") from e
+        ck.release()
         del model, task
         logger.info("%s: scored %s in %.1fs", name, ", ".join(sorted(todo[name])), time.perf_counter() - t0)
 

@@ -37,7 +37,7 @@ import statistics
 from collections import OrderedDict
 from typing import Dict, List, Sequence
 
-from ...structure.sources import split_label
+from ...structure.sources import Given, parse_source, split_label
 from .paired import Items, paired_difference
 from .tables import table as markdown_table
 
@@ -235,17 +235,22 @@ def _cell(s: dict) -> str:
 
 
 def score_order(score: str):
-    """blocks, given, given-joint, self, then beam:K and beam-word:K by K (the JSON keeps keys sorted),
-    then the BLiMP and SyntaxGym accuracies in the same order of sources."""
-    fixed = [BLOCKS, "given", "given-joint", "self"]
+    """blocks, then the sources in their own order (:attr:`~sipe_fairseq.structure.sources.Source.rank`: given,
+    given-joint, self, ..., beam:K and mix:K by K; the JSON keeps keys sorted), then the BLiMP and SyntaxGym
+    accuracies in the same order of sources."""
     suite = 0
     for i, kind in enumerate(("BLiMP ", "SyntaxGym "), 1):
         if score.startswith(kind):
             suite, score = i, score[len(kind):]
-    if score in fixed:
-        return (suite, fixed.index(score), 0, "")
-    kind, _, k = score.partition(":")
-    return (suite, len(fixed) + (kind != "beam"), int(k) if k.isdigit() else 0, score)
+    if score == BLOCKS:
+        return (suite, -1, 0, "")
+    if score == "given-joint":
+        return (suite, Given.rank, 1, "")
+    try:
+        src = parse_source(score)
+    except ValueError:  # a score that is not a source's: after every source
+        return (suite, 1 << 20, 0, score)
+    return (suite, src.rank, src.k if src.takes_width else 0, score)
 
 
 def seeds_markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:

@@ -4,7 +4,7 @@ import json
 import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..scoring import token_logprobs, too_long
+from ...structure.sentences import too_long
 from .formula import EQUALITY_ATOL, EQUALITY_RTOL, evaluate_formula
 from .suites import SuiteSentence, Suite
 
@@ -27,11 +27,12 @@ def region_surprisals(sentence: SuiteSentence, logprobs) -> Dict[int, float]:
 def score_regions(model, sentences: Sequence[SuiteSentence], eos: int, pad: int,
                     batch_size: int = 32, logprob_fn: Optional[Callable] = None):
     """Region surprisals per sentence (``None`` with a reason for those it cannot score):
-    returns ``(surprisals, failures)`` as lists aligned with ``sentences``. A ``logprob_fn`` with
+    returns ``(surprisals, failures)`` as lists aligned with ``sentences``. ``logprob_fn``: the column's
+    per-token log-probabilities (:func:`~sipe_fairseq.eval.syntaxgym.columns.engine_logprobs`); one with
     ``wants_heads`` (GiLT ``given``: the parse as a graph) also gets each sentence's tree (``heads=``)."""
     if logprob_fn is None:
-        logprob_fn = token_logprobs
-    failures = [s.failure if s.failure is not None else too_long(model, s.encoded[0]) for s in sentences]
+        raise ValueError("score_regions: no logprob_fn (a column's per-token scores: syntaxgym.columns.engine_logprobs)")
+    failures = [s.failure if s.failure is not None else too_long(model, len(s.encoded[0])) for s in sentences]
     todo = [k for k, f in enumerate(failures) if f is None]
     kwargs = {"heads": [sentences[k].heads for k in todo]} if getattr(logprob_fn, "wants_heads", False) else {}
     lps = logprob_fn(model, [sentences[k].encoded[:3] for k in todo], eos, pad, batch_size, **kwargs) if todo else []
