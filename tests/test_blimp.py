@@ -427,14 +427,15 @@ def _correct_by_uid(scores, uids):
 
 
 def test_decoder_scores_against_an_independent_loop(toy):
-    """token_logprobs, the conditional and the joint sentence scores of the SiPE decoder (and the
-    stock LM) equal a per-sentence loop over the model's own outputs; the BLiMP accuracies of
+    """The structure engine's ``given`` per-token, conditional and joint sentence scores of the SiPE decoder
+    (and the stock LM) equal a per-sentence loop over the model's own outputs (float32: 1e-5 a token, 1e-4
+    a sentence); the BLiMP accuracies of
     ``sipe-eval blimp`` (lm and joint) equal the accuracies of those reference scores."""
     import torch
 
     from sipe_fairseq.checkpoints import load_lm as load
     from sipe_fairseq.data.encode import SentenceEncoder
-    from sipe_fairseq.eval import scoring
+    from sipe_fairseq.structure.scoring import score_encoded
 
     enc = SentenceEncoder(str(toy["data"]))
     d = enc.dictionary
@@ -444,20 +445,21 @@ def test_decoder_scores_against_an_independent_loop(toy):
     for name in ("sipe", "stock"):
         model, _ = load(str(toy[name]), str(toy["data"]))
         ref_lm, ref_joint = _loop_scores(model, encoded, d), _loop_scores(model, encoded, d, joint=True)
-        # token_logprobs against a direct forward of one sentence
+        # the engine's per-token log-probs against a direct forward of one sentence
         t, a, b = encoded[3]
         src = torch.cat([t.new([d.eos()]), t[:-1]])[None]
         kw = {"src_terminals": torch.cat([a.new([4]), a[:-1]])[None],
               "src_nonterminals": torch.cat([b.new([4]), b[:-1]])[None]} if name == "sipe" else {}
         with torch.no_grad():
             direct = torch.log_softmax(model(src, **kw)[0][0].float(), -1).gather(-1, t[:, None]).squeeze(-1)
-        got = scoring.token_logprobs(model, encoded, d.eos(), d.pad(), batch_size=5)
-        torch.testing.assert_close(got[3], direct, rtol=1e-5, atol=1e-5)
-        assert [g.sum().item() for g in got] == pytest.approx(ref_lm, rel=1e-5, abs=1e-4)
-        lm = scoring.score_sentence_batch(model, encoded, d, batch_size=5)
-        joint = scoring.score_sentence_batch(model, encoded, d, batch_size=5, joint=True)
-        assert lm == pytest.approx(ref_lm, rel=1e-5, abs=1e-4)
-        assert joint == pytest.approx(ref_joint, rel=1e-5, abs=1e-4)
+        scores = score_encoded(model, encoded, "given", d, batch_sentences=5)
+        assert [s.n_tokens for s in scores] == [len(t) for t, _, _ in encoded]  # input order
+        torch.testing.assert_close(torch.tensor(scores[3].token_logprobs, dtype=torch.float32), direct,
+                                   rtol=0, atol=1e-5)
+        assert [sum(s.token_logprobs) for s in scores] == pytest.approx(ref_lm, rel=0, abs=1e-4)
+        lm, joint = [s.logprob for s in scores], [s.joint for s in scores]
+        assert lm == pytest.approx(ref_lm, rel=0, abs=1e-4)
+        assert joint == pytest.approx(ref_joint, rel=0, abs=1e-4)
         if name == "sipe":  # every sentence has tagged words: the tag terms are there
             assert all(j < s - 1e-3 for j, s in zip(joint, lm))
         else:
@@ -473,8 +475,9 @@ def test_decoder_scores_against_an_independent_loop(toy):
 
 
 def test_pair_accuracy_on_hand_made_cases(monkeypatch):
-    """Sums over tokens decide; a tie is an error; per-UID and overall rows."""
-    import torch
+    """Sums over tokens decide; a tie is an error; per-UID and overall rows (the engine's scores of each
+    sentence replaced by hand-made per-token log-probs)."""
+    from types import SimpleNamespace
 
     from sipe_fairseq.eval import minimal_pairs
 
@@ -496,11 +499,11 @@ def test_pair_accuracy_on_hand_made_cases(monkeypatch):
         def encode(self, words, heads):
             return (tuple(words), None, None, None)
 
-    def fake_logprobs(model, encoded, eos, pad, batch_size):
-        assert (eos, pad) == (2, 1)
-        return [torch.tensor(table[e[0]]) for e in encoded]
+    def fake_scores(model, encoded, source, dictionary, options=None, heads=None, batch_sentences=256):
+        assert str(source) == "given" and (dictionary.eos(), dictionary.pad()) == (2, 1)
+        return [SimpleNamespace(logprob=sum(table[e[0]])) for e in encoded]
 
-    monkeypatch.setattr(minimal_pairs, "token_logprobs", fake_logprobs)
+    monkeypatch.setattr(minimal_pairs, "score_encoded", fake_scores)
     pairs = [(["g1"], ["b1"], [0], "A"), (["g2"], ["b2"], [0], "A"), (["g3"], ["b3"], [0], "B"), (["g4"], ["b4"], [0], "B"),
              (["g1"], ["b1"], [0], "B")]
     acc = minimal_pairs.pair_accuracy(None, Enc(), pairs)

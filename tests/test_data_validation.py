@@ -234,7 +234,7 @@ def test_swapped_tag_ids_refused_by_default(data_dir, tmp_path):
     assert report["sentences"] == 400
     validate.check_content(validate.read_stream(str(path / "train")),
                            {k: validate.read_stream(str(path / f"train.{k}")) for k in KINDS},
-                           validate.vocabulary(d, tags, False), validate.expectations(str(path), "train"),
+                           validate.dictionary_limits(d, tags, False), validate.expectations(str(path), "train"),
                            validate._scope(validate.read_stream(str(path / "train")), "full"))
     proc = _train(path, tmp_path)  # ... the crc32 does, by default
     assert proc.returncode == 1, proc.stderr[-2000:]

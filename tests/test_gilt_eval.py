@@ -25,8 +25,9 @@ from test_gilt_scoring import full  # noqa: E402  (the full teacher-forced forwa
 from sipe_fairseq.cli.eval import main as eval_main  # noqa: E402
 from sipe_fairseq.cli.eval_lm import main as eval_lm_main  # noqa: E402
 from sipe_fairseq.data import toy_grammar as tg  # noqa: E402
-from sipe_fairseq.eval import prefix_scores, scoring  # noqa: E402
+from sipe_fairseq.eval import prefix_scores  # noqa: E402
 from sipe_fairseq.structure.arcs import gold_graph  # noqa: E402
+from sipe_fairseq.structure.scoring import score_encoded  # noqa: E402
 from sipe_fairseq.structure.sentences import Sentence, word_starts  # noqa: E402
 
 
@@ -143,7 +144,6 @@ def test_prefix_invariance(gilt):
     there, under self and beam:3 (nothing after the prefix is looked at); and the beam's per-token
     increments add up to its running logsumexp at every word boundary."""
     from sipe_fairseq.data.encode import SentenceEncoder
-    from sipe_fairseq.eval.scoring import score_encoded_with_progress
 
     enc = SentenceEncoder(str(gilt["data"]))
     d = enc.dictionary
@@ -156,7 +156,7 @@ def test_prefix_invariance(gilt):
             q += 1
         assert a[3][: i + 1] == b[3][: i + 1] and bool((a[0][:q] == b[0][:q]).all()) and q < a[3][i + 1]
         for source in ("self", "beam:3"):
-            sa, sb = score_encoded_with_progress(gilt["model"], [a[:3], b[:3]], source, d)
+            sa, sb = score_encoded(gilt["model"], [a[:3], b[:3]], source, d)
             assert sa.token_logprobs[:q] == pytest.approx(sb.token_logprobs[:q], abs=1e-9)
             assert sa.extra["prefix_logp"][:i] == pytest.approx(sb.extra["prefix_logp"][:i], abs=1e-9)
             assert {x for x in map(tuple, sa.extra["arcs"]) if max(x) <= i} == \
@@ -356,7 +356,7 @@ def test_syntaxgym_with_each_source(gilt, chain_parser, tmp_path):
         words = words_of(tokens, word_starts(tokens, terms, d))
         greedy = greedy_loop(gilt["model"], words)[1]
         gold = per_token(gilt["model"], words, gold_graph(s.heads))
-        beam = scoring.score_encoded_with_progress(gilt["model"], [s.encoded[:3]], "beam:3", d)[0]
+        beam = score_encoded(gilt["model"], [s.encoded[:3]], "beam:3", d)[0]
         prefix = [0.0] + beam.extra["prefix_logp"]  # the prefix marginal before word 1, after each word
         first_word = 0
         for region in s.condition.regions:

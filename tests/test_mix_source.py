@@ -30,12 +30,12 @@ from fairseq.data import Dictionary
 from sipe_fairseq.data.tag_dictionary import NOTAG_ID
 from sipe_fairseq.hexatag.constrained import PAIRS
 from sipe_fairseq.models.gilt_lm import GiltConfig, GiltDecoder
-from sipe_fairseq.eval.prefix_scores import summarize
+from sipe_fairseq.eval.prefix_scores import source_summary
 from sipe_fairseq.structure.family import StructureOptions, policy_for
 from sipe_fairseq.structure.policy import top_per_group
 from sipe_fairseq.structure.scoring import score_sentences
 from sipe_fairseq.structure.sentences import Sentence, sentence_of
-from sipe_fairseq.structure.sources import Source, parse_source
+from sipe_fairseq.structure.sources import Mix, parse_source
 from test_prefix_tags import encode_sentence, make_model, parser_tags, reference, word_pieces  # noqa: E402
 from test_word_aware_heads import make_word_model  # noqa: E402
 from conftest import small_dictionary  # noqa: E402
@@ -94,7 +94,10 @@ def sipe_sentence(dictionary, pieces, extra=None):
 
 
 def test_parse_mix_source():
-    assert parse_source("mix:16") == Source("mix", 16) and str(parse_source(" mix:4 ")) == "mix:4"
+    mix = parse_source(" mix:16 ")
+    assert type(mix) is Mix and mix == Mix(16) != Mix(4) and (mix.k, str(mix)) == (16, "mix:16")
+    assert (mix.kind, mix.number, mix.needs_parse, mix.chooses, mix.branches, mix.takes_width) == (
+        "mix", "exact", False, True, True, True)
     for bad in ("mix", "mix:0", "mix:x", "mixture:4"):
         with pytest.raises(ValueError):
             parse_source(bad)
@@ -250,11 +253,11 @@ def test_report_counts_live_hypotheses_and_positions(dictionary):
         toks, terms, nts = encode_sentence(dictionary, word_pieces(dictionary, words), parser_tags(len(words)))
         sents.append(sentence_of(i, toks, terms, nts, dictionary, dictionary.eos()))
     for force in (False, True):
-        given = summarize(score_sentences(model, sents, "given", StructureOptions(), dictionary.eos(),
-                                          dictionary.pad(), force_incremental=force))
+        given = source_summary(score_sentences(model, sents, "given", StructureOptions(), dictionary.eos(),
+                                               dictionary.pad(), force_incremental=force))
         assert given["live_per_word"] == 1.0 and given["positions_per_token"] == 1.0
     mix = score_sentences(model, sents, "mix:3", StructureOptions(), dictionary.eos(), dictionary.pad())
-    row = summarize(mix)
+    row = source_summary(mix)
     words = sum(len(s.starts) for s in sents)
     assert row["live_per_word"] == sum(s.extra["live_hypotheses"] for s in mix) / words
     assert row["positions_per_token"] == sum(s.extra["positions"] for s in mix) / sum(s.n for s in sents)

@@ -20,8 +20,10 @@ from sipe_fairseq.cli.eval import main as eval_main  # noqa: E402
 from sipe_fairseq.checkpoints import load_lm as load  # noqa: E402
 from sipe_fairseq.data import toy_grammar as tg  # noqa: E402
 from sipe_fairseq.data.encode import SentenceEncoder  # noqa: E402
-from sipe_fairseq.eval import scoring  # noqa: E402
-from sipe_fairseq.eval.scoring import score_split  # noqa: E402
+from sipe_fairseq.eval import pll  # noqa: E402
+from sipe_fairseq.eval.perplexity import score_split  # noqa: E402
+from sipe_fairseq.structure.family import masked_lm  # noqa: E402
+from sipe_fairseq.structure.scoring import score_encoded  # noqa: E402
 
 from conftest import MLM_TASK, STOCK_MLM  # noqa: E402
 
@@ -121,11 +123,11 @@ def test_pll_equals_one_mask_per_forward(toy, name):
     assert model.encoder.needs_tags == (name != "roberta-none")
     assert model.encoder.dictionary.index("<mask>") == len(d)  # dict.txt + <mask> appended
     ref = one_at_a_time(model, toy["encoded"], d)
-    got = scoring.pseudo_log_likelihoods(model, toy["encoded"], d, batch_size=64)
+    got = pll.pseudo_log_likelihoods(model, toy["encoded"], d, batch_size=64)
     for r, g, (t, _, _) in zip(ref, got, toy["encoded"]):
         assert len(g) == len(t) - 1  # every token but </s>
         torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
-    scores = scoring.score_sentence_batch(model, toy["encoded"], d, batch_size=64)
+    scores = pll.pll_sentence_scores(model, toy["encoded"], d, batch_size=64)
     assert scores == pytest.approx([r.sum().item() for r in ref], rel=1e-5, abs=1e-4)
     assert all(s < 0 for s in scores)
 
@@ -136,8 +138,8 @@ def test_joint_adds_the_masked_words_tags(toy, name):
     a model that sees no tags scores the same as with ``lm``."""
     model = build(toy, name)
     d = toy["enc"].dictionary
-    lm = scoring.score_sentence_batch(model, toy["encoded"], d, batch_size=64)
-    joint = scoring.score_sentence_batch(model, toy["encoded"], d, batch_size=64, joint=True)
+    lm = pll.pll_sentence_scores(model, toy["encoded"], d, batch_size=64)
+    joint = pll.pll_sentence_scores(model, toy["encoded"], d, batch_size=64, joint=True)
     ref = [r.sum().item() for r in one_at_a_time(model, toy["encoded"], d, joint=True)]
     assert joint == pytest.approx(ref, rel=1e-5, abs=1e-4)
     if name == "roberta-none":
@@ -151,17 +153,17 @@ def test_batching_invariance_and_one_pass_per_sentence(toy, monkeypatch):
     d, encoded = toy["enc"].dictionary, toy["encoded"]
     lengths = [len(t) - 1 for t, _, _ in encoded]
     rows = count_passes(model, monkeypatch)
-    alone = scoring.score_sentence_batch(model, encoded, d, batch_size=1)
+    alone = pll.pll_sentence_scores(model, encoded, d, batch_size=1)
     assert rows == lengths  # batch size 1: each pass holds exactly one sentence's masked copies
     rows.clear()
     size = lengths[0] + lengths[1]
-    mid = scoring.score_sentence_batch(model, encoded, d, batch_size=size)
+    mid = pll.pll_sentence_scores(model, encoded, d, batch_size=size)
     ends = set(itertools.accumulate(lengths))
     assert set(itertools.accumulate(rows)) <= ends  # no sentence split across passes
     assert rows[0] == size and 1 < len(rows) < len(lengths)
     assert all(r <= size or r in lengths for r in rows)  # a pass exceeds the size only for one long sentence
     rows.clear()
-    together = scoring.score_sentence_batch(model, encoded, d, batch_size=10_000)
+    together = pll.pll_sentence_scores(model, encoded, d, batch_size=10_000)
     assert rows == [sum(lengths)]
     assert mid == pytest.approx(alone, rel=1e-5, abs=1e-5)
     assert together == pytest.approx(alone, rel=1e-5, abs=1e-5)
@@ -179,7 +181,7 @@ def test_masked_position_carries_no_tag_signal(toy, name):
     a2, b2 = a.clone(), b.clone()
     a2[p] = FIRST_TAG + (1 - (int(a[p]) - FIRST_TAG))  # the other terminal class
     b2[p] = FIRST_TAG + (int(b[p]) - FIRST_TAG + 2) % 5  # another non-terminal
-    before, after = scoring.pseudo_log_likelihoods(model, [(t, a, b), (t, a2, b2)], d)
+    before, after = pll.pseudo_log_likelihoods(model, [(t, a, b), (t, a2, b2)], d)
     assert after[p] == pytest.approx(before[p].item(), abs=1e-6)
     others = torch.cat([after[:p] - before[:p], after[p + 1:] - before[p + 1:]]).abs()
     assert others.max() > 1e-4  # control: the tags do reach the model elsewhere
@@ -194,19 +196,19 @@ def test_needs_mask_and_matching_dictionary(toy, monkeypatch):
     for s in d.symbols[other.nspecial:]:
         other.add_symbol(s)
     with pytest.raises(ValueError, match="token ids would disagree"):
-        scoring.score_sentence_batch(model, toy["encoded"], other)
+        pll.pll_sentence_scores(model, toy["encoded"], other)
     with pytest.raises(ValueError, match=r"sentence 0: expected tokens x_1 \.\. x_n </s>"):
-        scoring.score_sentence_batch(model, [(torch.tensor([d.eos()]),) * 3], d)
+        pll.pll_sentence_scores(model, [(torch.tensor([d.eos()]),) * 3], d)
     too_long = torch.tensor([d.index(d.symbols[d.nspecial])] * 63 + [d.eos()])  # 65 positions with <s>
     with pytest.raises(ValueError, match="sentence 0: 65 tokens with <s> and </s>, more than the model's 64 positions"):
-        scoring.score_sentence_batch(model, [(too_long, torch.full_like(too_long, NOTAG), torch.full_like(too_long, NOTAG))], d)
+        pll.pll_sentence_scores(model, [(too_long, torch.full_like(too_long, NOTAG), torch.full_like(too_long, NOTAG))], d)
     tagged = build(toy, "deberta-position")
     monkeypatch.setattr(tagged.encoder, "deprel", torch.nn.Embedding(3, 4))  # as a *_DR input strategy has
     with pytest.raises(ValueError, match="reads a deprel stream"):
-        scoring.score_sentence_batch(tagged, toy["encoded"], d)
+        pll.pll_sentence_scores(tagged, toy["encoded"], d)
     monkeypatch.setattr(model.encoder, "dictionary", d)  # dict.txt alone: no <mask>
     with pytest.raises(ValueError, match="has no <mask> symbol"):
-        scoring.score_sentence_batch(model, toy["encoded"], d)
+        pll.pll_sentence_scores(model, toy["encoded"], d)
 
 
 # ------------------------------------------------------------------------------- end to end
@@ -264,12 +266,12 @@ def test_blimp_scores_encoder_checkpoints(toy, checkpoints):
             want = {u: sum(ref[2 * k] > ref[2 * k + 1] for k, uk in enumerate(uids) if uk == u) for u in tg.PAIR_UIDS}
             assert {u: rep["paradigms"][u]["correct"][name] for u in tg.PAIR_UIDS} == want, (name, joint_score)
             assert rep["overall"]["accuracy"][name] == pytest.approx(100.0 * sum(want.values()) / N_PAIRS)
-        assert scoring.model_kind(model) == "encoder"
+        assert masked_lm(model)
         assert task.source_dictionary.index("<mask>") == len(d) == len(task.source_dictionary) - 1
         ref = [r.sum().item() for r in one_at_a_time(model, toy["encoded"], d)]
-        assert scoring.score_sentence_batch(model, toy["encoded"], d, batch_size=7) == pytest.approx(ref, rel=1e-5, abs=1e-4)
-    # perplexity and left-to-right token scores refuse encoders instead of misreading their logits
+        assert pll.pll_sentence_scores(model, toy["encoded"], d, batch_size=7) == pytest.approx(ref, rel=1e-5, abs=1e-4)
+    # perplexity and the left-to-right structure engine refuse encoders instead of misreading their logits
     with pytest.raises(ValueError, match="masked-LM encoder"):
         score_split(model, task, "valid")
-    with pytest.raises(TypeError, match="masked-LM encoder"):
-        scoring.token_logprobs(model, toy["encoded"], d.eos(), d.pad())
+    with pytest.raises(ValueError, match="masked-LM encoder"):
+        score_encoded(model, toy["encoded"], "given", d)

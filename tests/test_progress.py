@@ -12,8 +12,8 @@ from fairseq.data import Dictionary
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.cli.options import configure_progress
 from sipe_fairseq.eval import progress as P
-from sipe_fairseq.eval.scoring import score_encoded_with_progress
-from sipe_fairseq.eval.scoring import token_logprobs
+from sipe_fairseq.eval.syntaxgym.columns import engine_logprobs
+from sipe_fairseq.structure.scoring import score_encoded
 from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS, encode
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel
 
@@ -44,25 +44,39 @@ def setup():
 
 
 def _run(model, d, encoded):
-    lps = token_logprobs(model, encoded, d.eos(), d.pad(), batch_size=2)  # 3 batches
-    scores = score_encoded_with_progress(model, encoded, "given", d, batch_sentences=2)
-    return lps, scores
+    """Per-token log-probs of SyntaxGym's engine columns (each with its bar ``tags SOURCE``), batches of 2."""
+    given = engine_logprobs("given", d)(model, encoded, d.eos(), d.pad(), 2)
+    own = engine_logprobs("self", d)(model, encoded, d.eos(), d.pad(), 2)
+    return given, own
 
 
 def test_forced_bars_go_to_stderr_not_stdout(setup, capsys, restore_mode):
     model, d, encoded = setup
     P.set_progress("off")
-    want_lps, want_scores = _run(model, d, encoded)
+    want_given, want_own = _run(model, d, encoded)
     assert capsys.readouterr().err == ""
     P.set_progress("on")
-    lps, scores = _run(model, d, encoded)
+    given, own = _run(model, d, encoded)
     out, err = capsys.readouterr()
     assert out == ""
-    assert "score:" in err and "0/3 [" in err  # token_logprobs: 3 batches of <= 2 sentences
-    assert "tags given:" in err and "0/5 [" in err  # the prefix-tag scorer: 5 sentences
+    assert "tags given:" in err and "tags self:" in err  # one bar per source, counting sentences
+    assert err.count("0/5 [") == 2  # each bar opens at 0 of the 5 sentences
     # the bars change nothing
-    assert all(torch.equal(a, b) for a, b in zip(lps, want_lps))
-    assert [s.logprob for s in scores] == [s.logprob for s in want_scores]
+    assert len(given) == len(own) == 5
+    assert all(torch.equal(a, b) for a, b in zip(given, want_given))
+    assert all(torch.equal(a, b) for a, b in zip(own, want_own))
+
+
+def test_engine_reports_each_finished_batch(setup):
+    """``score_encoded``'s progress callback gets the sentences of each finished batch: the search (self) in
+    batches of at most 2 sentences, shortest first (lengths 2, 2, 3, 3, 4 words); given's full forwards in as
+    few as fit ``GIVEN_POSITIONS`` padded positions (all 5 here)."""
+    model, d, encoded = setup
+    for source, want in (("self", [2, 2, 1]), ("given", [5])):
+        counts = []
+        scores = score_encoded(model, encoded, source, d, batch_sentences=2, progress=counts.append)
+        assert counts == want, source
+        assert [s.n_tokens for s in scores] == [len(t) for t, _, _ in encoded]  # input order
 
 
 def test_auto_is_silent_when_stderr_is_not_a_terminal(setup, capsys, restore_mode):

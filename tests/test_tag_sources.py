@@ -5,7 +5,7 @@ tags differ between conditions.
 One tiny ``position`` decoder trained for a few updates on the toy grammar (W_E initialised large,
 ``--sipe-proj-init-std 0.5``, so that the tags change the scores). The independent
 computation for ``self``: the tags the structure engine (:mod:`sipe_fairseq.structure`) chooses are put into
-the sentence and scored by one ordinary full forward (``scoring.token_logprobs``, float32); as the
+the sentence and scored by one ordinary full forward (``reference_ops.full_forward_logprobs``, float32); as the
 tags depend on the prefix only, that forward gives the exact per-token ``log q`` the step-wise
 search computed (float64): they must agree to 1e-4.
 """
@@ -30,11 +30,11 @@ from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID  # noqa: E40
 from sipe_fairseq.eval import blimp  # noqa: E402
 from sipe_fairseq.eval import syntaxgym as sg  # noqa: E402
 from sipe_fairseq.eval.prefix_scores import markdown_tag_sources, score_split_sources  # noqa: E402
-from sipe_fairseq.eval.scoring import score_encoded_with_progress  # noqa: E402
 from sipe_fairseq.structure.family import StructureOptions  # noqa: E402
-from sipe_fairseq.eval.scoring import token_logprobs  # noqa: E402
+from sipe_fairseq.structure.scoring import score_encoded  # noqa: E402
 from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS  # noqa: E402
 from sipe_fairseq.parsing import PARSERS, register_parser  # noqa: E402
+from reference_ops import full_forward_logprobs  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PLUGIN = str(Path(sipe_fairseq.__file__).parent)
@@ -80,7 +80,7 @@ def load(toy):
 
 def chosen_tags_logprobs(model, encoded, scores, d):
     """Independent per-token log-probs: each sentence's chosen tags (``score.tags``) written on its
-    word starts and the sentence scored by one full forward (``scoring.token_logprobs``)."""
+    word starts and the sentence scored by one full forward (``reference_ops.full_forward_logprobs``)."""
     retagged = []
     for (t, a, _), s in zip(encoded, scores):
         starts = (a >= FIRST_TAG_ID).nonzero().flatten().tolist() or \
@@ -90,7 +90,7 @@ def chosen_tags_logprobs(model, encoded, scores, d):
         for q, (tt, nt) in zip(starts, s.tags):
             terms[q], nts[q] = FIRST_TAG_ID + TERMINALS.index(tt), FIRST_TAG_ID + NONTERMINALS.index(nt)
         retagged.append((t, terms, nts))
-    return token_logprobs(model, retagged, d.eos(), d.pad())
+    return full_forward_logprobs(model, retagged, d.eos())
 
 
 # ----------------------------------------------------------------------------- fairseq-eval-lm
@@ -162,7 +162,7 @@ def test_blimp_tag_sources_match_prefix_scores(toy):
     texts = list(prepared.encoded)
     encoded = [prepared.encoded[t] for t in texts]
     d = enc.dictionary
-    scores = score_encoded_with_progress(model, encoded, "self", d, StructureOptions(placement=str(task.args.tag_head_placement)))
+    scores = score_encoded(model, encoded, "self", d, StructureOptions(placement=str(task.args.tag_head_placement)))
     full = chosen_tags_logprobs(model, encoded, scores, d)
     for s, lp in zip(scores, full):
         assert s.logprob == pytest.approx(float(lp.sum()), abs=1e-4)
@@ -230,7 +230,7 @@ def test_syntaxgym_tag_sources_and_prefix_differences(toy, later_parser, tmp_pat
     sg.tree_and_encode(sentences, LaterWordsParser(), enc)
     d = enc.dictionary
     encoded = [s.encoded[:3] for s in sentences]
-    scores = score_encoded_with_progress(model, encoded, "self", d, StructureOptions(placement=str(task.args.tag_head_placement)))
+    scores = score_encoded(model, encoded, "self", d, StructureOptions(placement=str(task.args.tag_head_placement)))
     full = chosen_tags_logprobs(model, encoded, scores, d)
     checked = 0
     for s, lp in zip(sentences, full):
@@ -317,6 +317,6 @@ def test_tags_mass_in_eval_lm_and_blimp(toy, capsys):
     prepared = blimp.prepare(pairs, ConlluTrees(str(toy["trees"])), enc)
     texts = list(prepared.encoded)
     options = StructureOptions(placement=str(task.args.tag_head_placement), mass=0.5, top_pairs=3)
-    scores = score_encoded_with_progress(model, [prepared.encoded[t] for t in texts], "mix:2", enc.dictionary, options)
+    scores = score_encoded(model, [prepared.encoded[t] for t in texts], "mix:2", enc.dictionary, options)
     total = {t: s.logprob for t, s in zip(texts, scores)}
     assert report["overall"]["correct"]["pos [mix:2]"] == sum(total[p.good] > total[p.bad] for p in pairs)

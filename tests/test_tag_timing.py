@@ -29,7 +29,7 @@ from sipe_fairseq.hexatag.errors import OptionError
 from sipe_fairseq.hexatag.timing import TIMINGS, advance_unit, can_end, timed_pairs, untimed_pairs
 from sipe_fairseq.structure.family import StructureOptions
 from sipe_fairseq.structure.scoring import score_sentences
-from sipe_fairseq.structure.sentences import prepare
+from sipe_fairseq.structure.sentences import sentence_of
 from conftest import small_dictionary  # noqa: E402
 from test_prefix_tags import PrefixTagScorer, encode_sentence, parser_tags, sentence_pairs, word_pieces  # noqa: E402
 from test_word_aware_heads import make_word_model  # noqa: E402
@@ -156,7 +156,7 @@ def test_given_equals_an_independent_full_forward(dictionary, timing):
     tags = parser_tags(4)
     toks, a, b = encode_sentence(dictionary, pieces, tags)
     lm, joint = full_reference(model, dictionary, pieces, tags, timing)
-    sent = [prepare(0, toks, a, b, None, dictionary.eos())]
+    sent = [sentence_of(0, toks, a, b, None, dictionary.eos())]
     opts = StructureOptions(placement=PLACEMENT)
     for incremental in (False, True):
         x = score_sentences(model, sent, "given", opts, dictionary.eos(), dictionary.pad(), force_incremental=incremental)[0]
@@ -216,7 +216,7 @@ def test_split_given_matches_eval_lm_blocks(tmp_path, timing):
     sipe-preprocess directory: perplexity, joint bound and counts."""
     from conftest import toy_lm_task
     from sipe_fairseq.eval.prefix_scores import score_split_sources
-    from sipe_fairseq.eval.scoring import score_split
+    from sipe_fairseq.eval.perplexity import score_split
 
     task = toy_lm_task(tmp_path, sample_break_mode="eos", tokens_per_sample=512, tag_head_placement=PLACEMENT,
                        tag_timing=timing)
@@ -234,18 +234,23 @@ def test_split_given_matches_eval_lm_blocks(tmp_path, timing):
 
 @pytest.mark.parametrize("timing", SHIFTED)
 def test_sentence_scorers_feed_the_timed_tags(dictionary, timing):
-    """BLiMP's and SyntaxGym's given path (``eval.scoring``: one batched forward of word-aligned tags)
-    feeds the model's timing: the engine's given numbers (float32 log-softmax there: 1e-5)."""
-    from sipe_fairseq.eval.scoring import decoder_sentence_scores, token_logprobs
+    """BLiMP's and SyntaxGym's given path (the engine on word-aligned tags, as ``SentenceEncoder`` gives them:
+    ``score_encoded``) feeds the model's timing: its per-token numbers are those of one ordinary full forward
+    of the timed streams (``reference_ops.full_forward_logprobs``, float32 log-softmax there: 1e-5), not
+    those of the untimed ones."""
+    from reference_ops import full_forward_logprobs
+    from sipe_fairseq.structure.scoring import score_encoded
 
     model = timed_model(dictionary, timing, seed=4)
     encoded = [s for pair in sentence_pairs(dictionary, 2, seed=9) for s in pair]
-    engine = PrefixTagScorer(model, "given", PLACEMENT).score_batch(encoded)
-    lps = token_logprobs(model, encoded, dictionary.eos(), dictionary.pad())
-    joints = decoder_sentence_scores(model, encoded, dictionary, joint=True, placement=PLACEMENT)
-    for x, lp, j in zip(engine, lps, joints):
+    engine = score_encoded(model, encoded, "given", dictionary, StructureOptions(placement=PLACEMENT))
+    timed = full_forward_logprobs(model, encoded, dictionary.eos())
+    model.decoder.tag_timing = "paper"  # the same weights fed the word-aligned streams as they are
+    untimed = full_forward_logprobs(model, encoded, dictionary.eos())
+    for x, lp in zip(engine, timed):
+        assert len(x.token_logprobs) == len(lp)
         assert max(abs(u - float(v)) for u, v in zip(x.token_logprobs, lp)) < 1e-5
-        assert abs(x.joint - j) < 1e-4
+    assert max(abs(u - float(v)) for x, plain in zip(engine, untimed) for u, v in zip(x.token_logprobs, plain)) > 1e-3
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from sipe_fairseq.hexatag.errors import OptionError
 from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel
 from sipe_fairseq.structure.family import StructureOptions
 from sipe_fairseq.structure.scoring import score_sentences
-from sipe_fairseq.structure.sentences import prepare
+from sipe_fairseq.structure.sentences import sentence_of
 from test_prefix_tags import (PrefixTagScorer, encode_sentence, parser_tags, reference, sentence_pairs,  # noqa: E402
                               valid_prefix_sequences, word_pieces)
 from conftest import small_dictionary  # noqa: E402
@@ -81,7 +81,7 @@ def test_heads_read_the_next_token_and_nothing_later(model, dictionary):
 def test_given_forced_path_equals_one_full_forward(model, dictionary):
     encoded = [s for pair in sentence_pairs(dictionary, 3, seed=5) for s in pair]
     eos = dictionary.eos()
-    sents = [prepare(i, *e, eos=eos) for i, e in enumerate(encoded)]
+    sents = [sentence_of(i, *e, eos=eos) for i, e in enumerate(encoded)]
     opts = StructureOptions(placement=PLACEMENT)
     full = score_sentences(model, sents, "given", opts, eos, dictionary.pad())
     step = score_sentences(model, sents, "given", opts, eos, dictionary.pad(), force_incremental=True)

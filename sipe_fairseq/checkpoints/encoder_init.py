@@ -270,7 +270,7 @@ def read_encoder_init(path: str, dictionary, dict_path: str, dict_override: str 
     return EncoderInit(path, spec, body, dropped)
 
 
-def summarize(names) -> str:
+def fold_layer_names(names) -> str:
     """Parameter names with layer indices folded: ``encoder.layers.{0-11}.attn.qkv.weight``."""
     groups: Dict[tuple, list] = {}
     for name in names:

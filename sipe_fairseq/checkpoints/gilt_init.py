@@ -27,7 +27,7 @@ from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 from omegaconf import OmegaConf, open_dict
 
 from ..hexatag.errors import CheckpointError
-from .encoder_init import summarize
+from .encoder_init import fold_layer_names
 from .load import read_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -117,13 +117,13 @@ def copy_base(model, base: BaseCheckpoint, dictionary_size: int) -> Dict[str, Li
     missing = [k for k in own if k not in weights and not is_gilt_part(k)]
     if wrong or missing:
         raise CheckpointError(f"--gilt-init-from {base.path}: incompatible with the model built from its settings: "
-                              f"missing {summarize(missing)}; shape mismatch: {'; '.join(wrong[:3]) or '(none)'}")
+                              f"missing {fold_layer_names(missing)}; shape mismatch: {'; '.join(wrong[:3]) or '(none)'}")
     copied = [k for k in own if k in weights]
     new = [k for k in own if k not in weights]
     dropped = [k for k in weights if k not in own]
     model.load_state_dict({**own, **{k: weights[k] for k in copied}}, strict=True)
     n = sum(own[k].numel() for k in copied)
-    logger.info(f"--gilt-init-from {base.path}: copied {len(copied)} tensors ({n:,} values): {summarize(copied)}")
-    logger.info(f"new (initialized here): {summarize(new)}")
-    logger.info(f"dropped from the checkpoint: {summarize(dropped)}")
+    logger.info(f"--gilt-init-from {base.path}: copied {len(copied)} tensors ({n:,} values): {fold_layer_names(copied)}")
+    logger.info(f"new (initialized here): {fold_layer_names(new)}")
+    logger.info(f"dropped from the checkpoint: {fold_layer_names(dropped)}")
     return {"copied": copied, "new": new, "dropped": dropped}

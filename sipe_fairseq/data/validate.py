@@ -199,7 +199,7 @@ def check_files(data_dir: str, names: Sequence[str], exp: Expectations, mode: st
 
 
 @dataclass
-class Vocabulary:
+class DictionaryLimits:
     """What the content checks need from the dictionaries."""
 
     size: int                       # token ids must be < size
@@ -210,11 +210,11 @@ class Vocabulary:
     tag_unk_ok: Tuple[str, ...] = ("deprel",)  # kinds whose streams may hold <unk> (unknown labels)
 
 
-def vocabulary(dictionary, tag_dictionaries: Mapping[str, object], no_split: bool) -> Vocabulary:
-    """A :class:`Vocabulary` from fairseq dictionaries (token, and kind -> tag dictionary)."""
+def dictionary_limits(dictionary, tag_dictionaries: Mapping[str, object], no_split: bool) -> DictionaryLimits:
+    """A :class:`DictionaryLimits` from fairseq dictionaries (token, and kind -> tag dictionary)."""
     starts = word_start_mask(dictionary, specials=True, no_split=no_split).numpy()  # the masked-LM whole-word rule
     starts[[dictionary.bos(), dictionary.pad(), dictionary.eos(), dictionary.unk()]] = False  # </s>, <unk>: checked apart
-    return Vocabulary(len(dictionary), dictionary.eos(), dictionary.unk(), starts,
+    return DictionaryLimits(len(dictionary), dictionary.eos(), dictionary.unk(), starts,
                       {k: len(d) for k, d in tag_dictionaries.items()})
 
 
@@ -256,7 +256,7 @@ def _tag_name(kind: str) -> str:
     return {"terminal": "terminal tag", "nonterminal": "non-terminal tag"}.get(kind, f"{kind} label")
 
 
-def check_content(tokens: Stream, tags: Mapping[str, Stream], vocab: Vocabulary, exp: Expectations,
+def check_content(tokens: Stream, tags: Mapping[str, Stream], vocab: DictionaryLimits, exp: Expectations,
                   scope: _Scope) -> dict:
     """The content checks of the module docstring over ``scope``; returns counts."""
     counts = {"tokens": 0, "tagged": 0, "untagged_word_starts": 0}
@@ -402,7 +402,7 @@ def validate_split(data_dir: str, split: str, dictionary, tag_dictionaries: Mapp
               "streams": list(tags) + (["arcs"] if arcs else []), "arcs_checked": False}
     if mode == "none":
         return report
-    vocab = vocabulary(dictionary, tag_dictionaries, exp.no_split)
+    vocab = dictionary_limits(dictionary, tag_dictionaries, exp.no_split)
     scope = _scope(tokens, mode)
     counts = check_content(tokens, tags, vocab, exp, scope)
     report.update(checked=scope.describe(n), tagged=counts["tagged"], untagged_word_starts=counts["untagged_word_starts"])

@@ -22,7 +22,7 @@ def write_stream(prefix: str, flat: np.ndarray, sizes: np.ndarray, vocab_size: i
     from fairseq.data.indexed_dataset import MMapIndexedDataset, best_fitting_int_dtype, data_file_path, index_file_path
 
     dtype = best_fitting_int_dtype(vocab_size)
-    with open(data_file_path(prefix), "wb") as f:
+    with atomic_open(data_file_path(prefix), binary=True) as f:
         f.write(np.asarray(flat).astype(dtype).tobytes(order="C"))
     with MMapIndexedDataset.Index.writer(index_file_path(prefix), dtype) as index:
         index.write(np.asarray(sizes).tolist())
@@ -84,6 +84,21 @@ def write_text(path, text: str) -> None:
     """``text`` into ``path`` through :func:`atomic_open` (UTF-8, ``\\n`` line breaks on every platform)."""
     with atomic_open(path) as f:
         f.write(text)
+
+
+def save_figure(fig, path, **kwargs) -> str:
+    """A matplotlib figure into ``path`` through :func:`atomic_open` (``kwargs``: of ``savefig``), in the format
+    ``savefig`` would choose: the suffix's, else ``savefig.format`` with that suffix appended. Returns the path written."""
+    import matplotlib  # lazy (heavy): only a figure needs it, and its caller has already imported it
+
+    path = os.fspath(path)
+    fmt = os.path.splitext(path)[1][1:]
+    if not fmt:
+        fmt = matplotlib.rcParams["savefig.format"]
+        path = f"{path}.{fmt}"
+    with atomic_open(path, binary=True) as f:
+        fig.savefig(f, format=fmt, **kwargs)
+    return path
 
 
 def write_manifest(path: str, manifest: dict) -> None:

@@ -33,11 +33,12 @@ from collections import Counter, OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
-from fairseq.models import FairseqEncoderModel
 
+from ..data.writers import save_figure
 from ..data.tag_dictionary import NOTAG_ID
 from ..hexatag import HexatagError
-from ..structure.family import family_of, takes_tags
+from ..structure.family import family_of, masked_lm, takes_tags
+from ..structure.sentences import max_positions
 from .progress import progress
 from .reports.tables import table
 
@@ -100,22 +101,13 @@ def parse_layers(spec: Optional[str]) -> Optional[List[int]]:
 
 
 # ---------------------------------------------------------------------------- model input
-def is_encoder(model) -> bool:
-    return isinstance(model, FairseqEncoderModel)
-
-
-def _max_positions(model) -> Optional[int]:
-    limit = model.max_positions()
-    return min(x for x in limit if x is not None) if isinstance(limit, (tuple, list)) else limit
-
-
 @torch.no_grad()
 def sentence_attention(model, tokens: torch.Tensor, terms: torch.Tensor, nts: torch.Tensor, dictionary,
                        layers: Optional[Sequence[int]] = None) -> torch.Tensor:
     """The (L, L) layer- and head-averaged attention of one encoded sentence (tokens ending in
     ``</s>``), fed as the scorers feed it; ``x_1`` sits at position 1 for either model kind."""
     model.eval()
-    if is_encoder(model):  # <s> x_1 .. x_n </s>
+    if masked_lm(model):  # <s> x_1 .. x_n </s>
         src = torch.cat([tokens.new_tensor([dictionary.bos()]), tokens])
         a = torch.cat([terms.new_tensor([NOTAG_ID]), terms])
         b = torch.cat([nts.new_tensor([NOTAG_ID]), nts])
@@ -160,7 +152,7 @@ def analyse(models: "OrderedDict[str, tuple]", sentences, encoder, relation: str
             skipped["cannot be encoded"] += 1
             logger.warning("line %d: sentence skipped: %s", sent.line, e)
             continue
-        too_long = [n for n, (m, _) in models.items() if (_max_positions(m) or 10 ** 9) < len(tokens) + 1]
+        too_long = [n for n, (m, _) in models.items() if (max_positions(m) or 10 ** 9) < len(tokens) + 1]
         if too_long:
             skipped["longer than a model's positions"] += 1
             logger.warning("line %d: sentence of %d tokens skipped: longer than %s's positions",
@@ -243,5 +235,5 @@ def plot_sentence(path: str, maps: Dict[str, torch.Tensor], labels: Dict[str, Se
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)

@@ -136,7 +136,7 @@ class SiPETaggerModel(BaseFairseqModel):
                  if k in state and state[k].shape != v.shape]
         if missing or wrong:
             raise ValueError(f"--init-encoder {init.path}: its weights do not fit the {self.spec['arch']} encoder "
-                             f"built from its config: missing {encoder_init.summarize(missing)}; shape mismatch: "
+                             f"built from its config: missing {encoder_init.fold_layer_names(missing)}; shape mismatch: "
                              f"{'; '.join(wrong) or '(none)'}")
         self.encoder.load_state_dict({k[len("encoder."):]: state[k] for k in own}, strict=True)
         dropped = init.dropped + [k for k in state if k not in own]
@@ -144,12 +144,12 @@ class SiPETaggerModel(BaseFairseqModel):
         inert = [k for k in own if k.startswith(("encoder.tags.", "encoder.deprel.")) or ".injections." in k]
         n = sum(v.numel() for v in own.values())
         logger.info(f"--init-encoder {init.path}: loaded {len(own)} tensors ({n:,} values) into the encoder: "
-                    f"{encoder_init.summarize(own)}")
-        logger.info(f"new (initialized here): {encoder_init.summarize(new)}")
-        logger.info(f"dropped from the checkpoint: {encoder_init.summarize(dropped)}")
+                    f"{encoder_init.fold_layer_names(own)}")
+        logger.info(f"new (initialized here): {encoder_init.fold_layer_names(new)}")
+        logger.info(f"dropped from the checkpoint: {encoder_init.fold_layer_names(dropped)}")
         if inert:
             logger.info(f"SiPE injection {self.spec['args'].get('sipe_injection')}: the tagger feeds every position as "
-                        f"untagged (m_p = 0), so these loaded tensors contribute nothing: {encoder_init.summarize(inert)}")
+                        f"untagged (m_p = 0), so these loaded tensors contribute nothing: {encoder_init.fold_layer_names(inert)}")
 
     def forward(self, src_tokens, src_lengths=None, **kwargs):
         """(B, T) subword ids -> terminal logits (B, T, 2), non-terminal logits (B, T, 5)."""

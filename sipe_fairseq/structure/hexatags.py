@@ -322,7 +322,8 @@ class HexatagPolicy(StructurePolicy):
     def forced_full(self, batch: Sequence[Sentence], eos: int, pad: int, untagged: bool = False):
         """``given`` in one forward of the whole batch (the tags are known): per sentence the LM
         log-probs per target and each word's tag cost at its anchor. ``untagged``: every word <notag>,
-        no tag cost (the model as a plain LM)."""
+        no tag cost (the model as a plain LM); so is a sentence that has no given tags (a tree source that
+        gives none, ``--parser none``: its words read <notag>, as such a sentence's data stream holds)."""
         width = max(s.n for s in batch)
         S = len(batch)
         src = torch.full((S, width), pad, dtype=torch.long)
@@ -332,11 +333,10 @@ class HexatagPolicy(StructurePolicy):
         for i, s in enumerate(batch):
             src[i, 0] = eos
             src[i, 1:s.n] = s.tokens[:-1]
-            if untagged:
+            units.append(None)
+            if untagged or s.pairs is None:
                 continue
-            if s.pairs is None:
-                raise ValueError("tag source 'given' needs the sentence's tags")
-            units.append(torch.tensor(timed_units(s.pairs, self.timing)))
+            units[-1] = torch.tensor(timed_units(s.pairs, self.timing))
             fed = units[-1] >= 0
             a, b = tag_ids(units[-1][fed])
             pos = (torch.tensor(s.starts) + 1)[fed]
@@ -350,7 +350,7 @@ class HexatagPolicy(StructurePolicy):
         out = []
         for i, s in enumerate(batch):
             lm = lprobs[i, : s.n].tolist()
-            if untagged:
+            if units[i] is None:
                 out.append((lm, [], {"tags": [], "complete": False, "restarts": 0}))
                 continue
             bounds = [-1] + list(s.starts)

@@ -1,7 +1,7 @@
 """How structure is chosen from the prefix: :class:`StructureOptions`, the one declaration of the
 ``--tags*`` and ``--gilt-count-*`` options of every command that takes ``--tags``.
 
-Each field is declared with :func:`option`: its default, its help text and, for a command-line
+Each field is declared with :func:`structure_option`: its default, its help text and, for a command-line
 option, its flag and its range. Commands generate their argparse options from these declarations
 (``sipe_fairseq.cli.options.add_structure_arguments``), and :meth:`StructureOptions.__post_init__`
 checks every value against the same range (:func:`check_value`), so a library caller gets the same
@@ -14,9 +14,9 @@ from ..data.lm_dataset import DEFAULT_PLACEMENT, PLACEMENTS
 from .arcs import COUNT_RULES, DEFAULT_COUNT_BEAM
 
 
-def option(default: Any, help: str, flag: Optional[str] = None, metavar: Optional[str] = None,
-           low: Optional[float] = None, above: Optional[float] = None, high: Optional[float] = None,
-           choices: Optional[Tuple[str, ...]] = None, negate: bool = False, size: bool = False):
+def structure_option(default: Any, help: str, flag: Optional[str] = None, metavar: Optional[str] = None,
+                     low: Optional[float] = None, above: Optional[float] = None, high: Optional[float] = None,
+                     choices: Optional[Tuple[str, ...]] = None, negate: bool = False, size: bool = False):
     """A :class:`StructureOptions` field: ``flag`` (None: not a command-line option), the range
     ``low <= value`` (or ``above < value``) ``<= high``, or ``choices``; ``negate``: a boolean field set
     False by its flag (``--tags-unconstrained`` -> ``constrained=False``); ``size``: bytes, written on the
@@ -66,36 +66,37 @@ def check_value(f, value):
 class StructureOptions:
     """How structure is chosen from the prefix (the ``--tags*`` and ``--gilt-count-*`` options of every
     command that takes ``--tags``; ``placement`` and ``use_cache`` are set by the code, not by a flag)."""
-    placement: str = option(DEFAULT_PLACEMENT, choices=PLACEMENTS,
-                            help="SiPE: where the tag heads choose a word's pair (the checkpoint's --tag-head-placement)")
-    constrained: bool = option(True, flag="--tags-unconstrained", negate=True,
-                               help="self/beam/mix: any tag pair, not only valid prefixes")
-    top_pairs: int = option(0, flag="--tags-top-pairs", metavar="M", low=0,
-                            help="SiPE, beam:K: expand each hypothesis with its tag heads' M best allowed pairs only "
-                                 "(the fast-track pruning of word-synchronous beams; 0: every allowed pair)")
-    abstain: float = option(0.0, flag="--tags-abstain", metavar="P", low=0.0, high=1.0,
-                            help="SiPE, self: leave a word <notag> when its best allowed pair has probability below P "
-                                 "(0: never; for models trained with --tag-dropout)")
-    mass: float = option(1.0, flag="--tags-mass", metavar="P", above=0.0, high=1.0,
-                         help="beam:K and mix:K: keep a word's best hypotheses until their share of the summed prefix "
-                              "probability reaches P (K is the cap; 1: keep K)")
-    max_sentences: Optional[int] = option(None, flag="--tags-max-sentences", metavar="N", low=1,
-                                          help="score the first N sentences of the split only under --tags")
-    batch_sentences: int = option(256, flag="--tags-batch-sentences", metavar="N", low=1,
-                                  help="sentences of the split scored together under a tag source: larger is faster "
-                                       "and holds a KV cache of N x (hypotheses) x (length) positions per layer; "
-                                       "beam:K at most 1024/K")
-    count_beam: int = option(DEFAULT_COUNT_BEAM, flag="--gilt-count-beam", metavar="C", low=1,
-                             help="GiLT checkpoints, beam:K: counts each hypothesis branches on")
-    count_rule: str = option(COUNT_RULES[0], flag="--gilt-count-rule", choices=COUNT_RULES,
-                             help="GiLT, beam:K: top-then-allowed (the authors': the counts among the top C of all 30 "
-                                  "that a word may take, c <= 2i - 1) or allowed-then-top (the top C among the allowed "
-                                  "counts)")
-    max_memory: int = option(0, flag="--max-memory", metavar="SIZE", low=0, size=True,
-                             help="memory a tag source's batch may hold, e.g. 512M or 2G (estimated before scoring: "
-                                  "sipe_fairseq/structure/memory.py; batches shrink to fit, a source that cannot fit "
-                                  "even one sentence is refused with exit status 2; 0: half the available memory)")
-    use_cache: bool = option(True, help="SiPE: False runs the full prefix at every position (tests)")
+    placement: str = structure_option(DEFAULT_PLACEMENT, choices=PLACEMENTS,
+                                      help="SiPE: where the tag heads choose a word's pair (the checkpoint's "
+                                           "--tag-head-placement)")
+    constrained: bool = structure_option(True, flag="--tags-unconstrained", negate=True,
+                                         help="self/beam/mix: any tag pair, not only valid prefixes")
+    top_pairs: int = structure_option(0, flag="--tags-top-pairs", metavar="M", low=0,
+                                      help="SiPE, beam:K: expand each hypothesis with its tag heads' M best allowed pairs only "
+                                           "(the fast-track pruning of word-synchronous beams; 0: every allowed pair)")
+    abstain: float = structure_option(0.0, flag="--tags-abstain", metavar="P", low=0.0, high=1.0,
+                                      help="SiPE, self: leave a word <notag> when its best allowed pair has probability below P "
+                                           "(0: never; for models trained with --tag-dropout)")
+    mass: float = structure_option(1.0, flag="--tags-mass", metavar="P", above=0.0, high=1.0,
+                                   help="beam:K and mix:K: keep a word's best hypotheses until their share of the summed prefix "
+                                        "probability reaches P (K is the cap; 1: keep K)")
+    max_sentences: Optional[int] = structure_option(None, flag="--tags-max-sentences", metavar="N", low=1,
+                                                    help="score the first N sentences of the split only under --tags")
+    batch_sentences: int = structure_option(256, flag="--tags-batch-sentences", metavar="N", low=1,
+                                            help="sentences of the split scored together under a tag source: larger is faster "
+                                                 "and holds a KV cache of N x (hypotheses) x (length) positions per layer; "
+                                                 "beam:K at most 1024/K")
+    count_beam: int = structure_option(DEFAULT_COUNT_BEAM, flag="--gilt-count-beam", metavar="C", low=1,
+                                       help="GiLT checkpoints, beam:K: counts each hypothesis branches on")
+    count_rule: str = structure_option(COUNT_RULES[0], flag="--gilt-count-rule", choices=COUNT_RULES,
+                                       help="GiLT, beam:K: top-then-allowed (the authors': the counts among the top C of all 30 "
+                                            "that a word may take, c <= 2i - 1) or allowed-then-top (the top C among the allowed "
+                                            "counts)")
+    max_memory: int = structure_option(0, flag="--max-memory", metavar="SIZE", low=0, size=True,
+                                       help="memory a tag source's batch may hold, e.g. 512M or 2G (estimated before scoring: "
+                                            "sipe_fairseq/structure/memory.py; batches shrink to fit, a source that cannot fit "
+                                            "even one sentence is refused with exit status 2; 0: half the available memory)")
+    use_cache: bool = structure_option(True, help="SiPE: False runs the full prefix at every position (tests)")
 
     def __post_init__(self):
         for f in fields(self):

@@ -30,7 +30,7 @@ from .policy import BRANCH, FORCED, GREEDY
 # what a sentence's logprob is under a source: log p(x | S) for a given S, an exact log q(x) of a normalized
 # model of the words, or a lower bound on the model's log p(x)
 NUMBERS = ("conditional", "exact", "bound")
-FAMILIES = ("hexatags", "arcs", "none")
+FAMILIES = {"hexatags": "SiPE models (hexatags)", "arcs": "GiLT models (graphs)", "none": "models without structure"}
 SIPE_PAIRS = 7  # SiPE: the most tag pairs a word may take after a valid prefix (hexatag.constrained)
 SOURCES: Dict[str, Type["Source"]] = {}
 
@@ -57,7 +57,7 @@ class Source:
     chooses: ClassVar[bool] = True  # the model chooses the structure: it needs its structure heads
     full_forward: ClassVar[bool] = False  # SiPE scores it in full forwards (the structure is known before the words)
     untagged: ClassVar[bool] = False  # every word fed <notag>
-    families: ClassVar[Tuple[str, ...]] = FAMILIES  # the model families it applies to
+    families: ClassVar[Tuple[str, ...]] = tuple(FAMILIES)  # the model families it applies to
     rank: ClassVar[int] = 10  # where its columns sort in tables (then by K): given 0, self 2, beam 4, others 5
     title: ClassVar[str] = ""  # what tables say of its numbers (after "NAME: ")
     arcs_title: ClassVar[Optional[str]] = None  # the same for a GiLT model, when it differs
@@ -78,7 +78,8 @@ class Source:
         """None, or the line that refuses this source for a model of ``family``."""
         if family in self.families:
             return None
-        return f"tag source {self.name!r} is not for {family} models (it applies to {', '.join(self.families)})"
+        return (f"tag source {self.name!r} does not apply to {FAMILIES.get(family, family)}, only to "
+                f"{' and '.join(FAMILIES[f] for f in self.families)}")
 
     def label(self, arcs: bool = False) -> Tuple[str, bool]:
         """``(label, pays)``: the row label of a table (``"self: exact q(x)"``) and whether its numbers pay
@@ -170,7 +171,9 @@ class Mix(Branching):
 
 
 def _accepted() -> str:
-    return ", ".join(f"{n}:K" if c.takes_width else n for n, c in SOURCES.items())
+    """``"given, self, untagged, beam:K or mix:K"``: every registered source's form."""
+    forms = [f"{n}:K" if c.takes_width else n for n, c in SOURCES.items()]
+    return ", ".join(forms[:-1]) + " or " + forms[-1] if len(forms) > 1 else "".join(forms)
 
 
 def parse_source(spec) -> Source:
@@ -200,7 +203,8 @@ def parse_sources(spec: str) -> List[str]:
         if name not in out:
             out.append(name)
     if not out:
-        raise ValueError(f"tag sources {spec!r}: expected a comma-separated list of {_accepted()}")
+        raise ValueError(f"tag sources {spec!r}: expected a comma-separated list of "
+                         f"{', '.join(f'{n}:K' if c.takes_width else n for n, c in SOURCES.items())}")
     return out
 
 

@@ -12,9 +12,10 @@ from sipe_fairseq.checkpoints import CheckpointSpecs
 from sipe_fairseq.cli.options import add_data_argument, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import attention
-from sipe_fairseq.eval.attention import (DIRECTIONS, AttentionAnalysisError, is_encoder, analyse, attention_markdown,
+from sipe_fairseq.eval.attention import (DIRECTIONS, AttentionAnalysisError, analyse, attention_markdown,
                                          parse_layers, plot_sentence, relation_arcs, sentence_attention, word_spans)
 from sipe_fairseq.hexatag import HexatagError
+from sipe_fairseq.structure.family import masked_lm
 from sipe_fairseq.hexatag.conllu_io import read_conllu
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
         n_layers = len(getattr(getattr(model, "decoder", None) or model.encoder, "layers", []))
         if layers is not None and any(i >= n_layers for i in layers):
             raise AttentionAnalysisError(f"{ck.path}: --layers {args.layers} outside 1..{n_layers}")
-        models[name] = (model, not is_encoder(model))
+        models[name] = (model, not masked_lm(model))
     report = analyse(models, sentences, encoder, args.relation, args.direction, layers, args.max_sentences)
     report.update(data=args.data, conllu=args.conllu, checkpoints=checkpoints.paths())
     print(attention_markdown(report), end="")

@@ -83,7 +83,7 @@ from ..writers import file_digests, write_manifest
 from .conllu import REFUSAL_REASONS, SplitData, read_split
 from .options import INPUT_FORMATS, PreprocessError, PreprocessOptions, check_options, split_inputs
 from .text import read_text_splits
-from .vocabulary import Vocabulary, build_token_dictionary, build_vocabulary, load_token_dictionary, train_spm
+from .vocabulary import PreprocessVocabulary, build_token_dictionary, build_vocabulary, load_token_dictionary, train_spm
 from .writing import build_manifest, write_all_splits
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "PreprocessOptions", "PreprocessError", "preprocess", "check_options", "read_inputs", "split_inputs",
-    "read_split", "read_text_splits", "SplitData", "build_vocabulary", "Vocabulary", "train_spm",
+    "read_split", "read_text_splits", "SplitData", "build_vocabulary", "PreprocessVocabulary", "train_spm",
     "build_token_dictionary", "load_token_dictionary", "write_all_splits", "build_manifest", "clean_word",
     "segment_words", "WORD_MARK", "REFUSAL_REASONS", "INPUT_FORMATS",
 ]

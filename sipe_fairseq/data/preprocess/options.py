@@ -18,8 +18,8 @@ class PreprocessError(RuntimeError):
     """Preprocessing cannot go on (bad options, missing input, refusals with fail_on_refusal)."""
 
 
-def option(default=MISSING, help: str = "", group: Optional[str] = None, flag: Optional[str] = None,
-           metavar: Optional[str] = None, choices: Optional[Sequence[str]] = None, files: bool = False):
+def preprocess_option(default=MISSING, help: str = "", group: Optional[str] = None, flag: Optional[str] = None,
+                      metavar: Optional[str] = None, choices: Optional[Sequence[str]] = None, files: bool = False):
     """A :class:`PreprocessOptions` field and its ``sipe-preprocess`` option: ``group`` (None: declared by
     :func:`~sipe_fairseq.parsing.line_tagger.add_backend_arguments`, shared with ``sipe-tag``), ``flag``
     (default: the field's name), ``files``: a comma-separated list of files."""
@@ -40,55 +40,55 @@ class PreprocessOptions:
     """Settings of :func:`preprocess`, each the declaration of its ``sipe-preprocess`` option
     (``sipe_fairseq/cli/preprocess.py`` generates them from these fields)."""
 
-    train: str = option(group=IO, metavar="FILE", help="training data (dictionaries come from it)")
-    destdir: str = option(group=IO, metavar="DIR", help="output data directory")
-    valid: Sequence[str] = option((), group=IO, metavar="FILE[,FILE2]", files=True,
-                                  help="validation data; more files -> valid1, valid2..")
-    test: Sequence[str] = option((), group=IO, metavar="FILE[,FILE2]", files=True,
-                                 help="test data; more files -> test1, test2..")
-    spm_model: Optional[str] = option(None, group=SUBWORDS, metavar="FILE",
-                                      help="use this sentencepiece model instead of training one")
-    srcdict: Optional[str] = option(None, group=SUBWORDS, metavar="FILE",
-                                    help="reuse this dict.txt (e.g. of the pre-training data) instead of building one "
-                                         "from --train, as fairseq-preprocess --srcdict; needs --spm-model (its "
-                                         "sentencepiece model) or --no-split; with --deprel, dict.deprel.txt beside it "
-                                         "is reused too")
-    spm_vocab_size: int = option(8000, group=SUBWORDS, metavar="N", help="pieces of the trained model")
-    spm_model_type: str = option("unigram", group=SUBWORDS, choices=SPM_MODEL_TYPES, help="sentencepiece model type")
-    no_split: bool = option(False, group=SUBWORDS, help="no subwords: each (already tokenized) word is one token")
-    deprel: bool = option(False, group=TREES, help="also write a UD deprel stream (dict.deprel.txt)")
-    strict: bool = option(False, group=TREES, help="refuse non-projective trees instead of lifting them")
-    fail_on_refusal: bool = option(False, group=TREES, help="exit with an error if any sentence is refused")
-    keep_text: bool = option(False, group=IO, help="also write the subword text as {split}.tok")
-    workers: int = option(1, group=FAIRSEQ, metavar="N",
-                          help="processes for reading/encoding, and backend processes for text input")
-    thresholdsrc: int = option(0, group=FAIRSEQ, metavar="N", help="map tokens seen < N times to <unk>")
-    nwordssrc: int = option(-1, group=FAIRSEQ, metavar="N", help="number of tokens to keep (with specials)")
-    padding_factor: int = option(8, group=FAIRSEQ, metavar="N", help="pad dict.txt to a multiple of N")
+    train: str = preprocess_option(group=IO, metavar="FILE", help="training data (dictionaries come from it)")
+    destdir: str = preprocess_option(group=IO, metavar="DIR", help="output data directory")
+    valid: Sequence[str] = preprocess_option((), group=IO, metavar="FILE[,FILE2]", files=True,
+                                             help="validation data; more files -> valid1, valid2..")
+    test: Sequence[str] = preprocess_option((), group=IO, metavar="FILE[,FILE2]", files=True,
+                                            help="test data; more files -> test1, test2..")
+    spm_model: Optional[str] = preprocess_option(None, group=SUBWORDS, metavar="FILE",
+                                                 help="use this sentencepiece model instead of training one")
+    srcdict: Optional[str] = preprocess_option(None, group=SUBWORDS, metavar="FILE",
+                                               help="reuse this dict.txt (e.g. of the pre-training data) instead of building one "
+                                                    "from --train, as fairseq-preprocess --srcdict; needs --spm-model (its "
+                                                    "sentencepiece model) or --no-split; with --deprel, dict.deprel.txt "
+                                                    "beside it is reused too")
+    spm_vocab_size: int = preprocess_option(8000, group=SUBWORDS, metavar="N", help="pieces of the trained model")
+    spm_model_type: str = preprocess_option("unigram", group=SUBWORDS, choices=SPM_MODEL_TYPES, help="sentencepiece model type")
+    no_split: bool = preprocess_option(False, group=SUBWORDS, help="no subwords: each (already tokenized) word is one token")
+    deprel: bool = preprocess_option(False, group=TREES, help="also write a UD deprel stream (dict.deprel.txt)")
+    strict: bool = preprocess_option(False, group=TREES, help="refuse non-projective trees instead of lifting them")
+    fail_on_refusal: bool = preprocess_option(False, group=TREES, help="exit with an error if any sentence is refused")
+    keep_text: bool = preprocess_option(False, group=IO, help="also write the subword text as {split}.tok")
+    workers: int = preprocess_option(1, group=FAIRSEQ, metavar="N",
+                                     help="processes for reading/encoding, and backend processes for text input")
+    thresholdsrc: int = preprocess_option(0, group=FAIRSEQ, metavar="N", help="map tokens seen < N times to <unk>")
+    nwordssrc: int = preprocess_option(-1, group=FAIRSEQ, metavar="N", help="number of tokens to keep (with specials)")
+    padding_factor: int = preprocess_option(8, group=FAIRSEQ, metavar="N", help="pad dict.txt to a multiple of N")
     # text input: format, parser backend (see sipe_fairseq.parsing.line_tagger) and where to keep the CoNLL-U
-    input_format: str = option("conllu", group=IO, choices=INPUT_FORMATS,
-                               help="conllu; text: one raw sentence per line, tokenized: one sentence of "
-                                    "whitespace-separated words per line, both parsed with --backend")
-    backend: Optional[str] = option(None)  # None: parsing.DEFAULT_BACKEND
-    batch_size: int = option(BACKEND_BATCH_SIZE)
-    threads: int = option(BACKEND_THREADS)
-    save_conllu: Optional[str] = option(None, group=IO, metavar="DIR",
-                                        help="text input: keep the parses as DIR/{split}.conllu (as sipe-tag -o writes "
-                                             "them; written even when --fail-on-refusal stops)")
-    progress: bool = option(True)  # --no-progress
+    input_format: str = preprocess_option("conllu", group=IO, choices=INPUT_FORMATS,
+                                          help="conllu; text: one raw sentence per line, tokenized: one sentence of "
+                                               "whitespace-separated words per line, both parsed with --backend")
+    backend: Optional[str] = preprocess_option(None)  # None: parsing.DEFAULT_BACKEND
+    batch_size: int = preprocess_option(BACKEND_BATCH_SIZE)
+    threads: int = preprocess_option(BACKEND_THREADS)
+    save_conllu: Optional[str] = preprocess_option(None, group=IO, metavar="DIR",
+                                                   help="text input: keep the parses as DIR/{split}.conllu (as sipe-tag -o "
+                                                        "writes them; written even when --fail-on-refusal stops)")
+    progress: bool = preprocess_option(True)  # --no-progress
     # raw corpora (text input): sentences by the backend's boundaries, document breaks, headings
-    segment: bool = option(False, group=RAW, flag="--segment-sentences",
-                           help="a line may hold several sentences: split it by the backend's sentence boundaries "
-                                "(one tree each)")
-    documents: str = option("none", group=RAW, choices=DOCUMENT_MODES,
-                            help="keep document boundaries as empty sentences (for --sample-break-mode complete_doc): "
-                                 "documents start after blank lines, or at WikiText title lines '= Title ='; none: blank "
-                                 "lines skipped")
-    drop_headings: bool = option(False, group=RAW,
-                                 help="drop WikiText heading lines ('= Title =', '= = Section = =', ..), counted in "
-                                      "manifest.json")
-    arcs: str = option("tree", group=TREES, choices=ARC_SOURCES,
-                       help="GiLT arc stream {split}.arcs: the basic tree (HEAD) or the enhanced graph (DEPS column)")
+    segment: bool = preprocess_option(False, group=RAW, flag="--segment-sentences",
+                                      help="a line may hold several sentences: split it by the backend's sentence boundaries "
+                                           "(one tree each)")
+    documents: str = preprocess_option("none", group=RAW, choices=DOCUMENT_MODES,
+                                       help="keep document boundaries as empty sentences (for --sample-break-mode "
+                                            "complete_doc): documents start after blank lines, or at WikiText title lines "
+                                            "'= Title ='; none: blank lines skipped")
+    drop_headings: bool = preprocess_option(False, group=RAW,
+                                            help="drop WikiText heading lines ('= Title =', '= = Section = =', ..), counted in "
+                                                 "manifest.json")
+    arcs: str = preprocess_option("tree", group=TREES, choices=ARC_SOURCES,
+                                  help="GiLT arc stream {split}.arcs: the basic tree (HEAD) or the enhanced graph (DEPS column)")
 
 
 def split_inputs(train: str, valid: Sequence[str] = (), test: Sequence[str] = ()) -> List[Tuple[str, str]]:

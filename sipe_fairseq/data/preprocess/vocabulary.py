@@ -18,7 +18,7 @@ from ..tag_dictionary import (
     FIRST_TAG_ID, NOTAG, TAG_KINDS, build_label_dictionary, build_tag_dictionary, load_tag_dictionary, tag_names,
 )
 from ..words import WORD_MARK, segment_words
-from ..writers import write_text
+from ..writers import atomic_open, write_text
 from .conllu import SplitData
 from .options import PreprocessError, PreprocessOptions
 
@@ -77,7 +77,7 @@ def load_token_dictionary(path: str):
 
 
 @dataclass
-class Vocabulary:
+class PreprocessVocabulary:
     """What the streams are written with: the word -> pieces map and the dictionaries."""
 
     pieces: Dict[str, List[str]]
@@ -99,7 +99,7 @@ def _subword_model(opts: PreprocessOptions, train: SplitData, dest: str):
     sp = spm.SentencePieceProcessor(model_proto=model)
     if not opts.spm_model and sp.get_piece_size() < opts.spm_vocab_size:
         logger.warning("sentencepiece: only %d pieces (asked %d): small training data", sp.get_piece_size(), opts.spm_vocab_size)
-    with open(os.path.join(dest, "spm.model"), "wb") as f:
+    with atomic_open(os.path.join(dest, "spm.model"), binary=True) as f:
         f.write(model)
     write_text(os.path.join(dest, "spm.vocab"), spm_vocab_text(sp))
     return sp, {
@@ -141,7 +141,7 @@ def _tag_dictionaries(opts: PreprocessOptions, train: SplitData, pieces: Dict[st
     return dicts
 
 
-def build_vocabulary(opts: PreprocessOptions, data: Dict[str, SplitData], dest: str) -> Vocabulary:
+def build_vocabulary(opts: PreprocessOptions, data: Dict[str, SplitData], dest: str) -> PreprocessVocabulary:
     """Subword model, word -> pieces map, ``dict.txt`` (built from train, or ``--srcdict``) and the tag
     dictionaries; writes their files into ``dest``."""
     train = data["train"]
@@ -159,4 +159,4 @@ def build_vocabulary(opts: PreprocessOptions, data: Dict[str, SplitData], dest: 
     else:
         tok_dict = build_token_dictionary(train.words, pieces, opts.thresholdsrc, opts.nwordssrc, opts.padding_factor)
         tok_dict.save(os.path.join(dest, "dict.txt"))
-    return Vocabulary(pieces, tok_dict, _tag_dictionaries(opts, train, pieces, dest), spm_info)
+    return PreprocessVocabulary(pieces, tok_dict, _tag_dictionaries(opts, train, pieces, dest), spm_info)

@@ -15,7 +15,7 @@ from ..tag_dictionary import NOTAG_ID, TAG_KINDS
 from ..writers import sha256_file, tool_versions, write_streams, write_text
 from .conllu import REFUSAL_REASONS, SplitData
 from .options import PreprocessError, PreprocessOptions, raw_corpus
-from .vocabulary import Vocabulary
+from .vocabulary import PreprocessVocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def _word_stream(total: int, first_pos: np.ndarray, word_ids) -> np.ndarray:
     return out
 
 
-def write_split(opts: PreprocessOptions, name: str, d: SplitData, vocab: Vocabulary, dest: str,
+def write_split(opts: PreprocessOptions, name: str, d: SplitData, vocab: PreprocessVocabulary, dest: str,
                 ids: Dict[str, List[int]], unk_in: Dict[str, int]) -> dict:
     """Write one split's token and tag streams (and ``.tok`` with ``keep_text``); returns its manifest counts."""
     text_input = opts.input_format != "conllu"
@@ -104,7 +104,8 @@ def _write_arcs(opts: PreprocessOptions, prefix: str, d: SplitData) -> dict:
     return st
 
 
-def write_all_splits(opts: PreprocessOptions, data: Dict[str, SplitData], vocab: Vocabulary, dest: str) -> Dict[str, dict]:
+def write_all_splits(opts: PreprocessOptions, data: Dict[str, SplitData], vocab: PreprocessVocabulary,
+                     dest: str) -> Dict[str, dict]:
     """Every split's streams; returns the per-split manifest counts."""
     tok_dict = vocab.tokens
     ids = {w: [tok_dict.index(p) for p in ps] for w, ps in vocab.pieces.items()}
@@ -113,7 +114,8 @@ def write_all_splits(opts: PreprocessOptions, data: Dict[str, SplitData], vocab:
     return {name: write_split(opts, name, d, vocab, dest, ids, unk_in) for name, d in bar}
 
 
-def build_manifest(opts: PreprocessOptions, splits: Sequence[Tuple[str, str]], vocab: Vocabulary, stats: Dict[str, dict]) -> dict:
+def build_manifest(opts: PreprocessOptions, splits: Sequence[Tuple[str, str]], vocab: PreprocessVocabulary,
+                   stats: Dict[str, dict]) -> dict:
     text_input = opts.input_format != "conllu"
     return {
         "format": "sipe-preprocess/1",

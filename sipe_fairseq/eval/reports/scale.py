@@ -57,6 +57,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ...data.writers import save_figure
 from .paired import Items, paired_difference
 from .seeds import SEED_SUFFIX, SeedsError, check_groups, read_reports, row_items, run_fields, score_order
 from .tables import table as markdown_table
@@ -429,4 +430,4 @@ def plot_scale(table: dict, out, title: str = "Perplexity against model size") -
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)
     fig.tight_layout()
-    fig.savefig(str(out), dpi=120, bbox_inches="tight")
+    save_figure(fig, out, dpi=120, bbox_inches="tight")

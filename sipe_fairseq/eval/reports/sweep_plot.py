@@ -19,6 +19,7 @@ import logging
 from collections import OrderedDict
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ...data.writers import save_figure
 from .report import (FORMAT, ReportError, ReportInputs, build_report, checkpoint_layer_info, checkpoints_from_specs,
                      finite_number, format_value, load_json)
 from .tables import table
@@ -118,7 +119,7 @@ def plot_sweep(points: Sequence[dict], base: Optional[dict], out, ppl_label: str
                   frameon=False)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(str(out), dpi=120, bbox_inches="tight")
+    save_figure(fig, out, dpi=120, bbox_inches="tight")
 
 
 def _merge_reports(reports: Sequence[dict], extra: Optional[dict]) -> dict:
