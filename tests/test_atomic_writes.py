@@ -108,3 +108,32 @@ def test_every_output_file_goes_through_the_atomic_writer():
         if n:
             found[path.relative_to(ROOT / "sipe_fairseq").as_posix()] = n
     assert found == NOT_ATOMIC
+
+
+def test_sipe_hexatag_output_file_whole_or_untouched(tmp_path, monkeypatch, capsys):
+    """``sipe-hexatag -o``: a run that returns writes what it would print (a stop at a bad sentence included);
+    a run interrupted by an exception leaves the old file as it was, with no temporary file beside it."""
+    from sipe_fairseq.cli import hexatag as cli
+    from sipe_fairseq.hexatag import encode, format_tags
+    from sipe_fairseq.hexatag.conllu_io import conllu_sentence
+
+    src = tmp_path / "in.conllu"
+    src.write_text(conllu_sentence(["a", "b"], [0, 1], ["root", "dep"]) + "1\tbad\n\n"
+                   + conllu_sentence(["c"], [0], ["root"]))
+    assert cli.main(["encode", str(src)]) == 2
+    printed = capsys.readouterr().out
+    out = tmp_path / "out.hexatag"
+    assert cli.main(["encode", str(src), "-o", str(out)]) == 2
+    first, last = format_tags(encode([0, 1])), format_tags(encode([0]))
+    assert out.read_text() == printed == f"{first}\n"
+    assert cli.main(["encode", "--keep-going", str(src), "-o", str(out)]) == 1
+    assert out.read_text() == f"{first}\n\n{last}\n"
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "encode_tree", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["encode", "--keep-going", str(src), "-o", str(out)])
+    assert out.read_text() == f"{first}\n\n{last}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.conllu", "out.hexatag"]
