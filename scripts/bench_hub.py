@@ -6,7 +6,7 @@
 
 The hub scores the split's sentences from their CoNLL-U (words and trees: the structure of ``given``, so no
 parser runs) and encodes them itself; ``sipe-eval-lm``'s path reads the preprocessed split and runs what
-``score_split_sources`` runs per source (reading the split, the engine, then ``summarize``): each side's
+``score_split_sources`` runs per source (reading the split, the engine, then ``source_summary``): each side's
 time includes reading its input. Sentences longer than the model's
 positions (which the hub refuses, never cutting them) are left out of both. Both use the same loaded
 model; the runs alternate (order rotated each round) and each pair gives a ratio (hub / eval-lm), by wall
@@ -43,7 +43,7 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     from sipe_fairseq import hub
-    from sipe_fairseq.eval.prefix_scores import given_tags, load_split_sentences, summarize
+    from sipe_fairseq.eval.prefix_scores import given_tags, load_split_sentences, source_summary
     from sipe_fairseq.hexatag.conllu_io import read_conllu
     from sipe_fairseq.structure.scoring import score_sentences
 
@@ -68,7 +68,7 @@ def main(argv=None):
             sentences = load_split_sentences(lm.task, args.split)[0]
             sentences = [sentences[i] for i in keep]
             scores = score_sentences(lm.model, sentences, source, lm.options, d.eos(), d.pad(), 256)
-            totals["eval-lm"] = summarize(scores, given_tags(sentences))["nll"]
+            totals["eval-lm"] = source_summary(scores, given_tags(sentences))["nll"]
 
         res = paired_runs({"hub": by_hub, "eval-lm": by_eval_lm}, args.repeats)
         row = [args.name or os.path.basename(os.path.dirname(args.path)), source, f"{len(trees)} of {total}"]

@@ -72,7 +72,7 @@ def bench_checkpoint(name, path, a):
     """Rows of one checkpoint: ``{label: {ppl, live_per_word, positions_per_token, seconds, runs, ...}}``."""
     from benchlib import log, median, paired_runs, speed_ratio
     from sipe_fairseq.checkpoints import load_lm
-    from sipe_fairseq.eval.prefix_scores import load_split_sentences, summarize
+    from sipe_fairseq.eval.prefix_scores import load_split_sentences, source_summary
     from sipe_fairseq.structure.family import StructureOptions, structure_of
     from sipe_fairseq.structure.scoring import score_sentences
 
@@ -101,10 +101,10 @@ def bench_checkpoint(name, path, a):
     log(f"{name}: {kind}, {len(sentences)} sentences, {len(settings)} settings, {a.rounds} round(s)")
     runs = paired_runs({label(s): job(s) for s in settings}, a.rounds)
     ref = runs[label(REFERENCE)]
-    ref_ppl = summarize(scores[REFERENCE])["ppl"]
+    ref_ppl = source_summary(scores[REFERENCE])["ppl"]
     rows = {}
     for s in settings:
-        summary = summarize(scores[s])
+        summary = source_summary(scores[s])
         res = runs[label(s)]
         speed, rng = (1.0, None) if s == REFERENCE else speed_ratio(res, ref, "cpu")
         wall = 1.0 if s == REFERENCE else speed_ratio(res, ref, "wall")[0]
