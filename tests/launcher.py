@@ -141,6 +141,9 @@ def _child(kind, target, argv, cwd, env, fairseq_first):  # runs in the forked c
             root.removeHandler(h)
         root.setLevel(logging.WARNING)
         logging.disable(logging.NOTSET)
+        for name, lg in list(logging.root.manager.loggerDict.items()):  # a command run in process (logs.configure's
+            if isinstance(lg, logging.Logger) and name.split(".")[0] == "sipe_fairseq":  # plugin_level) set these
+                lg.setLevel(logging.NOTSET)
         if fairseq_first:
             # what `import fairseq` leaves in a fresh interpreter (fairseq/models/wav2vec/wav2vec2_classification.py
             # calls logging.basicConfig(level=DEBUG): stderr, Python's default format); the entry's own basicConfig

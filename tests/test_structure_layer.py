@@ -128,6 +128,23 @@ def test_every_folder_has_a_layer():
     assert set(folders) == set(LAYER), "a new folder of sipe_fairseq needs its place in LAYER_ORDER (and the docs)"
 
 
+MAX_FLAT_MODULES = 15
+
+
+def flat_modules(root: Path) -> Dict[str, int]:
+    """Per package folder (the package itself included), the modules directly in it (``__init__.py`` aside)."""
+    folders = [root] + [p for p in sorted(root.rglob("*")) if p.is_dir() and (p / "__init__.py").is_file()]
+    return {str(f.relative_to(root.parent)): sum(1 for m in f.glob("*.py") if m.name != "__init__.py") for f in folders}
+
+
+def test_no_package_holds_more_than_15_modules():
+    """A package of more than 15 modules directly in it is cut into sub-packages that show the design
+    (``eval/syntaxgym/``, ``eval/reports/``, ``data/gilt/``)."""
+    counts = flat_modules(PKG)
+    assert counts["sipe_fairseq/eval"] > 0 and counts["sipe_fairseq/eval/syntaxgym"] == 5
+    assert {name: n for name, n in counts.items() if n > MAX_FLAT_MODULES} == {}
+
+
 def test_no_import_runs_upward():
     assert len(list(PKG.rglob("*.py"))) > 100
     assert upward_imports(PKG) == []

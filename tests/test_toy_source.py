@@ -5,6 +5,7 @@ but it is its own class (it subclasses the bare :class:`~sipe_fairseq.structure.
 ``Self``), with its own name, label, rank and memory estimate; so on every surface its numbers must be those
 of ``self`` (the same search, float64 sums: equal to 1e-12) and its name, label and kind of number must show."""
 import json
+import logging
 import math
 
 import pytest
@@ -28,11 +29,14 @@ class ToyGreedy(sources.Source):
 
 @pytest.fixture(scope="module")
 def registered():
+    plugin = logging.getLogger("sipe_fairseq")
+    level = plugin.level  # the commands run in this process set the plugin's logging level
     sources.register_source(ToyGreedy)
     try:
         yield
     finally:
         sources.SOURCES.pop(ToyGreedy.name)
+        plugin.setLevel(level)
 
 
 @pytest.fixture(scope="module")

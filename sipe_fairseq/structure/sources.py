@@ -109,6 +109,7 @@ class Source:
 
 @register_source
 class Given(Source):
+    """A parse of the whole sentence: the conditional ``log p(x | S)`` (its joint beside it); SiPE in full forwards."""
     name, number, needs_parse, mode, chooses, full_forward, rank = "given", "conditional", True, FORCED, False, True, 0
     title, arcs_title = "p(x\\|tags) (conditional)", "p(x\\|G) (conditional)"
     joint_titles = ("joint bound p(x,tags)", "training joint (Bernoulli arcs; not a bound)")  # the given-joint row
@@ -119,11 +120,13 @@ class Given(Source):
 
 @register_source
 class Self(Source):
+    """The model's own structure, greedily from the prefix: an exact ``log q(x)``."""
     name, number, mode, rank, title = "self", "exact", GREEDY, 2, "exact q(x)"
 
 
 @register_source
 class Untagged(Source):
+    """Every word ``<notag>``: the SiPE model as a plain LM, an exact ``log p(x)``."""
     name, number, mode, chooses, full_forward, untagged = "untagged", "exact", FORCED, False, True, True
     families, rank, title = ("hexatags", "none"), 5, "exact p(x), every word <notag>"
 
@@ -149,6 +152,7 @@ class Branching(Source):
 
 @register_source
 class Beam(Branching):
+    """The beam's lower bound on the marginal ``log sum_S p(x, S)`` (GiLT: its beam approximation)."""
     name, number, rank = "beam", "bound", 4
     title, arcs_title = "bound on p(x)", "beam marginal over counts"
 
@@ -161,6 +165,7 @@ class Beam(Branching):
 
 @register_source
 class Mix(Branching):
+    """The beam read as a language model: each target's mixture over the live hypotheses, an exact ``log q_K(x)``."""
     name, number, rank, title = "mix", "exact", 5, "exact q(x), the beam's mixture"
 
     def short_label(self, arcs: bool = False) -> str:
