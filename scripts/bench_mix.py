@@ -153,12 +153,12 @@ def main(argv=None):
     import torch
     import sipe_fairseq
     from benchlib import log
-    from sipe_fairseq.checkpoints import checkpoint_specs
+    from sipe_fairseq.checkpoints import parse_checkpoint_specs
 
     torch.set_num_threads(a.threads)
     sipe_fairseq.register()
     results = {}
-    for name, path in checkpoint_specs(a.path).items():
+    for name, path in parse_checkpoint_specs(a.path).items():
         results[name] = bench_checkpoint(name, path, a)
         log(markdown({name: results[name]}))
     print(markdown(results))

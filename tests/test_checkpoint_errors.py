@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, checkpoint_specs, read_checkpoint
+from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, parse_checkpoint_specs, read_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +38,12 @@ def test_read_checkpoint_names_the_file(bad_checkpoints, kind, reason):
 
 
 def test_checkpoint_specs(bad_checkpoints):
-    assert list(checkpoint_specs([f"u={bad_checkpoints['untrusted']}", bad_checkpoints["plain"]]).items()) == [
+    assert list(parse_checkpoint_specs([f"u={bad_checkpoints['untrusted']}", bad_checkpoints["plain"]]).items()) == [
         ("u", bad_checkpoints["untrusted"]), (bad_checkpoints["plain"], bad_checkpoints["plain"])]
     with pytest.raises(ValueError, match="given twice"):
-        checkpoint_specs([f"a={bad_checkpoints['plain']}", f"a={bad_checkpoints['untrusted']}"])
+        parse_checkpoint_specs([f"a={bad_checkpoints['plain']}", f"a={bad_checkpoints['untrusted']}"])
     with pytest.raises(CheckpointError, match="no such file"):
-        checkpoint_specs([f"a={bad_checkpoints['missing']}"])
+        parse_checkpoint_specs([f"a={bad_checkpoints['missing']}"])
 
 
 def _errors(caplog):

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import STOCK_MLM, txl
 from sipe_fairseq.checkpoints import (CHECKPOINT_EXIT_STATUS, CheckpointError, CheckpointSpecs, check_dictionary,
-                                      checkpoint_specs, load_checkpoint, parse_checkpoint_specs)
+                                      load_checkpoint, parse_checkpoint_specs)
 from sipe_fairseq.checkpoints import specs as specs_module
 
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # what fairseq's Dictionary puts before dict.txt's symbols
@@ -44,7 +44,6 @@ def test_parse_names_bare_paths_and_order(tmp_path):
     b.write_bytes(b"")
     got = parse_checkpoint_specs([f"first={b}", str(a), f"x={a}"])
     assert list(got.items()) == [("first", str(b)), (str(a), str(a)), ("x", str(a))]
-    assert checkpoint_specs is parse_checkpoint_specs  # the old name is the same parser, not a second one
     assert parse_checkpoint_specs(None) == {} and len(CheckpointSpecs.parse([])) == 0
     specs = CheckpointSpecs.parse([f"first={b}", str(a)], str(tmp_path))
     assert specs.names() == ["first", str(a)] and "first" in specs and len(specs) == 2

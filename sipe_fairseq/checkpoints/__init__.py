@@ -23,5 +23,5 @@ from .load import (  # noqa: F401
     CHECKPOINT_EXIT_STATUS, MASKED_LM_TASKS, CheckpointError, load_lm, load_tagger, load_with_task, read_checkpoint,
 )
 from .specs import (  # noqa: F401
-    CheckpointSpecs, LoadedCheckpoint, check_dictionary, checkpoint_specs, load_checkpoint, parse_checkpoint_specs,
+    CheckpointSpecs, LoadedCheckpoint, check_dictionary, load_checkpoint, parse_checkpoint_specs,
 )

@@ -1,6 +1,6 @@
 """``--path [NAME=]CKPT`` checkpoint specs, and the one loader of them (layer 4).
 
-* :func:`parse_checkpoint_specs` (also :func:`checkpoint_specs`, the same function): ``["name=ckpt.pt",
+* :func:`parse_checkpoint_specs`: ``["name=ckpt.pt",
   "other.pt"]`` -> ``{name: path}`` in order; a bare path names itself; a name given twice raises
   ``ValueError`` (the commands' usage error, exit status 2), a missing file :class:`CheckpointError`.
 * :func:`load_checkpoint`: one checkpoint as a :class:`LoadedCheckpoint` (an eval-mode model with its
@@ -38,9 +38,6 @@ def parse_checkpoint_specs(specs: Optional[Iterable[str]]) -> "OrderedDict[str, 
             raise CheckpointError(f"checkpoint {path}: no such file")
         out[name] = path
     return out
-
-
-checkpoint_specs = parse_checkpoint_specs  # the name the commands used before the loader; one parser
 
 
 @dataclass
