@@ -49,6 +49,12 @@ class EvaluationError(RuntimeError):
     """An evaluation that cannot give a meaningful result (e.g. it scored no token)."""
 
 
+class NonFiniteScoreError(EvaluationError, ValueError):
+    """A score that came out NaN or infinite (finite weights that overflow in the forward pass): refused where
+    it is made, naming the sentence and the source, never written nor counted. A user error (exit status 1)
+    for a command, a ``ValueError`` for the Python interface."""
+
+
 class OptionError(ValueError):
     """Options that cannot work together (e.g. ``--task gilt_lm`` with blocks that cut sentences, or
     generation with a model that cannot choose the structure it reads), or data the options cannot

@@ -14,10 +14,12 @@ SiPE decoder runs full forwards of at most :data:`GIVEN_POSITIONS` positions (th
 The numbers do not depend on the batch (tests/test_prefix_tags.py, tests/test_gilt_scoring.py).
 """
 import logging
+import math
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 
+from ..hexatag.errors import NonFiniteScoreError
 from .family import StructureOptions, masked_lm, policy_for, structure_of
 from .arcs import gold_graph
 from .memory import budget_from, model_size, plan_batches
@@ -68,10 +70,24 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
             else:
                 scores = search(policy, batch, src, eos, keep_trace)
         for i, s in zip(idx, scores):
+            check_finite(s, i, src)
             out[i] = s
         if progress is not None:
             progress(len(idx))
     return out
+
+
+def check_finite(score: SentenceScore, index: int, source) -> None:
+    """The output boundary of every score: :class:`~sipe_fairseq.hexatag.errors.NonFiniteScoreError` naming the
+    sentence (``index``, 0-based, in the caller's order) and the source when its log-probability, a token's or
+    its joint score is NaN or infinite (finite weights can overflow in the forward pass), so that no surface
+    writes, averages or counts it."""
+    values = [("log-probability", score.logprob), ("joint score", score.joint)]
+    values += [(f"token {t + 1}", x) for t, x in enumerate(score.token_logprobs)]
+    for what, x in values:
+        if not math.isfinite(x):
+            raise NonFiniteScoreError(f"sentence {index + 1} under {source}: {what} is {x} (a non-finite score: the "
+                                      "model's forward pass overflows; nothing is written)")
 
 
 def beyond_positions(model, lengths: Sequence[int]) -> Tuple[int, Optional[int], Optional[str]]:
