@@ -11,7 +11,7 @@ must raise the named exception with a message naming the sentence.
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import pytest
 
