@@ -51,13 +51,13 @@ def _errors(caplog):
 
 
 @pytest.mark.parametrize("kind", ["untrusted", "missing"])
-def test_eval_commands_exit_3_with_one_line(bad_checkpoints, tmp_path, caplog, kind):
+def test_eval_commands_exit_3_with_one_line(bad_checkpoints, toy_data, tmp_path, caplog, kind):
     from sipe_fairseq.cli import eval as sipe_eval
     from sipe_fairseq.cli import eval_lm
 
     path = bad_checkpoints[kind]
-    caplog.clear()
-    assert eval_lm.main([str(tmp_path), "--path", f"m={path}"]) == CHECKPOINT_EXIT_STATUS == 3
+    caplog.clear()  # a real data directory: an empty one is refused first (exit status 2, tests/test_faults.py)
+    assert eval_lm.main([str(toy_data), "--path", f"m={path}"]) == CHECKPOINT_EXIT_STATUS == 3
     errors = _errors(caplog)
     assert len(errors) == 1 and errors[0].startswith(f"checkpoint {path}: ")
     if kind == "missing":  # (an untrusted one is met after the data: eval_lm above covers that path)

@@ -298,7 +298,7 @@ def test_conllu_tab_separated_only():
     (conllu_line("1-2", "xy", "_"), 5, "multiword token 1-2 out of sequence"),
     (conllu_line("2-2", "xy", "_"), 5, "must span two or more words"),
     (conllu_line("3-2", "xy", "_"), 5, "not a valid ID"),
-    ("# bad byte: \udcff", 5, "not UTF-8 text \\(byte 0xff at column 13\\)"),
+    ("# bad byte: \udcff", 5, "not UTF-8 \\(byte 0xff at column 13\\)"),
 ])
 def test_conllu_errors_name_the_line(tmp_path, bad_line, lineno, message):
     path = tmp_path / "bad.conllu"
@@ -397,7 +397,7 @@ def test_cli_encode_not_utf8(conllu_file, tmp_path, capsys):
     assert main(["encode", str(bad)]) == 2
     out, err = capsys.readouterr()
     assert out.splitlines() == ["l/L1 l/R1 r/L0 r/L0 r/EOS"]
-    assert f"{bad}:9: not UTF-8 text (byte 0xe9 at column 4)" in err and "Traceback" not in err
+    assert f"{bad}:9: not UTF-8 (byte 0xe9 at column 4)" in err and "Traceback" not in err
     assert main(["encode", "--keep-going", str(bad), str(conllu_file)]) == 1
     out, err = capsys.readouterr()
     lines = out.splitlines()
@@ -419,7 +419,7 @@ def test_cli_decode_errors(tmp_path, capsys):
     tags.write_bytes(b"l/EOS\nl/L0 r\xff/EOS\nl/L0 r/EOS\n")
     assert main(["decode", "--keep-going", str(tags)]) == 1
     out, err = capsys.readouterr()
-    assert out == "0\n\n0 1\n" and f"{tags}:2: not UTF-8 text (byte 0xff at column 7)" in err
+    assert out == "0\n\n0 1\n" and f"{tags}:2: not UTF-8 (byte 0xff at column 7)" in err
 
 
 def test_core_and_cli_do_not_import_torch():

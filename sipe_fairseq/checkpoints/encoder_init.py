@@ -32,13 +32,13 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Dict, List, Optional
 
 import torch
-from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY
 from fairseq.models.roberta import RobertaModel
 from fairseq.models.roberta.model import RobertaEncoder
 from fairseq.models.transformer import TransformerConfig
 from omegaconf import OmegaConf
 
+from ..data.dictionary import load_dictionary
 from ..data.tag_dictionary import FIRST_TAG_ID
 from ..hexatag.errors import CheckpointError, OptionError
 from .load import read_checkpoint as read_checkpoint_file
@@ -216,7 +216,7 @@ def _resolve_dict(path: str, task_cfg, override: str) -> str:
 
 def check_dictionaries(dictionary, dict_path: str, encoder_dict_path: str, rows: int, ckpt: str) -> None:
     """The tagger's dictionary must be the encoder's, token for token (or a prefix of it)."""
-    theirs = Dictionary.load(encoder_dict_path)
+    theirs = load_dictionary(encoder_dict_path)
     ours = dictionary.symbols
     n = min(len(ours), len(theirs))
     diff = next((i for i in range(n) if ours[i] != theirs.symbols[i]), None)

@@ -5,12 +5,20 @@ weights-only unpickler (plus :func:`~sipe_fairseq.checkpoints.compat.allow_fairs
 a missing file, a file the unpickler refuses (a type outside the allowlist: untrusted content) or
 one that is not a fairseq checkpoint raises :class:`CheckpointError`, whose one-line message names
 the file. The ``sipe-*`` commands print that line and exit with :data:`CHECKPOINT_EXIT_STATUS`.
-The loaders below pass the state read once to fairseq, so each file is read once.
+The loaders below pass the state read once to fairseq, so each file is unpickled once.
+
+Before that, :func:`check_archive` reads the whole file once and compares every member of its zip archive
+(``torch.save`` writes one) with the CRC-32 the archive records for it: torch's reader does not, so a
+checkpoint damaged after it was written (a copy cut short inside a tensor, a disk or transfer error) would
+load and score wrong numbers. A member that fails is :class:`CheckpointError` naming it and, when it can be
+told, the tensor it holds. ``SIPE_SKIP_CHECKPOINT_CRC=1`` skips the check (very large files: it reads the
+file once more, about 0.03 s per 100 MB from the page cache, docs/evaluation.md).
 """
 import logging
 import os
 import pickle
 import re
+import zipfile
 from typing import Optional, Tuple
 
 import sipe_fairseq
@@ -23,6 +31,72 @@ logger = logging.getLogger(__name__)
 # tasks whose checkpoints are masked-LM encoders (scored by pseudo-log-likelihood, not by eval-lm)
 MASKED_LM_TASKS = ("hexatag_mlm", "masked_lm")
 _UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+SKIP_CRC_ENV = "SIPE_SKIP_CHECKPOINT_CRC"  # 1: read_checkpoint does not compare the archive's CRCs
+
+
+def check_archive(path: str) -> None:
+    """:class:`CheckpointError` naming the first member of ``path``'s zip archive whose bytes do not match the
+    CRC-32 recorded for it (``zipfile.ZipFile.testzip``), and the tensor it holds when it can be told. A file
+    that is no zip archive (torch's legacy format, or no checkpoint at all) is left to the unpickler, which says
+    what it is; ``SIPE_SKIP_CHECKPOINT_CRC=1`` skips the check."""
+    if os.environ.get(SKIP_CRC_ENV, "").strip() not in ("", "0"):
+        logger.debug(f"checkpoint {path}: CRC check skipped ({SKIP_CRC_ENV})")
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+            tensor = _tensor_of_member(archive, bad) if bad is not None else None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError):
+        return  # not a (readable) zip archive: torch.load's own error names what it is
+    if bad is not None:
+        held = f" (it holds tensor {tensor})" if tensor else ""
+        raise CheckpointError(f"checkpoint {path}: damaged: zip member {bad}{held} does not match the CRC-32 recorded "
+                              "when it was saved (changed on disk or in a copy); use an intact copy")
+
+
+class _Stored:
+    """A tensor (or storage) of a checkpoint's pickle, by the key of its archive member (``.../data/KEY``)."""
+
+    def __init__(self, key=None):
+        self.key = key
+
+    def __call__(self, *args, **kwargs):  # a rebuild function applied to a storage: the tensor is that storage's
+        storage = next((a for a in args if isinstance(a, _Stored)), None)
+        return _Stored(storage.key if storage is not None else None)
+
+    def __setstate__(self, state):
+        pass
+
+
+class _Mapping(dict):
+    """An ``OrderedDict`` of the pickle (a state dict carries ``_metadata`` as an attribute)."""
+
+
+def _tensor_of_member(archive: zipfile.ZipFile, member: str) -> Optional[str]:
+    """The name of the model weight (``state["model"]``) whose storage is the archive member ``member``, read
+    from the archive's ``data.pkl`` without building any tensor or object (every global is a stand-in); None
+    when it cannot be told (another member, another layout)."""
+    root, sep, key = member.rpartition("/data/")
+    pickled = f"{root}/data.pkl"
+    if not sep or pickled not in archive.namelist():
+        return None
+
+    class Names(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) == ("collections", "OrderedDict"):
+                return _Mapping
+            return _Stored()  # any other global: called, it gives a stand-in (keyed when given a storage)
+
+        def persistent_load(self, pid):
+            return _Stored(str(pid[2])) if isinstance(pid, tuple) and len(pid) > 2 else _Stored()
+
+    try:
+        state = Names(archive.open(pickled)).load()
+        weights = state.get("model") if isinstance(state, dict) else None
+        return next((name for name, value in (weights or {}).items()
+                     if isinstance(value, _Stored) and value.key == key), None)
+    except Exception:  # noqa: BLE001  a pickle the stand-ins cannot follow: the member alone is named
+        return None
 
 
 def _unpickler_reason(message: str) -> str:
@@ -33,12 +107,13 @@ def _unpickler_reason(message: str) -> str:
 
 
 def read_checkpoint(path: str, arg_overrides: Optional[dict] = None) -> dict:
-    """fairseq's ``load_checkpoint_to_cpu(path, arg_overrides)`` with the allowlist; raises
-    :class:`CheckpointError` for a missing, refused (untrusted) or unreadable file."""
+    """fairseq's ``load_checkpoint_to_cpu(path, arg_overrides)`` with the allowlist, after :func:`check_archive`;
+    raises :class:`CheckpointError` for a missing, damaged, refused (untrusted) or unreadable file."""
     from fairseq import checkpoint_utils  # lazy (heavy): importing sipe_fairseq.checkpoints stays light
 
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint {path}: no such file")
+    check_archive(path)
     sipe_fairseq.register()  # the tasks/models a checkpoint names, and the allowlist
     allow_fairseq_checkpoint_globals()
     try:

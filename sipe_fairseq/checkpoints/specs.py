@@ -8,7 +8,12 @@
   ``allow_dictionary_mismatch``), then :func:`check_dictionary`, the one dictionary check of every
   command: the model's dictionary (the task's, which its embedding rows were loaded against) must be the
   data directory's ``dict.txt``, the same symbols in the same order (a masked-LM encoder's task appends
-  ``<mask>``, so the data's must be the model's without that last symbol).
+  ``<mask>``, so the data's must be the model's without that last symbol). A ``data`` directory that is
+  missing, empty or holds a malformed ``dict.txt`` is refused first, by both, in one
+  :class:`~sipe_fairseq.hexatag.errors.DataError` line (a ``ValueError``: the commands' usage error, exit
+  status 2; :func:`~sipe_fairseq.data.dictionary.check_data_directory`); :func:`load_checkpoint` also one
+  without ``dict.txt`` (:class:`CheckpointSpecs`, built before a command reads its inputs, leaves that to the
+  load, so that a bad input file is named first).
 * :class:`CheckpointSpecs`: the parsed specs (ordered name -> path, :meth:`~CheckpointSpecs.paths` for the
   reports) and their data directory; iterating loads one checkpoint at a time and releases it (its
   :class:`LoadedCheckpoint` loses its model and task) before the next is loaded, so a command that
@@ -20,6 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Iterator, List, Mapping, Optional, Sequence
 
+from ..data.dictionary import check_data_directory, load_dictionary
 from .load import CheckpointError, load_lm
 
 MASK = "<mask>"  # the symbol fairseq's masked-LM tasks append to dict.txt
@@ -93,12 +99,10 @@ def check_dictionary(path: str, data: str, symbols: Sequence[str], masked: bool 
 
 def data_dictionary_symbols(data: str) -> List[str]:
     """The symbols of ``data``'s ``dict.txt`` as fairseq reads it (its special symbols first)."""
-    from fairseq.data import Dictionary  # lazy (heavy): importing sipe_fairseq.checkpoints stays light
-
     dictionary = os.path.join(data, "dict.txt")
     if not os.path.isfile(dictionary):
         raise CheckpointError(f"data directory {data}: no dict.txt to check the checkpoints' dictionaries against")
-    return list(Dictionary.load(dictionary).symbols)
+    return list(load_dictionary(dictionary).symbols)
 
 
 def _is_masked_lm(task) -> bool:
@@ -110,7 +114,9 @@ def _is_masked_lm(task) -> bool:
 def load_checkpoint(path: str, data: Optional[str] = None, allow_dictionary_mismatch: bool = False,
                     context_window: int = 0, name: Optional[str] = None) -> LoadedCheckpoint:
     """``path`` loaded by :func:`~sipe_fairseq.checkpoints.load.load_lm` on ``data`` (None: the directory
-    saved in the checkpoint), then :func:`check_dictionary`; ``name`` defaults to ``path``."""
+    saved in the checkpoint), then :func:`check_dictionary`; ``name`` defaults to ``path``. A ``data`` that is
+    no data directory: :class:`~sipe_fairseq.hexatag.errors.DataError` (module docstring)."""
+    check_data_directory(data)
     model, task = load_lm(path, data, context_window, allow_dictionary_mismatch=allow_dictionary_mismatch)
     check_dictionary(path, _data_dir(data, task), task.source_dictionary.symbols, _is_masked_lm(task))
     return LoadedCheckpoint(path if name is None else name, path, model, task)
@@ -123,6 +129,7 @@ class CheckpointSpecs:
 
     def __init__(self, paths: Mapping[str, str], data: Optional[str] = None, allow_dictionary_mismatch: bool = False,
                  context_window: int = 0):
+        check_data_directory(data, require_dictionary=False)  # before any work: one DataError line (a ValueError)
         self._paths = OrderedDict(paths)
         self.data, self.allow_dictionary_mismatch, self.context_window = data, allow_dictionary_mismatch, context_window
 

@@ -6,7 +6,9 @@ A subcommand is a module of :mod:`sipe_fairseq.cli.eval_commands` with ``HELP`` 
 (the subcommand's ``--help`` text), ``add_arguments(parser)`` and ``run(args) -> int``; add it to
 :data:`SUBCOMMANDS`.
 
-Exit status: 0 ok, 1 nothing scored (``blimp``: a model scored no pair; ``syntaxgym``: no suite),
+Exit status: 0 ok, 1 nothing scored (``blimp``: a model scored no pair; ``syntaxgym``: no suite), a score
+that is not finite (one line naming the column, the sentence and the tag source; nothing written) or an output
+that cannot be written (disk full, file too large, a closed pipe: one line naming it),
 2 bad input (as each subcommand documents; also an option out of range, or an output path such as
 ``--json``, ``--markdown``, ``--plot``, ``--out``, ``--*-out`` or ``--cache`` that cannot be written: checked
 before any work starts), 3 a checkpoint is missing, refused by torch's weights-only loading (untrusted
@@ -21,6 +23,7 @@ from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.allocator import keep_freed_memory
 from sipe_fairseq.cli.eval_commands import attention, blimp, glue, report, scale, seeds, sweep_plot, syntaxgym, tagger
 from sipe_fairseq.cli.options import add_progress_argument, configure_progress, output_path_problem
+from sipe_fairseq.hexatag.errors import DataError, NonFiniteScoreError
 from sipe_fairseq.structure.memory import MemoryBudgetError
 
 SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot,
@@ -59,6 +62,12 @@ def main(argv=None) -> int:
     except MemoryBudgetError as e:  # a tag source that cannot fit the memory, even one sentence at a time
         logging.getLogger("sipe-eval").error("%s", e)
         return 2
+    except DataError as e:  # a --data directory that cannot be used (no dict.txt, a malformed line: FILE:LINE)
+        logging.getLogger("sipe-eval").error("%s", e)
+        return 2
+    except NonFiniteScoreError as e:  # a score that came out NaN or infinite: nothing written, no accuracy
+        logging.getLogger("sipe-eval").error("%s", e)
+        return 1
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from sipe_fairseq.cli.options import (add_progress_argument, add_structure_argum
                                       output_path_problem, structure_options)
 from sipe_fairseq.cli.output import write_json
 from sipe_fairseq.eval.finite import first_non_finite
+from sipe_fairseq.hexatag.errors import NonFiniteScoreError
 from sipe_fairseq.eval.reports.report import layer_info
 from sipe_fairseq.eval.prefix_scores import check_sources_fit, markdown_tag_sources, score_split_sources
 from sipe_fairseq.eval.perplexity import perplexity_markdown, score_split
@@ -63,7 +64,10 @@ def evaluate_lm(path, data, split="valid", context_window=0, max_tokens=4096, ba
         if context_window:  # the tag sources score sentences alone: a task without the context-window shortening
             loaded = load_checkpoint(path, data, allow_dictionary_mismatch)
             model, task = loaded.model, loaded.task
-        rows["tag_sources"] = score_split_sources(model, task, split, tags, options)
+        try:
+            rows["tag_sources"] = score_split_sources(model, task, split, tags, options)
+        except NonFiniteScoreError as e:  # the checkpoint too (exit status 1, nothing written)
+            raise NonFiniteScoreError(f"{path}: {e}", e.index, e.source, e.detail) from None
     return rows
 
 

@@ -8,7 +8,6 @@ otherwise (or a usage error).
 """
 import argparse
 import contextlib
-import io
 import logging
 import os
 import sys
@@ -17,7 +16,9 @@ from typing import Iterator, Optional, Sequence, TextIO
 
 from sipe_fairseq.cli.output import atomic_open
 from sipe_fairseq.hexatag import ConlluError, HexatagError, decode, encode_tree, format_tags, parse_tags
-from sipe_fairseq.hexatag.conllu_io import parse_sentence, sentence_blocks, undecodable
+from sipe_fairseq.hexatag.conllu_io import parse_sentence, sentence_blocks
+from sipe_fairseq.hexatag.lines import iter_lines, undecodable
+from sipe_fairseq.hexatag.errors import install_error_hook
 
 logger = logging.getLogger(__name__)
 
@@ -57,26 +58,15 @@ def _name(path: str) -> str:
     return "<stdin>" if path == "-" else path
 
 
-@contextlib.contextmanager
-def _open(path: str) -> Iterator[TextIO]:
-    """Open a text input; bytes that are not UTF-8 become lone surrogates, refused per line
-    (``undecodable``) so that ``--keep-going`` can skip just the sentence that holds them."""
+def _lines(path: str) -> Iterator[str]:
+    """The lines of a text input (``-``: stdin) by the one reader (:mod:`sipe_fairseq.hexatag.lines`: lines end at
+    ``\n`` only); bytes that are not UTF-8 become lone surrogates, refused per line (``undecodable``) so that
+    ``--keep-going`` can skip just the sentence that holds them."""
     try:
-        if path != "-":
-            f = open(path, encoding="utf-8", errors="surrogateescape")
-        elif hasattr(sys.stdin, "buffer"):
-            f = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
-        else:  # already text (e.g. replaced in a test)
-            f = sys.stdin
+        for _, text in iter_lines(path, errors="surrogateescape"):
+            yield text
     except OSError as e:
         raise _Stop(f"{path}: {e.strerror}") from e
-    try:
-        yield f
-    finally:
-        if path != "-":
-            f.close()
-        elif f is not sys.stdin:
-            f.detach()  # leave sys.stdin.buffer open
 
 
 def _bad(message: str, out: TextIO, stats: ConversionCounts, keep_going: bool) -> None:
@@ -89,38 +79,36 @@ def _bad(message: str, out: TextIO, stats: ConversionCounts, keep_going: bool) -
 
 def encode_files(args, out: TextIO, stats: ConversionCounts) -> None:
     for path in args.files:
-        with _open(path) as f:
-            for start, block in sentence_blocks(f):
-                stats.sentences += 1
-                try:
-                    sent = parse_sentence(block, _name(path), start)
-                    tags, _, lifts = encode_tree(sent.heads, strict=args.strict)
-                except ConlluError as e:
-                    _bad(str(e), out, stats, args.keep_going)
-                except HexatagError as e:  # NonProjectiveError with --strict
-                    _bad(f"{_name(path)}:{start}: {e}", out, stats, args.keep_going)
-                else:
-                    stats.words += len(tags)
-                    stats.lifted_trees += int(lifts > 0)
-                    stats.lifted_arcs += lifts
-                    out.write(format_tags(tags) + "\n")
+        for start, block in sentence_blocks(_lines(path)):
+            stats.sentences += 1
+            try:
+                sent = parse_sentence(block, _name(path), start)
+                tags, _, lifts = encode_tree(sent.heads, strict=args.strict)
+            except ConlluError as e:
+                _bad(str(e), out, stats, args.keep_going)
+            except HexatagError as e:  # NonProjectiveError with --strict
+                _bad(f"{_name(path)}:{start}: {e}", out, stats, args.keep_going)
+            else:
+                stats.words += len(tags)
+                stats.lifted_trees += int(lifts > 0)
+                stats.lifted_arcs += lifts
+                out.write(format_tags(tags) + "\n")
 
 
 def decode_files(args, out: TextIO, stats: ConversionCounts) -> None:
     for path in args.files:
-        with _open(path) as f:
-            for lineno, line in enumerate(f, 1):
-                stats.sentences += 1
-                try:
-                    bad = undecodable(line)
-                    if bad:
-                        raise HexatagError(bad)
-                    heads = decode(parse_tags(line))
-                except HexatagError as e:
-                    _bad(f"{_name(path)}:{lineno}: {e}", out, stats, args.keep_going)
-                else:
-                    stats.words += len(heads)
-                    out.write(" ".join(map(str, heads)) + "\n")
+        for lineno, line in enumerate(_lines(path), 1):
+            stats.sentences += 1
+            try:
+                bad = undecodable(line)
+                if bad:
+                    raise HexatagError(bad)
+                heads = decode(parse_tags(line))
+            except HexatagError as e:
+                _bad(f"{_name(path)}:{lineno}: {e}", out, stats, args.keep_going)
+            else:
+                stats.words += len(heads)
+                out.write(" ".join(map(str, heads)) + "\n")
 
 
 @contextlib.contextmanager
@@ -141,6 +129,7 @@ def _log_to_stderr():
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = get_parser().parse_args(argv)
+    install_error_hook()  # its own logger, not logs.configure: Ctrl-C in one line (-o is written atomically)
     run = encode_files if args.command == "encode" else decode_files
     stats, status = ConversionCounts(), 0
     with _log_to_stderr(), contextlib.ExitStack() as files:  # -o: written atomically, replaced when main returns

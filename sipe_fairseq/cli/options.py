@@ -12,6 +12,7 @@ before any work starts.
 """
 import argparse
 import os
+import stat
 from dataclasses import MISSING
 from typing import Callable, Dict, Iterable, Optional
 
@@ -105,10 +106,16 @@ def width_line(sources, width: Dict[str, float]) -> str:
 
 def unwritable(path: str) -> Optional[str]:
     """Why ``path`` cannot be written as a file (None: it can): a directory, a parent directory that
-    does not exist or is not writable, an existing file that is not writable."""
+    does not exist or is not writable, an existing file that is not writable, a block device. What the writer
+    writes in place (a FIFO, a character device, ``/dev/stdout``: :func:`~sipe_fairseq.data.writers.atomic_open`)
+    needs only to be writable itself; a symbolic link's target is what is replaced, in the target's directory."""
     if os.path.isdir(path):
         return "it is a directory"
-    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(path) and not os.path.isfile(path):
+        if stat.S_ISBLK(os.stat(path).st_mode):
+            return "it is a block device (a report is never written over a disk)"
+        return None if os.access(path, os.W_OK) else "it is not writable"
+    parent = os.path.dirname(os.path.realpath(path))
     if not os.path.isdir(parent):
         return f"directory {parent} does not exist"
     if not os.access(parent, os.W_OK | os.X_OK):
@@ -131,9 +138,25 @@ def output_path_problem(args: argparse.Namespace, options: Iterable[str] = OUTPU
 
 
 def add_data_argument(p) -> None:
-    """``--data``: the sipe-preprocess directory whose dictionary and sentencepiece model encode the inputs."""
+    """``--data``: the sipe-preprocess directory whose dictionary and sentencepiece model encode the inputs. A
+    directory that is missing, empty, without ``dict.txt`` or with a malformed one is refused before any work, in
+    one line with exit status 2, where the checkpoints are parsed
+    (:class:`~sipe_fairseq.checkpoints.specs.CheckpointSpecs`, :func:`~sipe_fairseq.data.dictionary.check_data_directory`:
+    a one-line error, which argparse's ``type`` could not give without its usage lines)."""
     p.add_argument("--data", required=True, help="the sipe-preprocess data directory the checkpoints were trained on "
                                                  "(its dict.txt and spm.model encode the sentences)")
+
+
+DICTIONARY_MISMATCH_HELP = ("load a checkpoint whose recorded data (dict.txt and spm.model sha256, tag dictionaries) "
+                            "differs from --data's, or a --data whose spm.model is missing, with a warning (default: "
+                            "refused, exit status 3)")
+
+
+def add_dictionary_mismatch_argument(p) -> None:
+    """``--allow-dictionary-mismatch``: the override every refusal of a checkpoint's data offers (the data
+    fingerprint, :mod:`sipe_fairseq.data.fingerprint`; a missing ``spm.model``), passed to
+    :class:`~sipe_fairseq.checkpoints.specs.CheckpointSpecs` and the raw-text encoder."""
+    p.add_argument("--allow-dictionary-mismatch", action="store_true", help=DICTIONARY_MISMATCH_HELP)
 
 
 TAGS_HELP = ("structure sources, comma-separated (one column per checkpoint and source): given (a parse of the whole "

@@ -12,23 +12,38 @@ pieces), ids 1-based, surprisal in bits; with several ``--tags`` sources one col
 ``surprisal[SOURCE]``. ``--json`` writes everything :meth:`sipe_fairseq.hub.LanguageModel.score`
 returns instead (tokens, words, log-probabilities, the kind of number and the structure).
 
-Exit status: 0 ok, 2 usage or input error (an option, an unreadable or empty input, an empty line, a
-sentence longer than the model's positions: never cut), 3 the checkpoint or the parser cannot be loaded.
+The whole input is read and checked first, by the one line reader (:mod:`sipe_fairseq.hexatag.lines`: lines
+end at ``\\n`` only, so a form feed, NEL or U+2028 inside a line never shifts a sentence_id): a line that is not
+UTF-8, an empty line or a bad CoNLL-U block is named ``FILE:LINE``; then every sentence's length against the
+model's positions; then the sentences are scored in chunks (4 batches of ``--tags-batch-sentences``) and
+their rows written as they come, so that memory does not grow with the input (stdin is copied to a temporary file to be
+read again). ``--output`` is replaced only when everything was written; stdout is streamed.
+
+Exit status: 0 ok, 1 a score that is not finite (the model's forward pass overflows: one line naming the
+sentence; ``--output`` not written, stdout has the rows of the chunks before it) or an output that cannot be
+written (disk full, file too large, a closed pipe: one line naming it), 2 usage or input error (an option, an
+unreadable or empty input, a line that is not UTF-8, an empty line, a sentence longer than the model's
+positions: never cut), 3 the checkpoint or the parser cannot be loaded.
 """
 import argparse
-import io
+import contextlib
 import json
 import logging
 import sys
-from typing import List, Optional, Sequence
+import textwrap
+from typing import Iterable, Iterator, Optional, Sequence, TextIO, Tuple
 
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.allocator import keep_freed_memory
-from sipe_fairseq.cli.options import SPLIT_ONLY, add_structure_arguments, output_path_problem, structure_options
-from sipe_fairseq.cli.output import write_text
+from sipe_fairseq.cli.options import (SPLIT_ONLY, add_dictionary_mismatch_argument, add_structure_arguments,
+                                      output_path_problem, structure_options)
+from sipe_fairseq.data.dictionary import data_directory_problem
+from sipe_fairseq.cli.output import atomic_open
 from sipe_fairseq.hub.interface import load, surprisal_rows
+from sipe_fairseq.hexatag.errors import DataError, NonFiniteScoreError
 from sipe_fairseq.hexatag.conllu_io import read_conllu_lines
+from sipe_fairseq.hexatag.lines import LineInput
 from sipe_fairseq.parsing import DEFAULT_BACKEND, BackendLoadError
 
 logger = logging.getLogger(__name__)
@@ -40,11 +55,13 @@ REFUSED = {"max_sentences": SPLIT_ONLY["max_sentences"]}
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sipe-surprisal", description=__doc__.split("\n\n")[0],
-                                epilog="Exit status: 0 ok, 2 usage or input error, 3 checkpoint or parser cannot be loaded.")
+                                epilog="Exit status: 0 ok, 1 a score that is not finite or an output that cannot be written, "
+                                       "2 usage or input error, 3 checkpoint or parser cannot be loaded.")
     p.add_argument("input", nargs="?", default="-", help="sentences, one per line, or CoNLL-U (default: stdin)")
     p.add_argument("--path", required=True, metavar="CHECKPOINT", help="a decoder checkpoint (SiPE, none, GiLT, stock)")
     p.add_argument("--data", default=None, metavar="DIR",
                    help="its sipe-preprocess directory (default: the one saved in the checkpoint)")
+    add_dictionary_mismatch_argument(p)
     add_structure_arguments(p, "given", refuse=REFUSED)
     p.add_argument("--level", choices=("token", "word"), default="token", help="rows per token (</s> included) or word")
     p.add_argument("--format", choices=("text", "conllu"), default=None,
@@ -56,30 +73,112 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
-def read_input(name: str, fmt: Optional[str]) -> List:
-    """The sentences of ``name`` (``-``: stdin): raw lines, or ``(words, heads)`` of a CoNLL-U file;
-    ``ValueError`` naming the file and line of an empty line or a bad block."""
-    text = sys.stdin.read() if name == "-" else open(name, encoding="utf-8").read()
-    where = "<stdin>" if name == "-" else name
-    if (fmt or ("conllu" if where.endswith(".conllu") else "text")) == "conllu":
-        return [(s.words, s.heads) for s in read_conllu_lines(io.StringIO(text), where)]
-    lines = text.splitlines()
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            raise ValueError(f"{where}:{i}: empty line (one sentence per line)")
-    return lines
+EMPTY_LINE = "empty line (one sentence per line)"
+# sentences scored together: this many engine batches (--tags-batch-sentences each), which the engine sorts by
+# length across, so that a batch is not padded to the longest of random neighbours (scripts/bench_surprisal_memory.py:
+# 20,000 lines, peak RSS +19 MB over 20 lines with 1 batch a chunk, +32 MB with 4, +70 MB with 16)
+CHUNK_BATCHES = 4
 
 
-def tsv(results: Sequence[Sequence], sources: Sequence[str], level: str) -> str:
-    """lm-zoo's layout; one surprisal column per source (the rows of every source are the same units)."""
+def input_format(name: str, fmt: Optional[str]) -> str:
+    return fmt or ("conllu" if name.endswith(".conllu") else "text")
+
+
+def sentences(source: LineInput, fmt: str) -> Iterator[Tuple[int, object]]:
+    """``(line, sentence)`` of every sentence of ``source``, one at a time, read by the one line reader (lines end
+    at ``\\n`` only): a line of text, or ``(words, heads)`` of a CoNLL-U block (its first line);
+    :class:`~sipe_fairseq.hexatag.errors.InputError` names the file and line of a line that is not UTF-8, an
+    empty line or a bad block."""
+    if fmt == "conllu":
+        for sent in read_conllu_lines(source.texts(errors="surrogateescape"), source.name):
+            yield sent.line, (sent.words, sent.heads)
+    else:
+        yield from source.lines(empty=EMPTY_LINE)
+
+
+def chunks(items: Iterable, size: int) -> Iterator[list]:
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def check_input(source: LineInput, fmt: str) -> int:
+    """Read every sentence once and keep none (their number); ``ValueError`` for an input without one."""
+    count = sum(1 for _ in sentences(source, fmt))
+    if not count:
+        raise ValueError(f"{source.name}: empty input: no sentence to score")
+    return count
+
+
+def check_lengths(lm, source: LineInput, fmt: str, size: int) -> None:
+    """What scoring would refuse, before any is scored (a sentence longer than the model's positions): ``ValueError``
+    naming the sentence by its number in the whole input."""
+    first = 1
+    for chunk in chunks(sentences(source, fmt), size):
+        lm.check([sentence for _, sentence in chunk], first)
+        first += len(chunk)
+
+
+def scored_chunks(lm, source: LineInput, fmt: str, sources: Sequence[str], size: int) -> Iterator[Tuple[int, list]]:
+    """``(id of the chunk's first sentence, [results per source])``, chunk by chunk."""
+    first = 1
+    for chunk in chunks(sentences(source, fmt), size):
+        texts = [sentence for _, sentence in chunk]
+        yield first, [lm.score(texts, tags) for tags in sources]
+        first += len(texts)
+
+
+def tsv_header(sources: Sequence[str]) -> str:
+    """lm-zoo's header; one surprisal column per source."""
+    return "\t".join(["sentence_id", "token_id", "token"] + (["surprisal"] if len(sources) == 1 else
+                                                              [f"surprisal[{s}]" for s in sources])) + "\n"
+
+
+def tsv_rows(results: Sequence[Sequence], level: str, first: int = 1) -> str:
+    """lm-zoo's rows of a chunk whose first sentence is ``first``; one surprisal column per source (the rows of
+    every source are the same units)."""
     columns = [surprisal_rows(r, level) for r in results]
-    header = ["sentence_id", "token_id", "token"] + (["surprisal"] if len(sources) == 1 else
-                                                      [f"surprisal[{s}]" for s in sources])
-    lines = ["\t".join(header)]
+    lines = []
     for row in zip(*columns):
         sid, tid, unit = row[0][:3]
-        lines.append("\t".join([str(sid), str(tid), unit] + [f"{r[3]:.6f}" for r in row]))
-    return "\n".join(lines) + "\n"
+        lines.append("\t".join([str(sid + first - 1), str(tid), unit] + [f"{r[3]:.6f}" for r in row]) + "\n")
+    return "".join(lines)
+
+
+def write_tsv(out: TextIO, lm, source: LineInput, fmt: str, sources: Sequence[str], size: int, level: str) -> None:
+    """The TSV chunk by chunk; the header with the first chunk's rows (a chunk that fails leaves nothing)."""
+    for first, results in scored_chunks(lm, source, fmt, sources, size):
+        out.write((tsv_header(sources) if first == 1 else "") + tsv_rows(results, level, first))
+        out.flush()
+
+
+def write_json(out: TextIO, lm, source: LineInput, fmt: str, sources: Sequence[str], size: int, level: str) -> None:
+    """``json.dumps(records, indent=1)`` written record by record: every sentence under the first source, then
+    under the next (the input read once per source)."""
+    opened = False
+    for tags in sources:
+        for first, (results,) in scored_chunks(lm, source, fmt, [tags], size):
+            items = [textwrap.indent(json.dumps(dict(r.to_dict(), sentence_id=i), indent=1), " ")
+                     for i, r in enumerate(results, first)]
+            out.write((",\n" if opened else "[\n") + ",\n".join(items))
+            out.flush()
+            opened = True
+    out.write("\n]\n")
+
+
+def score_input(args, lm, source: LineInput, fmt: str, sources: Sequence[str]) -> None:
+    """Check every sentence's length, then score in chunks of :data:`CHUNK_BATCHES` batches and write as they come
+    (``--output``: replaced only once everything was written; stdout: streamed)."""
+    size = lm.options.batch_sentences * CHUNK_BATCHES
+    check_lengths(lm, source, fmt, size)
+    with contextlib.ExitStack() as files:
+        out = files.enter_context(atomic_open(args.output)) if args.output else sys.stdout
+        (write_json if args.json else write_tsv)(out, lm, source, fmt, sources, size, args.level)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -91,30 +190,41 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if problem:
         logger.error(problem)
         return 2
+    problem = data_directory_problem(args.data) if args.data is not None else None  # missing, empty, bad dict.txt
+    if problem:
+        logger.error(problem)
+        return 2
+    with LineInput(args.input) as source:
+        return _run(args, source, sources)
+
+
+def _run(args, source: LineInput, sources: Sequence[str]) -> int:
+    """Read and check the whole input, load the model, check every sentence's length, then score and write."""
+    fmt = input_format(source.name, args.format)
     try:
-        sentences = read_input(args.input, args.format)
-    except (OSError, ValueError) as e:
-        logger.error(f"{args.input}: {e.strerror}" if isinstance(e, OSError) and e.strerror else str(e))
+        check_input(source, fmt)
+    except OSError as e:
+        logger.error(f"{source.name}: {e.strerror or e}")
+        return 2
+    except ValueError as e:  # InputError (file:line): not UTF-8, an empty line, a bad CoNLL-U block; an empty input
+        logger.error(str(e))
         return 2
     try:
-        lm = load(args.path, args.data, parser=args.parser, **vars(structure_options(args)))
-        results = [lm.score(sentences, source) for source in sources]
+        lm = load(args.path, args.data, parser=args.parser, allow_dictionary_mismatch=args.allow_dictionary_mismatch,
+                  **vars(structure_options(args)))
+        score_input(args, lm, source, fmt, sources)
     except (CheckpointError, BackendLoadError) as e:
         logger.error(str(e))
         return CHECKPOINT_EXIT_STATUS
-    except ValueError as e:  # an empty sentence, one longer than the model's positions, a source the model cannot take
-        logger.error(f"{'<stdin>' if args.input == '-' else args.input}: {e}")
+    except NonFiniteScoreError as e:  # a score that came out NaN or infinite: --output not written (exit status 1)
+        logger.error(f"{source.name}: {e}")
+        return 1
+    except DataError as e:  # the checkpoint's own data directory (no --data) with a malformed dict.txt
+        logger.error(str(e))
         return 2
-    if args.json:
-        text = json.dumps([dict(r.to_dict(), sentence_id=i) for per_source in results
-                           for i, r in enumerate(per_source, 1)], indent=1) + "\n"
-    else:
-        text = tsv(results, sources, args.level)
-    if args.output:
-        write_text(args.output, text)
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    except ValueError as e:  # an empty sentence, one longer than the model's positions, a source the model cannot take
+        logger.error(f"{source.name}: {e}")
+        return 2
     return 0
 
 

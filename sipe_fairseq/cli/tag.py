@@ -3,12 +3,14 @@
     sipe-tag sentences.txt -o parsed.conllu --tags-out parsed.hexatag
     sipe-tag words.txt --pretokenized --backend hexatagger:ck/checkpoint_best.pt --tags-out out.hexatag
 
-One input line is one sentence. Every input line gives exactly one tag line (``sipe-hexatag``
-format) and one CoNLL-U block whose ``# sent_id`` is the input line number (``--segment-sentences``:
+One input line is one sentence (lines end at ``\\n`` only: :mod:`sipe_fairseq.hexatag.lines`; every line is read
+and decoded before the first is tagged: a line that is not UTF-8, named ``FILE:LINE``, or an empty input is refused
+with exit status 2 and nothing written). Every input line gives exactly one tag line (``sipe-hexatag`` format) and
+one CoNLL-U block whose ``# sent_id`` is the input line number (``--segment-sentences``:
 one of each per sentence of the line, by the backend's sentence boundaries, ``# sent_id`` LINE-K). A line that is empty
 or that the backend cannot parse gives an empty tag line and a comment-only CoNLL-U block
 (``# sipe_tag_error = ...``); it is reported on stderr with its line number and counted in the
-summary. Exit status: 0 ok, 1 some lines failed, 2 usage or I/O error, 3 the backend cannot be
+summary. Exit status: 0 ok, 1 some lines failed, 2 usage, input or I/O error, 3 the backend cannot be
 loaded (a hexatagger checkpoint missing, refused by torch's weights-only loading or unreadable; a
 spaCy pipeline not installed): one line naming it.
 """
@@ -23,9 +25,10 @@ import sipe_fairseq.checkpoints  # noqa: F401  registers the hexatagger backend
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS
 from sipe_fairseq.cli.output import atomic_open
 from sipe_fairseq.hexatag import format_tags
-from sipe_fairseq.hexatag.errors import install_error_hook
+from sipe_fairseq.hexatag.errors import InputError, install_error_hook
+from sipe_fairseq.hexatag.lines import input_name, read_lines
 from sipe_fairseq.parsing import BackendLoadError
-from sipe_fairseq.parsing.line_tagger import LineTagger, add_backend_arguments, read_lines, tagged_line_conllu
+from sipe_fairseq.parsing.line_tagger import LineTagger, add_backend_arguments, tagged_line_conllu
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +44,8 @@ class TaggingCounts:
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sipe-tag", description=__doc__.split("\n\n")[0],
-                                epilog="Exit status: 0 ok, 1 some lines failed (empty output for them), 2 usage or I/O error, "
-                                       "3 the backend cannot be loaded.")
+                                epilog="Exit status: 0 ok, 1 some lines failed (empty output for them), 2 usage, input or "
+                                       "I/O error, 3 the backend cannot be loaded.")
     p.add_argument("input", nargs="?", default="-", help="one sentence per line (default: stdin)")
     p.add_argument("-o", "--output", metavar="FILE.conllu", help="CoNLL-U with heads (deprels: root/dep)")
     p.add_argument("--tags-out", metavar="FILE", help="hexatag lines in sipe-hexatag format (l/L1 r/EOS ...)")
@@ -66,9 +69,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logger.propagate = False
     try:
         try:
-            lines = read_lines(args.input)
-        except (OSError, UnicodeDecodeError) as e:
-            logger.error(f"{args.input}: {e}")
+            lines = read_lines(args.input)  # every line read and decoded before any is tagged
+        except InputError as e:
+            logger.error(str(e))
+            return 2
+        except OSError as e:
+            logger.error(f"{input_name(args.input)}: {e.strerror or e}")
+            return 2
+        if not lines:
+            logger.error(f"{input_name(args.input)}: empty input: no line to tag")
             return 2
         return run(args, lines)
     finally:

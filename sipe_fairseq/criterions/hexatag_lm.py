@@ -121,14 +121,26 @@ class HexatagLMCriterion(FairseqCriterion):
         self.tag_loss_normalization = str(tag_loss_normalization)
         self.distill_weight = float(distill_weight)
         self._teacher = ()  # (model,): a tuple, so fairseq neither trains, saves nor wraps it as a submodule
+        if not 0.0 <= self.distill_weight <= 1.0:
+            raise UsageError(f"--distill-weight must be in [0, 1], got {distill_weight}")
         if distill_teacher:
             if not self.supports_distillation:
                 raise UsageError(f"--distill-teacher: criterion {type(self).__name__} does not distill (use hexatag_lm)")
-            if not 0.0 <= self.distill_weight <= 1.0:
-                raise UsageError(f"--distill-weight must be in [0, 1], got {distill_weight}")
             self.set_teacher(self.load_teacher(task, str(distill_teacher)))
 
     supports_distillation = True
+
+    @classmethod
+    def build_criterion(cls, cfg, task):
+        """fairseq's construction from the command line, after the check that only the command line allows (in
+        Python a teacher may come later, :meth:`set_teacher`): a ``--distill-weight`` other than its default
+        without ``--distill-teacher`` weighs no term, and is refused in one line (exit status 2)."""
+        default = HexatagLMCriterionConfig.distill_weight
+        weight = getattr(cfg, "distill_weight", default)
+        if not getattr(cfg, "distill_teacher", "") and weight != default:
+            raise UsageError(f"--distill-weight {weight} without --distill-teacher: the weight is the teacher's term's "
+                             "(give --distill-teacher CKPT, or leave --distill-weight out)")
+        return super().build_criterion(cfg, task)
 
     def load_teacher(self, task, path: str):
         """The teacher model of ``path`` scored on the student task's data; one OptionError line when its

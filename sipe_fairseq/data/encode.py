@@ -5,26 +5,44 @@ sentencepiece pieces word by word with the data directory's own ``spm.model`` (o
 the directory was made with ``--no-split``), mapped through ``dict.txt``, and each word's tag pair
 is put on its first piece (appendix A.1); continuation pieces and the final ``</s>`` get
 ``<notag>``.
+
+A directory whose ``manifest.json`` records an ``spm.model`` that is missing or another file is refused
+(:func:`~sipe_fairseq.data.fingerprint.spm_problem`: without it every word would be ``<unk>``), as a
+:class:`~sipe_fairseq.hexatag.errors.CheckpointError` (exit status 3, as the checkpoints' own data check),
+unless ``allow_dictionary_mismatch`` (then one warning, and the words are encoded with what is there).
 """
+import logging
 import os
 from typing import List, Optional, Sequence, Tuple
 
 import sentencepiece as spm
 import torch
-from fairseq.data import Dictionary
 
 from ..hexatag import encode_tree
+from ..hexatag.errors import CheckpointError, DataError
+from .dictionary import data_directory_problem, load_dictionary
+from .fingerprint import spm_problem
 from .tag_dictionary import FIRST_TAG_ID, NOTAG_ID, TAG_KINDS, tag_names
 from .words import clean_word, segment_words
 
+logger = logging.getLogger(__name__)
 _TAG_IDS = {kind: {t: FIRST_TAG_ID + i for i, t in enumerate(tag_names(kind))} for kind in TAG_KINDS}
 
 
 class SentenceEncoder:
-    """``encode(words, heads)`` -> token ids, terminal ids, non-terminal ids (all with ``</s>``)."""
+    """``encode(words, heads)`` -> token ids, terminal ids, non-terminal ids (all with ``</s>``); a directory
+    whose recorded ``spm.model`` is missing or another file: :class:`CheckpointError` (module docstring)."""
 
-    def __init__(self, data_dir: str, dictionary=None):
-        self.dictionary = dictionary or Dictionary.load(os.path.join(data_dir, "dict.txt"))
+    def __init__(self, data_dir: str, dictionary=None, allow_dictionary_mismatch: bool = False):
+        problem = spm_problem(data_dir)
+        if problem and allow_dictionary_mismatch:
+            logger.warning(f"{problem} (--allow-dictionary-mismatch)")
+        elif problem:
+            raise CheckpointError(f"{problem}; --allow-dictionary-mismatch encodes the words anyway")
+        path = os.path.join(data_dir, "dict.txt")
+        if dictionary is None and not os.path.isfile(path):  # a missing or empty directory: one DataError line
+            raise DataError(data_directory_problem(data_dir) or f"{path}: no such file")
+        self.dictionary = dictionary or load_dictionary(path)
         spm_path = os.path.join(data_dir, "spm.model")
         self.sp = None
         if os.path.exists(spm_path):

@@ -21,6 +21,7 @@ from typing import Mapping, Optional, Tuple
 from fairseq.data import Dictionary
 
 from ..hexatag import NONTERMINALS, TERMINALS
+from .dictionary import load_dictionary
 
 NOTAG = "<notag>"
 NOTAG_ID = 4
@@ -75,7 +76,7 @@ def load_tag_dictionary(path: str, kind: Optional[str] = None) -> Dictionary:
         name = os.path.basename(path)
         if name.startswith("dict.") and name.endswith(".txt"):
             kind = name[len("dict."):-len(".txt")]
-    d = Dictionary.load(path)
+    d = load_dictionary(path)  # a malformed line: DataError (a ValueError) naming the file and line
     found = tuple(d.symbols[: FIRST_TAG_ID])
     expected = ("<s>", "<pad>", "</s>", "<unk>", NOTAG)
     if kind in _CLASSES:

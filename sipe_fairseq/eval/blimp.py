@@ -53,9 +53,13 @@ model has positions is *unscored* for that model only: its pairs are listed (``u
 with the model and the reason), left out of that model's denominators and counted (``unscored``
 per model), as ``sipe-eval syntaxgym`` does.
 
-Exit status: 0; 2 on a usage or input error (a missing file, a malformed JSONL line, a missing
-field, a duplicate ``pairID``, an empty or non-UTF-8 file, a bad ``--path``), reported in one
-line naming the file and line, without a traceback (as fairseq reports a usage error).
+A score that comes out NaN or infinite (a checkpoint whose forward pass overflows) stops the run with one
+line naming the column, the sentence and the tag source (exit status 1): nothing is written, no accuracy computed.
+
+Exit status: 0; 1 a score that is not finite, or a model that scored no pair; 2 on a usage or input
+error (a missing file, a malformed JSONL line, a missing field, a duplicate ``pairID``, an empty or
+non-UTF-8 file, a bad ``--path``), reported in one line naming the file and line, without a traceback
+(as fairseq reports a usage error).
 """
 import json
 import logging
@@ -69,6 +73,8 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..hexatag import HexatagError, encode_tree
+from ..hexatag.errors import InputError, NonFiniteScoreError
+from ..hexatag.lines import read_lines
 from ..parsing import ParseError, normalize_text, parse_each, tree_source_stats
 from ..structure.family import StructureOptions, masked_lm
 from ..structure.scoring import score_encoded
@@ -136,16 +142,13 @@ def read_blimp(paths: Iterable[Union[str, os.PathLike]]) -> List[BlimpPair]:
     for path in blimp_files(paths):
         n = 0
         try:
-            with open(path, "rb") as f:
-                raw_lines = f.read().split(b"\n")
+            lines = read_lines(path)  # the one reader: lines end at "\n" only, file:line of a byte not UTF-8
+        except InputError as e:
+            raise BlimpError(str(e)) from None
         except OSError as e:
             raise BlimpError(f"{path}: cannot read: {e.strerror or e}") from None
-        for lineno, raw in enumerate(raw_lines, 1):
+        for lineno, line in enumerate(lines, 1):
             where = f"{path}:{lineno}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise BlimpError(f"{where}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})") from None
             if not line.strip():
                 continue
             try:
@@ -276,17 +279,22 @@ def score_prepared(model, prepared: Prepared, dictionary, source: str = "given",
     skip = unscorable(model, prepared)
     texts = sorted((t for t in prepared.encoded if t not in skip), key=lambda t: -len(prepared.encoded[t][0]))
     encoded = [prepared.encoded[t] for t in texts]
-    if masked_lm(model):
-        if str(src) != "given":
-            raise ValueError(f"tag source {src}: {type(model).__name__} is a masked-LM encoder, scored by "
-                             "pseudo-log-likelihood with the given tags only")
-        return dict(zip(texts, pll_sentence_scores(model, encoded, dictionary, batch_size, joint)))
-    bar = progress(desc=f"tags {src}", unit=" sent", total=len(encoded))
     try:
-        scores = score_encoded(model, encoded, src, dictionary, options, [prepared.heads.get(t) for t in texts],
-                               batch_size, progress=bar.update)
-    finally:
-        bar.close()
+        if masked_lm(model):
+            if str(src) != "given":
+                raise ValueError(f"tag source {src}: {type(model).__name__} is a masked-LM encoder, scored by "
+                                 "pseudo-log-likelihood with the given tags only")
+            return dict(zip(texts, pll_sentence_scores(model, encoded, dictionary, batch_size, joint)))
+        bar = progress(desc=f"tags {src}", unit=" sent", total=len(encoded))
+        try:
+            scores = score_encoded(model, encoded, src, dictionary, options, [prepared.heads.get(t) for t in texts],
+                                   batch_size, progress=bar.update)
+        finally:
+            bar.close()
+    except NonFiniteScoreError as e:  # named by its text (its index is in this function's order), nothing counted
+        if e.index is None:
+            raise
+        raise e.naming(f"sentence {texts[e.index]!r}") from None
     return dict(zip(texts, (s.joint if joint and src.number == "conditional" else s.logprob for s in scores)))
 
 
@@ -379,7 +387,10 @@ def evaluate_blimp(pairs: Sequence[BlimpPair], models, prepared: Prepared, dicti
             t0 = time.perf_counter()
             label = source_label(name, source)
             unscored[label] = unscorable(model, prepared)
-            scores[label] = score_prepared(model, prepared, dictionary, source, batch_size, joint, own)
+            try:
+                scores[label] = score_prepared(model, prepared, dictionary, source, batch_size, joint, own)
+            except NonFiniteScoreError as e:  # the column too: no accuracy is computed
+                raise NonFiniteScoreError(f"{label}: {e}", e.index, e.source, e.detail) from None
             seconds[label] = time.perf_counter() - t0
         model = None  # not held while the next one loads
     report = compute_report(pairs, scores, prepared.skipped, unscored)

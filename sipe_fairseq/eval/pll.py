@@ -10,7 +10,8 @@ at ``<s>`` and ``</s>``); for every sentence token ``x_1 .. x_n`` (subword piece
 ``<mask>`` and its tags by ``<notag>``, exactly as training masks them (m_p = 0), so a masked position
 carries no tag signal. All copies of a sentence run in one forward pass (right-padded; padding is masked
 out of attention). Models that see no tags get none. Only ``given`` tags apply (an encoder sees the whole
-sentence: it cannot choose structure from a prefix).
+sentence: it cannot choose structure from a prefix). A term that comes out NaN or infinite is refused
+(:func:`check_finite`), as the engine refuses one.
 """
 from typing import Iterator, List, Sequence, Tuple
 
@@ -18,12 +19,14 @@ import torch
 import torch.nn.functional as F
 
 from ..data.tag_dictionary import NOTAG_ID, TAG_HEADS
+from ..hexatag.errors import NonFiniteScoreError
 from ..modules.tag_heads import tag_log_probs
 from ..structure.family import family_of
 from ..structure.sentences import max_positions
 from .progress import progress
 
 Encoded = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+SOURCE = "given (pseudo-log-likelihood)"  # what a non-finite score of this road was scored under
 
 
 def _mask_index(model, dictionary) -> int:
@@ -125,8 +128,21 @@ def pseudo_log_likelihoods(model, encoded: Sequence[Encoded], dictionary, batch_
         r = 0
         for i in group:
             out[i] = term[r:r + lengths[i]]
+            check_finite(out[i], i)
             r += lengths[i]
     return out
+
+
+def check_finite(token_logprobs: torch.Tensor, index: int) -> None:
+    """This road's output boundary, as the engine's (:func:`~sipe_fairseq.structure.scoring.check_finite`):
+    :class:`~sipe_fairseq.hexatag.errors.NonFiniteScoreError` naming sentence ``index`` (0-based, in the
+    caller's order) when one of its tokens' pseudo-log-likelihood terms is NaN or infinite."""
+    bad = (~torch.isfinite(token_logprobs)).nonzero()
+    if len(bad):
+        t = int(bad[0])
+        detail = (f"under {SOURCE}: token {t + 1} is {float(token_logprobs[t])} (a non-finite score: the model's "
+                  "forward pass overflows; nothing is written)")
+        raise NonFiniteScoreError(f"sentence {index + 1} {detail}", index, SOURCE, detail)
 
 
 def pll_sentence_scores(model, encoded: Sequence[Encoded], dictionary, batch_size: int = 64,

@@ -32,7 +32,7 @@ from ..data.lm_dataset import task_placement
 from ..data.tag_dictionary import TAG_KINDS
 from ..data.tag_streams import load_tag_streams
 from ..hexatag.constrained import PAIRS
-from ..hexatag.errors import EvaluationError
+from ..hexatag.errors import EvaluationError, NonFiniteScoreError
 from ..structure.arcs import flat_arcs
 from ..structure.family import StructureOptions, family_named, family_of
 from ..structure.record import POSITION_TYPES, SentenceScore, joint_token_logprobs
@@ -193,8 +193,13 @@ def score_split_sources(model, task, split: str, sources: Sequence[str],
         src = parse_source(source)
         start = time.time()
         bar = progress(desc=f"tags {source}", unit=" sent", total=len(sentences))
-        scores = score_sentences(model, sentences, source, options, d.eos(), d.pad(), batch_sentences, progress=bar.update)
-        bar.close()
+        try:
+            scores = score_sentences(model, sentences, source, options, d.eos(), d.pad(), batch_sentences,
+                                     progress=bar.update)
+        except NonFiniteScoreError as e:  # named by the split and its place there (1-based, the data's order)
+            raise e.naming(f"split {split!r} sentence {e.index + 1}") from None
+        finally:
+            bar.close()
         row = source_summary(scores, gold)
         row["per_sentence"] = per_sentence(scores)
         if any("abstained" in s.extra for s in scores):

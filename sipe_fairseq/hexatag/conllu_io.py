@@ -7,8 +7,9 @@ also split columns on two spaces, which misreads such forms, and it does not rep
 Hexatags are per *syntactic word*: multiword-token lines (``3-4 don't``) are kept only as a
 record of the surface form, and the syntactic words (``do``, ``n't``) are what gets tagged and
 tokenized; a range must cover two or more words, start at the next word and end in the sentence.
-Empty nodes (``8.1``) take no part in the basic tree and are skipped (counted). Files are read with
-``errors="surrogateescape"``, so a line that is not UTF-8 fails its own sentence (file:line), not the file.
+Empty nodes (``8.1``) take no part in the basic tree and are skipped (counted). Files are read by the one
+line reader (:mod:`.lines`: lines end at ``\n`` only) with ``errors="surrogateescape"``, so a line that is not
+UTF-8 fails its own sentence (file:line), not the file.
 """
 import io
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from conllu.exceptions import ParseException
 from conllu.parser import parse_comment_line, parse_id_value, parse_int_value
 
 from .errors import ConlluError, TreeError
+from .lines import input_name, iter_lines, undecodable  # noqa: F401 (undecodable: re-exported)
 from .tree import check_tree
 
 
@@ -52,17 +54,6 @@ def sentence_blocks(lines: Iterable[str]) -> Iterator[Tuple[int, List[str]]]:
         buf.append(line)
     if buf:
         yield start, buf
-
-
-def undecodable(line: str) -> Optional[str]:
-    """Why a line read with ``errors="surrogateescape"`` is not UTF-8 text, or None if it is."""
-    if line.isascii():
-        return None
-    try:
-        line.encode("utf-8")
-    except UnicodeEncodeError as e:
-        return f"not UTF-8 text (byte 0x{ord(line[e.start]) - 0xDC00:02x} at column {e.start + 1})"
-    return None
 
 
 def parse_sentence(block: Union[str, Sequence[str]], path, start: int) -> ConlluSentence:
@@ -128,12 +119,9 @@ def parse_sentence(block: Union[str, Sequence[str]], path, start: int) -> Conllu
 
 
 def read_conllu(source: Union[str, Path, io.TextIOBase]) -> Iterator[ConlluSentence]:
-    """Yield :class:`ConlluSentence` objects from a CoNLL-U file (or open text stream)."""
-    if isinstance(source, (str, Path)):
-        with open(source, encoding="utf-8", errors="surrogateescape") as f:  # bad bytes: ConlluError with the line
-            yield from read_conllu_lines(f, str(source))
-    else:
-        yield from read_conllu_lines(source, getattr(source, "name", "<stream>"))
+    """Yield :class:`ConlluSentence` objects from a CoNLL-U file (``-``: stdin) or open stream, one at a time."""
+    lines = iter_lines(source, errors="surrogateescape")  # bad bytes: ConlluError with the line
+    yield from read_conllu_lines((text for _, text in lines), input_name(source))
 
 
 def read_conllu_lines(lines: Iterable[str], path="<stream>") -> Iterator[ConlluSentence]:

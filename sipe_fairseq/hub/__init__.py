@@ -33,9 +33,9 @@ def __getattr__(name):
     raise AttributeError(f"module 'sipe_fairseq.hub' has no attribute {name!r}")
 
 
-def load(checkpoint, data=None, device="cpu", **kwargs):
+def load(checkpoint, data=None, device="cpu", allow_dictionary_mismatch=False, **kwargs):
     """See :func:`sipe_fairseq.hub.interface.load`."""
     with process_state_kept():
         from .interface import load as _load  # lazy (heavy): torch, fairseq
 
-    return _load(checkpoint, data, device, **kwargs)
+    return _load(checkpoint, data, device, allow_dictionary_mismatch=allow_dictionary_mismatch, **kwargs)

@@ -11,6 +11,8 @@ Nothing here prints; errors are exceptions with one-line messages (``ValueError`
 """
 import logging
 import math
+import operator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -19,6 +21,8 @@ from ..data.encode import SentenceEncoder
 from ..data.lm_dataset import task_placement
 from ..hexatag import decode
 from ..hexatag.constrained import is_valid
+from ..hexatag.errors import NonFiniteScoreError, TreeError
+from ..hexatag.tree import check_tree
 from ..hexatag.conllu_io import conllu_sentence, hexatag_misc, plain_deprels
 from ..parsing import DEFAULT_BACKEND, make_parser, split_words
 from ..structure.family import family_of
@@ -79,31 +83,38 @@ class ParsedText:
 
 
 def load(checkpoint: str, data: Optional[str] = None, device: str = "cpu", parser: str = DEFAULT_BACKEND,
-         **options) -> "LanguageModel":
+         allow_dictionary_mismatch: bool = False, **options) -> "LanguageModel":
     """A checkpoint ready to score, parse and generate. ``data``: its ``sipe-preprocess`` directory
     (default: the one saved in the checkpoint, when it still holds a ``dict.txt``); ``parser``: the backend
     that parses raw sentences for ``given`` (as the commands' ``--parser``: ``spacy[:MODEL]``,
     ``hexatagger:CKPT``), loaded when first needed; ``options``: :class:`StructureOptions` fields
     (``constrained``, ``top_pairs``, ``mass``, ``count_beam``, ``batch_sentences``, ``max_memory``, ...;
     the commands' ``--tags*`` options). Raises :class:`CheckpointError` with the
-    commands' one-line messages. The root logger's level and handlers and the warnings filters are left as
-    they were (loading may import more of fairseq, which configures logging; :mod:`.process_state`), and
+    commands' one-line messages (a damaged file, data that differs from what the checkpoint recorded, a missing
+    ``spm.model``: ``allow_dictionary_mismatch=True`` loads the last two with a warning, as the commands'
+    ``--allow-dictionary-mismatch``), and a ``DataError`` (a ``ValueError``) for a ``data`` that is missing,
+    empty or holds a malformed ``dict.txt`` (naming the file and line). The root logger's level and handlers
+    and the warnings filters are left as they were (loading may import more of fairseq, which configures
+    logging; :mod:`.process_state`), and
     ``sys.excepthook`` is untouched (the one-line errors are the commands')."""
     with process_state_kept():
-        loaded = load_checkpoint(str(checkpoint), None if data is None else str(data))  # load_lm + the dictionary check
+        loaded = load_checkpoint(str(checkpoint), None if data is None else str(data),  # load_lm + the dictionary check
+                                 allow_dictionary_mismatch=allow_dictionary_mismatch)
         model, task = loaded.model, loaded.task
     model = model.to(device).eval()
-    return LanguageModel(model, task, parser, StructureOptions(**options))
+    return LanguageModel(model, task, parser, StructureOptions(**options),
+                         allow_dictionary_mismatch=allow_dictionary_mismatch)
 
 
 class LanguageModel:
     """A loaded decoder with its data directory's encoding; see :func:`load`."""
 
-    def __init__(self, model, task, parser: str = DEFAULT_BACKEND, options: Optional[StructureOptions] = None):
+    def __init__(self, model, task, parser: str = DEFAULT_BACKEND, options: Optional[StructureOptions] = None,
+                 allow_dictionary_mismatch: bool = False):
         self.model, self.task = model, task
         self.dictionary = task.source_dictionary
         self.data = str(task.args.data).split(":")[0]
-        self.encoder = SentenceEncoder(self.data, self.dictionary)
+        self.encoder = SentenceEncoder(self.data, self.dictionary, allow_dictionary_mismatch=allow_dictionary_mismatch)
         self.family = family_of(model)
         self.structure = self.family.name  # "hexatags", "arcs" or "none" (what the model reads)
         self.reads_structure = self.family.reads_tags or self.family.predicts_arcs
@@ -124,40 +135,24 @@ class LanguageModel:
         """Per item ``(text, words, heads)``: raw text split by :func:`~sipe_fairseq.parsing.split_words`
         (the words are the same under every source); with ``needs_heads``, items without a tree are parsed
         (their words kept)."""
-        items = []
-        for i, item in enumerate(texts):
-            heads = None
-            if isinstance(item, str):
-                words = split_words(item)
-            elif isinstance(item, dict):
-                words, heads = list(item.get("words") or []), item.get("heads")
-            elif (isinstance(item, tuple) and len(item) == 2 and not isinstance(item[0], str)
-                  and not isinstance(item[1], str)):
-                words, heads = list(item[0]), item[1]
-            else:
-                words = list(item)
-            if not words or not all(isinstance(w, str) and w.strip() for w in words):
-                raise ValueError(f"sentence {i + 1} ({_show(item)}): empty, or an empty word: nothing to score")
-            if heads is not None and len(heads) != len(words):
-                raise ValueError(f"sentence {i + 1} ({_show(item)}): {len(heads)} heads for {len(words)} words")
-            items.append([" ".join(words) if not isinstance(item, str) else item, words,
-                          None if heads is None else [int(h) for h in heads]])
+        items = [_checked_item(i, item) for i, item in enumerate(texts)]  # every sentence checked before any work
         missing = [k for k, it in enumerate(items) if it[2] is None]
         if needs_heads and missing:
             for k, heads in zip(missing, self.parser.parse_words([items[k][1] for k in missing])):
                 items[k][2] = list(heads)
         return items
 
-    def _sentences(self, items) -> Tuple[List[Sentence], List[int], list]:
+    def _sentences(self, items, first: int = 1) -> Tuple[List[Sentence], List[int], list]:
         """The engine's sentences (given structure from the heads), each one's count of unknown words, and the
-        heads its given tags encode (projectivized; None without heads)."""
+        heads its given tags encode (projectivized; None without heads); errors number the sentences from
+        ``first``."""
         limit = self.max_positions()
         unk = self.dictionary.unk()
         out, unknown, used = [], [], []
         encoded = self.encoder.encode_many([(words, heads) for _, words, heads in items])
         for i, ((text, _, heads), (tokens, terms, nts, firsts, encoded_heads)) in enumerate(zip(items, encoded)):
             if limit is not None and len(tokens) > limit:
-                raise ValueError(f"sentence {i + 1} ({_show(text)}): {len(tokens)} tokens with </s>, more than the "
+                raise ValueError(f"sentence {i + first} ({_show(text)}): {len(tokens)} tokens with </s>, more than the "
                                  f"model's {limit} positions; sentences are never cut")
             # a tree gives both forms of given structure (SiPE reads the pairs, GiLT the graph); the word starts
             # are the encoder's (a word of <unk> pieces still starts where its first piece is)
@@ -169,11 +164,19 @@ class LanguageModel:
             used.append(encoded_heads)
         return out, unknown, used
 
+    def check(self, texts: Sequence[Text], first: int = 1) -> None:
+        """What :meth:`score` refuses before any work, found without parsing or scoring: a sentence that is not
+        well formed, or longer than the model's positions (``ValueError`` naming it; sentences numbered from
+        ``first``, so that a caller that checks a long input in chunks names them as in the whole input)."""
+        self._sentences([_checked_item(i, item) for i, item in enumerate(texts, first - 1)], first)
+
     # ------------------------------------------------------------------ scoring
     def score(self, texts: Union[Text, Sequence[Text]], tags: str = "given") -> List[ScoredText]:
         """Every sentence scored alone under ``tags`` (``given``, ``self``, ``beam:K``, ``mix:K``,
         ``untagged``), batched, in input order (:class:`ScoredText`). A sentence is raw text, a word list,
-        or ``(words, heads)`` (heads 1-based, 0 = root: the structure for ``given``, no parser run)."""
+        or ``(words, heads)`` (heads 1-based, 0 = root: the structure for ``given``, no parser run). A score that
+        comes out NaN or infinite (a model whose forward pass overflows) raises
+        :class:`~sipe_fairseq.hexatag.errors.NonFiniteScoreError`, a ``ValueError`` naming the sentence."""
         source = parse_source(tags)  # ValueError listing the valid sources
         if isinstance(texts, str) or isinstance(texts, dict):
             texts = [texts]
@@ -182,8 +185,13 @@ class LanguageModel:
         needs_heads = source.needs_parse and self.reads_structure
         items = self._words_and_heads(texts, needs_heads)
         sentences, unknown, given_heads = self._sentences(items)
-        scores = score_sentences(self.model, sentences, source, self.options, self.dictionary.eos(),
-                                 self.dictionary.pad(), self.options.batch_sentences)
+        try:
+            scores = score_sentences(self.model, sentences, source, self.options, self.dictionary.eos(),
+                                     self.dictionary.pad(), self.options.batch_sentences)
+        except NonFiniteScoreError as e:  # a ValueError naming the sentence by its text too
+            if e.index is None:
+                raise
+            raise e.naming(f"sentence {e.index + 1} ({_show(items[e.index][0])})") from None
         kind = source.number if self.reads_structure else "exact"  # a model without structure: always exact
         out = []
         for (text, words, _), s, score, n_unk, heads in zip(items, sentences, scores, unknown, given_heads):
@@ -235,6 +243,11 @@ class LanguageModel:
         backend whose structure the prompts keep (default: the model chooses it)."""
         if isinstance(prompts, str):
             prompts = [prompts]
+        if not isinstance(prompts, (list, tuple)):
+            raise ValueError(f"prompts: expected a string or a list of strings, got {type(prompts).__name__}")
+        for i, prompt in enumerate(prompts):  # checked before any work, as sipe-generate's lines
+            if not isinstance(prompt, str):
+                raise ValueError(f"prompt {i + 1} ({_show(prompt)}): expected a string, got {type(prompt).__name__}")
         settings = GenerationSettings(beam=beam, nbest=nbest, sampling=sampling, sampling_topk=sampling_topk,
                                       temperature=temperature, max_len=max_new_tokens, seed=seed,
                                       continue_word=continue_word)
@@ -242,11 +255,79 @@ class LanguageModel:
         return generate(self.model, self.task, list(prompts), self.encoder, settings, parses)
 
 
+def _checked_item(i: int, item) -> list:
+    """``[text, words, heads]`` of sentence ``i`` (0-based) of :meth:`LanguageModel.score`'s input, heads None
+    without a tree; ``ValueError`` naming the sentence for anything else: not text, words or ``(words,
+    heads)``, an empty sentence or word, a head that is not a whole number, heads that form no tree
+    (:func:`~sipe_fairseq.hexatag.tree.check_tree`: a head out of range, no or several roots, a cycle)."""
+    heads = None
+    if isinstance(item, str):
+        words = split_words(item)
+    elif isinstance(item, dict):
+        words, heads = item.get("words") or [], item.get("heads")
+    elif (isinstance(item, tuple) and len(item) == 2 and not isinstance(item[0], str)
+          and not isinstance(item[1], str)):
+        words, heads = item
+    else:
+        words = item
+    where = f"sentence {i + 1} ({_show(item)})"
+    if isinstance(words, (str, bytes)) or not isinstance(words, Iterable):
+        raise ValueError(f"{where}: expected raw text, a list of words or (words, heads), got {type(words).__name__}")
+    words = list(words)
+    if not words or not all(isinstance(w, str) and w.strip() for w in words):
+        raise ValueError(f"{where}: empty, or an empty word: nothing to score")
+    if heads is None:
+        return [item if isinstance(item, str) else " ".join(words), words, None]
+    if isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
+        raise ValueError(f"{where}: heads {heads!r}: expected a list of whole numbers (1-based, 0 = root)")
+    heads = list(heads)
+    if len(heads) != len(words):
+        raise ValueError(f"{where}: {len(heads)} heads for {len(words)} words")
+    whole = []
+    for k, h in enumerate(heads, 1):
+        value = _whole_number(h)
+        if value is None:
+            raise ValueError(f"{where}: head {h!r} of word {k} is not a whole number")
+        whole.append(value)
+    try:
+        check_tree(whole)
+    except TreeError as e:
+        raise ValueError(f"{where}: heads {whole} form no tree: {e}") from None
+    return [" ".join(words), words, whole]
+
+
+def _whole_number(value) -> Optional[int]:
+    """``value`` as an int when it is a whole number (an int of any kind, a float without a fraction, a string of
+    digits), else None (``True``/``False`` are not heads)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    try:
+        return operator.index(value)  # int, numpy and torch integers
+    except TypeError:
+        pass
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if math.isfinite(number) and number.is_integer() else None
+
+
 def _show(item, width: int = 40) -> str:
     if isinstance(item, dict):
         item = item.get("words") or []
-    text = item if isinstance(item, str) else " ".join(map(str, item[0] if isinstance(item, tuple) else item))
-    text = repr(text)
+    if isinstance(item, tuple) and len(item) == 2 and not isinstance(item[0], str):
+        item = item[0]
+    if isinstance(item, str):
+        text = repr(item)
+    elif isinstance(item, (list, tuple)):
+        text = repr(" ".join(map(str, item)))
+    else:
+        text = repr(item)
     return text if len(text) <= width else text[:width - 4] + "...'"
 
 

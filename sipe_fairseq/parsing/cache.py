@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Dict, List, Sequence, Tuple, Union
 
 from ..hexatag import check_tree
+from ..hexatag.lines import iter_lines
 from .base import Parse, Parser, ParseError, normalize_text
 
 logger = logging.getLogger(__name__)
@@ -28,24 +29,24 @@ class CachedParser:
         self._entries: Dict[Tuple[str, str], dict] = {}
         self.stats = Counter(hits=0, misses=0, root_fixed_sentences=0, extra_roots=0)
         if os.path.exists(self.path):
-            with open(self.path, encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
+            # the one reader (lines end at "\n" only): a line that is not UTF-8 is an InputError naming it
+            for lineno, line in iter_lines(self.path):
+                if not line.strip():
+                    continue
+                try:
+                    e = json.loads(line)
+                    if e.get("parser") != self.spec:
                         continue
-                    try:
-                        e = json.loads(line)
-                        if e.get("parser") != self.spec:
-                            continue
-                        key = self._key(e["input"], e["input_kind"])
-                        entry = {"words": list(e["words"]), "heads": [int(h) for h in e["heads"]],
-                                 "extra_roots": int(e.get("extra_roots", 0))}
-                        check_tree(entry["heads"])
-                        if len(entry["words"]) != len(entry["heads"]):
-                            raise ValueError("words and heads differ in length")
-                    except (ValueError, KeyError, TypeError) as err:
-                        raise ValueError(
-                            f"{self.path}:{lineno}: bad parse-cache entry ({err}); delete the file to re-parse") from err
-                    self._entries[key] = entry
+                    key = self._key(e["input"], e["input_kind"])
+                    entry = {"words": list(e["words"]), "heads": [int(h) for h in e["heads"]],
+                             "extra_roots": int(e.get("extra_roots", 0))}
+                    check_tree(entry["heads"])
+                    if len(entry["words"]) != len(entry["heads"]):
+                        raise ValueError("words and heads differ in length")
+                except (ValueError, KeyError, TypeError) as err:
+                    raise ValueError(
+                        f"{self.path}:{lineno}: bad parse-cache entry ({err}); delete the file to re-parse") from err
+                self._entries[key] = entry
             logger.info("parse cache %s: %d entries for %s", self.path, len(self._entries), self.spec)
 
     @staticmethod

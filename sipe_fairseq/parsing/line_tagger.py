@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from ..hexatag import HexatagError, encode_tree
 from ..hexatag.conllu_io import conllu_sentence, plain_deprels
+from ..hexatag.errors import ignore_interrupts
 from .base import BackendLoadError, ParsedSentence, ParseError
 from .registry import DEFAULT_BACKEND, resolve_parser
 
@@ -49,16 +50,6 @@ class TaggedLine:
     @property
     def empty(self) -> bool:
         return not self.text.strip()  # such a line always fails with EMPTY_LINE
-
-
-def read_lines(path: str) -> List[str]:
-    """Lines of a UTF-8 file (``-``: stdin) without line breaks; a leading BOM is dropped."""
-    src = sys.stdin if path == "-" else open(path, encoding="utf-8")
-    with src:
-        lines = [line.rstrip("\r\n") for line in src]
-    if lines:
-        lines[0] = lines[0].lstrip("\ufeff")
-    return lines
 
 
 def _parse(parser, items, pretokenized, segment=False) -> List[LineResult]:
@@ -114,6 +105,7 @@ def _load(spec: str, factory, arg: str, threads: int):
 
 def _init_worker(spec: str, factory, arg: str, threads: int) -> None:
     global _worker_parser, _worker_error
+    ignore_interrupts()  # Ctrl-C: the command ends in one line and terminates the pool
     try:
         _worker_parser = _load(spec, factory, arg, threads)
     except BackendLoadError as e:  # raised here, the pool would restart the worker forever

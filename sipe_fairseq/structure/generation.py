@@ -37,6 +37,7 @@ from ..data.tag_dictionary import FIRST_TAG_ID
 from ..data.words import WORD_MARK, word_start_mask
 from ..hexatag import decode
 from ..hexatag.conllu_io import conllu_lines, plain_deprels
+from ..hexatag.errors import NonFiniteScoreError
 from ..hexatag.constrained import is_valid
 from ..hexatag.tags import NONTERMINALS, TERMINALS
 from .family import StructureOptions, policy_for, structure_of
@@ -263,10 +264,41 @@ class StructureChoosingLM(FairseqLanguageModel):
         return self.decoder.max_positions()
 
 
+def refuse_non_finite(generator: SequenceGenerator) -> SequenceGenerator:
+    """``generator`` (fairseq's, over any model) raising :class:`~sipe_fairseq.hexatag.errors.NonFiniteScoreError`
+    at the first step whose next-token log-probabilities hold a NaN or ``+inf`` (finite weights that overflow in
+    the forward pass). fairseq turns NaN into ``-inf`` and never finishes a hypothesis whose score is ``-inf``, so
+    such a model ran to the length limit and stopped on ``AssertionError: step < max_len``. Idempotent; returns
+    ``generator``."""
+    ensemble = generator.model
+    if getattr(ensemble, "refuses_non_finite", False):
+        return generator
+    forward_decoder = ensemble.forward_decoder
+
+    def checked(tokens, *args, **kwargs):
+        lprobs, attn = forward_decoder(tokens, *args, **kwargs)
+        bad = torch.isnan(lprobs) | torch.isposinf(lprobs)
+        if bool(bad.any()):
+            step = tokens.size(1) - 1
+            what = (f"generation step {step}: a next-token log-probability is {float(lprobs[bad][0])} (a non-finite "
+                    "score: the model's forward pass overflows; nothing is written)")
+            raise NonFiniteScoreError(what, None, "generation", f"at {what}")
+        return lprobs, attn
+
+    ensemble.forward_decoder = checked
+    ensemble.refuses_non_finite = True
+    return generator
+
+
 class StructuredSequenceGenerator(SequenceGenerator):
     """fairseq's generator over :class:`StructureChoosingLM` models: passes each batch's length limit
     to the wrappers, resets their prompt after the batch and attaches
-    :meth:`~StructureChoosingDecoder.row_result` to every finished hypothesis."""
+    :meth:`~StructureChoosingDecoder.row_result` to every finished hypothesis; a non-finite next-token
+    log-probability is refused (:func:`refuse_non_finite`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        refuse_non_finite(self)
 
     def wrappers(self) -> List[StructureChoosingDecoder]:
         return [m.decoder for m in self.model.models if isinstance(getattr(m, "decoder", None), StructureChoosingDecoder)]

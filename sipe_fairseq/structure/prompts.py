@@ -21,7 +21,9 @@ from ..data.tag_dictionary import NOTAG_ID
 from ..hexatag.conllu_io import conllu_sentence, hexatag_misc, plain_deprels
 from ..parsing import parse_each, split_words
 from .family import family_of
-from .generation import WORD_MARK, StructuredSequenceGenerator, format_arcs, graph_columns, hypothesis_words
+from ..hexatag.errors import NonFiniteScoreError
+from .generation import (WORD_MARK, StructuredSequenceGenerator, format_arcs, graph_columns, hypothesis_words,
+                         refuse_non_finite)
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +130,7 @@ def build_generator(model, task, settings: GenerationSettings):
     gen_args = argparse.Namespace(beam=settings.beam, sampling=settings.sampling, sampling_topk=settings.sampling_topk,
                                   temperature=settings.temperature, max_len_a=0, max_len_b=settings.max_len, min_len=1,
                                   continue_word=settings.continue_word)
-    generator = task.build_generator([model], gen_args)
+    generator = refuse_non_finite(task.build_generator([model], gen_args))  # a NaN: one line, not fairseq's assert
     generator.log_structure = False  # the structure is returned with each hypothesis
     return generator
 
@@ -160,13 +162,15 @@ def generate(model, task, prompts: Sequence[str], encoder, settings: GenerationS
     """Per prompt, its ``settings.nbest`` continuations. ``parses``: per prompt ``(words, heads)`` from a
     parser (its structure is kept) or None (the model chooses it); ``generator``: from
     :func:`build_generator` (built here when None). Every prompt is encoded and checked before the first
-    is generated from; the random state is seeded once with ``settings.seed``."""
+    is generated from; the random state is seeded once with ``settings.seed``. A model whose next-token
+    log-probabilities come out NaN or infinite: :class:`~sipe_fairseq.hexatag.errors.NonFiniteScoreError` naming
+    the prompt (a ``ValueError``)."""
     problem = settings.problem()
     if problem:
         raise ValueError(problem)
     model.eval()
     d = task.source_dictionary
-    generator = generator if generator is not None else build_generator(model, task, settings)
+    generator = refuse_non_finite(generator) if generator is not None else build_generator(model, task, settings)
     structured = isinstance(generator, StructuredSequenceGenerator)
     limit = int(generator.max_len)  # the model's positions: fairseq's generator ends every hypothesis by then
     encoded = encode_prompts(prompts, encoder, limit, settings.max_len, parses, where)
@@ -185,8 +189,11 @@ def generate(model, task, prompts: Sequence[str], encoder, settings: GenerationS
         # max_len counts the tokens after the prompt (the structured generator adds the prompt's length;
         # a plain LM's fairseq generator counts the forced prompt too)
         generator.max_len_b = settings.max_len if structured else len(tokens) - 1 + settings.max_len
-        with torch.no_grad():
-            hypos = task.inference_step(generator, [model], sample)[0]
+        try:
+            with torch.no_grad():
+                hypos = task.inference_step(generator, [model], sample)[0]
+        except NonFiniteScoreError as e:  # named by the prompt: nothing of any prompt is returned
+            raise e.naming(f"{where(index)} ({prompt!r})") from None
         out.append([Continuation(prompt, index, nth, hypothesis_words(hypo, d) if "word_starts" in hypo
                                  else _words_of_plain(hypo, d), float(hypo["positional_scores"].sum()), hypo)
                     for nth, hypo in enumerate(hypos[:settings.nbest])])

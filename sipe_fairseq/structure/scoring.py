@@ -86,8 +86,9 @@ def check_finite(score: SentenceScore, index: int, source) -> None:
     values += [(f"token {t + 1}", x) for t, x in enumerate(score.token_logprobs)]
     for what, x in values:
         if not math.isfinite(x):
-            raise NonFiniteScoreError(f"sentence {index + 1} under {source}: {what} is {x} (a non-finite score: the "
-                                      "model's forward pass overflows; nothing is written)")
+            detail = (f"under {source}: {what} is {x} (a non-finite score: the model's forward pass overflows; "
+                      "nothing is written)")
+            raise NonFiniteScoreError(f"sentence {index + 1} {detail}", index, str(source), detail)
 
 
 def beyond_positions(model, lengths: Sequence[int]) -> Tuple[int, Optional[int], Optional[str]]:

@@ -1,10 +1,11 @@
 """Task ``hexatag_lm``: fairseq's ``language_modeling`` plus aligned hexatag streams."""
 import logging
+import os
 import weakref
 from dataclasses import dataclass, field
 import numpy as np
 from fairseq import utils
-from fairseq.data import TokenBlockDataset
+from fairseq.data import TokenBlockDataset, TruncatedDictionary
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
@@ -22,6 +23,7 @@ from ..structure.scoring import beyond_positions
 from .sipe_data import EvaluationError, OptionError, SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
+FAIRSEQ_LOGGER = "fairseq.tasks.language_modeling"  # the logger of fairseq's own dictionary line
 
 @dataclass
 class HexatagLMConfig(LanguageModelingConfig, SiPEDataConfig):
@@ -54,6 +56,18 @@ class HexatagLanguageModelingTask(SiPEDataMixin, LanguageModelingTask):
         super().__init__(args, dictionary, output_dictionary, targets)
         path = utils.split_paths(args.data)[0]
         self.tag_dictionaries = self.load_tag_dictionaries(path, TAG_KINDS)
+
+    @classmethod
+    def setup_dictionary(cls, args, **kwargs):
+        """``language_modeling``'s, with ``dict.txt`` read by :meth:`load_dictionary` (a malformed line: one line
+        naming the file and the line)."""
+        if not args.data:
+            return None, None
+        dictionary = cls.load_dictionary(os.path.join(utils.split_paths(args.data)[0], "dict.txt"))
+        logging.getLogger(FAIRSEQ_LOGGER).info(f"dictionary: {len(dictionary)} types")  # where fairseq logged it
+        if args.output_dictionary_size >= 0:
+            return dictionary, TruncatedDictionary(dictionary, args.output_dictionary_size)
+        return dictionary, dictionary
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         if self.args.shorten_method != "none":

@@ -6,6 +6,7 @@ mask (see :mod:`sipe_fairseq.data.mlm_dataset`): ``net_input`` gets ``src_termin
 positions; the sample gets ``terminal_target``/``nonterminal_target`` at masked first subwords.
 """
 import logging
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +26,7 @@ from ..data.words import word_start_mask
 from .sipe_data import SiPEDataConfig, SiPEDataMixin
 
 logger = logging.getLogger(__name__)
+FAIRSEQ_LOGGER = "fairseq.tasks.masked_lm"  # the logger of fairseq's own dictionary line
 
 
 @dataclass
@@ -44,6 +46,14 @@ class HexatagMaskedLMTask(SiPEDataMixin, MaskedLMTask):
         self.kinds = TAG_KINDS + (("deprel",) if cfg.deprel_stream else ())
         self.tag_dictionaries = self.load_tag_dictionaries(path, self.kinds)
         self.deprel_dictionary = self.tag_dictionaries.get("deprel")
+
+    @classmethod
+    def load_dict(cls, cfg):
+        """``masked_lm``'s, with ``dict.txt`` read by :meth:`load_dictionary` (a malformed line: one line naming
+        the file and the line)."""
+        dictionary = cls.load_dictionary(os.path.join(utils.split_paths(cfg.data)[0], "dict.txt"))
+        logging.getLogger(FAIRSEQ_LOGGER).info(f"dictionary: {len(dictionary)} types")  # where fairseq logged it
+        return dictionary
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         if self.cfg.shorten_method != "none":

@@ -25,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 from fairseq.data import (
-    ConcatSentencesDataset, Dictionary, IdDataset, NestedDictionaryDataset, NumelDataset, NumSamplesDataset,
+    ConcatSentencesDataset, IdDataset, NestedDictionaryDataset, NumelDataset, NumSamplesDataset,
     OffsetTokensDataset, PrependTokenDataset, RawLabelDataset, RightPadDataset, SortDataset, StripTokenDataset,
     data_utils,
 )
@@ -94,13 +94,13 @@ class HexatagSentencePredictionTask(SiPEDataMixin, SentencePredictionTask):
         path = os.path.join(data, "input0", "dict.txt")
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path} not found: {data} is not a sipe-glue-preprocess directory")
-        data_dict = Dictionary.load(path)
+        data_dict = cls.load_dictionary(path)  # a bad line: one line naming file and line (SiPEDataMixin)
         if cfg.add_mask_symbol:
             data_dict.add_symbol("<mask>")
         logger.info(f"[input] dictionary: {len(data_dict)} types")
         label_dict = data_dict
         if not cfg.regression_target:
-            label_dict = Dictionary.load(os.path.join(data, "label", "dict.txt"))
+            label_dict = cls.load_dictionary(os.path.join(data, "label", "dict.txt"))
             logger.info(f"[label] dictionary: {len(label_dict)} types")
         tags = cls.load_tag_dictionaries(os.path.join(data, "input0"), TAG_KINDS)
         return cls(cfg, data_dict, label_dict, tags, info, spec)

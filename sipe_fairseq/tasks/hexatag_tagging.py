@@ -12,7 +12,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from fairseq.data import Dictionary, IdDataset, NestedDictionaryDataset, NumelDataset, NumSamplesDataset, RightPadDataset
+from fairseq.data import IdDataset, NestedDictionaryDataset, NumelDataset, NumSamplesDataset, RightPadDataset
 from fairseq.tasks import FairseqTask, register_task
 
 from ..data.tag_dictionary import TAG_KINDS
@@ -39,7 +39,7 @@ class HexatagTaggingTask(SiPEDataMixin, FairseqTask):
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         install_command_error_hook()  # replaces SiPEDataMixin.setup_task
-        dictionary = Dictionary.load(os.path.join(cfg.data, "dict.txt"))
+        dictionary = cls.load_dictionary(os.path.join(cfg.data, "dict.txt"))  # a bad line: file and line
         tags = cls.load_tag_dictionaries(cfg.data, TAG_KINDS)
         logger.info(f"dictionary: {len(dictionary)} types")
         return cls(cfg, dictionary, tags)

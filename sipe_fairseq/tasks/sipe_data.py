@@ -35,6 +35,7 @@ from fairseq.data import BaseWrapperDataset, data_utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from ..checkpoints.load import check_finite
+from ..data import dictionary as dictionaries
 from ..data.fingerprint import KEY as FINGERPRINT_KEY
 from ..data.fingerprint import data_fingerprint, fingerprint_mismatch
 from ..data.settings import setting
@@ -109,6 +110,12 @@ class SiPEDataMixin:
         that overrides ``setup_task`` without calling this one calls the hook itself)."""
         install_command_error_hook()
         return super().setup_task(cfg, **kwargs)
+
+    @classmethod
+    def load_dictionary(cls, filename):
+        """fairseq's ``FairseqTask.load_dictionary`` through :func:`~sipe_fairseq.data.dictionary.load_dictionary`:
+        a malformed line is one :class:`DataError` line naming the file and the line."""
+        return dictionaries.load_dictionary(filename)
 
     @staticmethod
     def load_tag_dictionaries(folder: str, kinds: Sequence[str]) -> Dict[str, object]:

@@ -9,7 +9,7 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json
 from sipe_fairseq.checkpoints import CheckpointSpecs
-from sipe_fairseq.cli.options import add_data_argument, int_at_least
+from sipe_fairseq.cli.options import add_data_argument, add_dictionary_mismatch_argument, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import attention
 from sipe_fairseq.eval.attention import (DIRECTIONS, AttentionAnalysisError, analyse, attention_markdown,
@@ -26,6 +26,7 @@ DESCRIPTION = attention.__doc__
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_data_argument(p)
+    add_dictionary_mismatch_argument(p)
     p.add_argument("--conllu", required=True, help="parsed corpus (CoNLL-U): words, heads and DEPREL labels")
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
                    help="checkpoint (repeatable, one column each; the first is the reference of the comparison)")
@@ -55,14 +56,14 @@ def _run(args: argparse.Namespace) -> int:
     sipe_fairseq.register()
     layers = parse_layers(args.layers)
     try:
-        checkpoints = CheckpointSpecs.parse(args.path, args.data)
+        checkpoints = CheckpointSpecs.parse(args.path, args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
     except ValueError as e:
         raise AttentionAnalysisError(str(e)) from e
     try:
         sentences = list(read_conllu(args.conllu))
     except HexatagError as e:  # ConlluError names file:line
         raise AttentionAnalysisError(str(e)) from e
-    encoder = SentenceEncoder(args.data)
+    encoder = SentenceEncoder(args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
     models = OrderedDict()
     for name in checkpoints.names():  # every model at once: a sentence is measured only where all of them see it
         ck = checkpoints.load(name)  # its dictionary checked against --data's

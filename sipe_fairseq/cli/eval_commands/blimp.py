@@ -9,12 +9,13 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.checkpoints import CheckpointSpecs
-from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_structure_arguments, int_at_least,
-                                      structure_options, width_line, width_of)
+from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_dictionary_mismatch_argument,
+                                      add_structure_arguments, int_at_least, structure_options, width_line, width_of)
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import blimp
 from sipe_fairseq.eval.blimp import (USAGE_ERROR, BlimpPair, add_metadata, blimp_markdown, evaluate_blimp, log_excluded,
                                      nothing_scored, prepare, read_blimp)
+from sipe_fairseq.hexatag.errors import NonFiniteScoreError
 from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args
 from sipe_fairseq.data.lm_dataset import task_placement
 from sipe_fairseq.structure.options import SUITE_WIDTH
@@ -27,6 +28,7 @@ DESCRIPTION = blimp.__doc__
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_data_argument(p)
+    add_dictionary_mismatch_argument(p)
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
                    help="checkpoint to score (repeatable): decoders (hexatag_lm, stock language_modeling) or "
                         "masked-LM encoders (hexatag_mlm, stock masked_lm: pseudo-log-likelihood)")
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     scored no pair."""
     try:
         args.tag_sources = args.tags  # checked by argparse; None: each model's default
-        checkpoints = CheckpointSpecs.parse(args.path, args.data)
+        checkpoints = CheckpointSpecs.parse(args.path, args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
         read = read_blimp(args.blimp)
         pairs = blimp.every_nth(read, args.every)
         args.sample = {"every": args.every, "read": len(read), "kept": len(pairs)}
@@ -73,7 +75,7 @@ def _run(args: argparse.Namespace, checkpoints: CheckpointSpecs, pairs: List[Bli
     sipe_fairseq.register()
     logger.info("%d pairs in %d paradigms", len(pairs), len({p.uid for p in pairs}))
     source = tree_source_from_args(args)
-    encoder = SentenceEncoder(args.data)
+    encoder = SentenceEncoder(args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
     prepared = prepare(pairs, source, encoder)
     src = prepared.tree_source
     logger.info("trees (%s) for %d distinct sentences in %.1fs%s%s", src["spec"], prepared.counts["sentences"], prepared.seconds,
@@ -90,6 +92,8 @@ def _run(args: argparse.Namespace, checkpoints: CheckpointSpecs, pairs: List[Bli
         options = structure_options(args)
         report = evaluate_blimp(pairs, one_at_a_time(), prepared, encoder.dictionary, args.batch_size,
                                 joint=args.score == "joint", placements=placements, tags=args.tag_sources, options=options)
+    except NonFiniteScoreError:  # not an input error: exit status 1 (sipe-eval's main), nothing written
+        raise
     except ValueError as e:  # e.g. --tags self with an encoder or a model without tag heads
         logger.error("%s", e)
         return USAGE_ERROR

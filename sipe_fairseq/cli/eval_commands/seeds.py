@@ -6,6 +6,7 @@ import logging
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.eval.reports import seeds
 from sipe_fairseq.cli.options import int_at_least
+from sipe_fairseq.eval.reports.paired import REPLICATES
 from sipe_fairseq.eval.reports.seeds import (SEED_SUFFIX, SeedsError, aggregate, check_groups, compare, markdown_paired,
                                              read_reports, seeds_markdown)
 
@@ -24,7 +25,7 @@ def add_table_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-mixed", action="store_true",
                    help="compare rows scored on different splits, sentence counts, data directories, architectures "
                         "or injections (default: refused, exit status 2)")
-    p.add_argument("--bootstrap", type=int_at_least(100), default=1000, metavar="N",
+    p.add_argument("--bootstrap", type=int_at_least(100), default=REPLICATES, metavar="N",
                    help="bootstrap replicates of the 95%% interval over items (default: %(default)s)")
     p.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap draws (default: %(default)s)")
     p.add_argument("--markdown", help="also write the table here")
@@ -36,8 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                               "syntaxgym --json files (seed from the file name, NAME-sSEED.json)")
     p.add_argument("--baseline", metavar="NAME",
                    help="also compare every row with this one (e.g. none): the paired difference per seed, its mean "
-                        "and a bootstrap 95%% interval over items, from the per-sentence / per-pair / per-item records "
-                        "of the reports")
+                        "and a bootstrap 95%% interval over items, Student's t over seeds, the verdict and, without "
+                        "one, the equivalence bound (the largest difference excluded at 95%%), from the per-sentence / "
+                        "per-pair / per-item records of the reports")
     add_table_arguments(p)
 
 
@@ -46,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
         rows = read_reports(args.reports, args.seed_suffix)
         check_groups(rows, args.seed_suffix, args.allow_mixed)
         table = aggregate(rows, args.per, args.seed_suffix)
-        paired = compare(rows, args.baseline, args.per, args.seed_suffix, args.bootstrap, args.bootstrap_seed) \
-            if args.baseline else None
+        paired = compare(rows, args.baseline, args.per, args.seed_suffix, args.bootstrap, args.bootstrap_seed,
+                         args.allow_mixed) if args.baseline else None
     except SeedsError as e:
         logger.error("%s", e)
         return 2

@@ -9,13 +9,14 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.checkpoints import CheckpointSpecs
-from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_structure_arguments, float_at_least, int_at_least,
-                                      structure_options, width_line, width_of)
+from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_dictionary_mismatch_argument, add_structure_arguments,
+                                      float_at_least, int_at_least, structure_options, width_line, width_of)
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import syntaxgym
 from sipe_fairseq.eval.syntaxgym import (EQUALITY_ATOL, EQUALITY_RTOL, SyntaxGymError, evaluate_suites, merge_reports,
                                          prefix_tag_differences, read_suites, report_markdown, tag_source_columns,
                                          tree_and_encode)
+from sipe_fairseq.hexatag.errors import NonFiniteScoreError
 from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args, tree_source_stats
 from sipe_fairseq.structure.options import SUITE_WIDTH
 
@@ -28,6 +29,7 @@ DESCRIPTION = syntaxgym.__doc__
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``sipe-eval syntaxgym`` options (tree options shared with the other subcommands)."""
     add_data_argument(p)
+    add_dictionary_mismatch_argument(p)
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
                    help="checkpoint to evaluate (repeatable, one report column each): hexatag_lm or stock language_modeling")
     p.add_argument("--suites", nargs="+", action="extend", required=True, metavar="FILE_OR_DIR",
@@ -48,9 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
 
 
-def _checkpoints(specs: Iterable[str], data: Optional[str]) -> CheckpointSpecs:
+def _checkpoints(specs: Iterable[str], data: Optional[str], allow_dictionary_mismatch: bool = False) -> CheckpointSpecs:
     try:
-        return CheckpointSpecs.parse(specs, data)
+        return CheckpointSpecs.parse(specs, data, allow_dictionary_mismatch=allow_dictionary_mismatch)
     except (ValueError, FileNotFoundError) as e:
         raise SyntaxGymError(str(e)) from e
 
@@ -70,10 +72,10 @@ def _run(args: argparse.Namespace) -> int:
     sipe_fairseq.register()
     sources = args.tags  # checked by argparse; None: each model's default
     options = structure_options(args)
-    checkpoints = _checkpoints(args.path, args.data)
+    checkpoints = _checkpoints(args.path, args.data, args.allow_dictionary_mismatch)
     suites, sentences = read_suites(args.suites)  # fails fast on bad formulae and references
     source = tree_source_from_args(args)
-    encoder = SentenceEncoder(args.data)
+    encoder = SentenceEncoder(args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
     tree_and_encode(sentences, source, encoder)
     d = encoder.dictionary
 
@@ -83,6 +85,8 @@ def _run(args: argparse.Namespace) -> int:
             reports.append(evaluate_suites(suites, sentences,
                                            tag_source_columns(ck.name, ck.model, ck.task, d, sources, options),
                                            args.batch_size, args.eq_atol, args.eq_rtol))
+        except NonFiniteScoreError:  # not an input error: exit status 1 (sipe-eval's main), nothing written
+            raise
         except ValueError as e:  # e.g. --tags self with a model without tag heads
             raise SyntaxGymError(f"{ck.path}: {e}") from e
     report = merge_reports(reports)

@@ -11,7 +11,8 @@ from tqdm import tqdm
 
 from ...hexatag import encode, encode_tree
 from ...hexatag.conllu_io import parse_sentence, sentence_blocks
-from ...hexatag.errors import ConlluError, HexatagError, NonProjectiveError, TreeError
+from ...hexatag.lines import iter_lines
+from ...hexatag.errors import ConlluError, HexatagError, InputError, NonProjectiveError, TreeError, ignore_interrupts
 from ..gilt.arcs import ArcError, deps_arcs
 from ..tag_dictionary import FIRST_TAG_ID, TAG_KINDS, tag_names
 from ..words import WHITESPACE, clean_word
@@ -83,19 +84,18 @@ class SplitData:
 def read_split(path: str, strict: bool = False, workers: int = 1, desc: str = "", progress: bool = True) -> SplitData:
     """Read, check and hexatag-encode a CoNLL-U file; refusals are logged and counted."""
     data = SplitData(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            items = ((path, start, lines, strict) for start, lines in sentence_blocks(f))
-            read_blocks(data, items, workers, desc, progress)
-    except UnicodeDecodeError as e:
-        raise PreprocessError(f"{path}: not UTF-8 text ({e.reason})") from e
+    try:  # the one reader (lines end at "\n" only); a byte that is not UTF-8 refuses the file, naming its line
+        blocks = sentence_blocks(text for _, text in iter_lines(path))
+        read_blocks(data, ((path, start, lines, strict) for start, lines in blocks), workers, desc, progress)
+    except InputError as e:
+        raise PreprocessError(str(e)) from None
     return data
 
 
 def read_blocks(data: SplitData, items, workers: int, desc: str, progress: bool) -> None:
     """Add the sentences of ``items`` (``(path, first line, block lines, strict)``, or ``None`` for a
     document break: an empty sentence, ``</s>`` only, as fairseq-preprocess writes an empty line) to ``data``."""
-    pool = Pool(workers) if workers > 1 else None
+    pool = Pool(workers, initializer=ignore_interrupts) if workers > 1 else None  # Ctrl-C: one line, from the command
     try:
         results = pool.imap(_process_block, items, chunksize=128) if pool else map(_process_block, items)
         for r in tqdm(results, desc=f"read {desc}".strip(), unit=" sent", disable=None if progress else True):
@@ -123,6 +123,10 @@ def read_blocks(data: SplitData, items, workers: int, desc: str, progress: bool)
             st["empty_nodes_skipped"] += empty
             st["words_whitespace_replaced"] += n_ws
             st["words_empty_replaced"] += n_empty
+    except BaseException:  # Ctrl-C or an error: the rest of the file is not read
+        if pool:
+            pool.terminate()
+        raise
     finally:
         if pool:
             pool.close()

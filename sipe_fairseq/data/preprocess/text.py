@@ -8,8 +8,10 @@ import re
 from collections import Counter
 from typing import Dict, Sequence, Tuple
 
+from ...hexatag.errors import InputError
+from ...hexatag.lines import read_lines
 from ...parsing import DEFAULT_BACKEND
-from ...parsing.line_tagger import LineTagger, read_lines, tagged_line_conllu
+from ...parsing.line_tagger import LineTagger, tagged_line_conllu
 from ..writers import atomic_open
 from .conllu import SplitData, read_blocks
 from .options import PreprocessError, PreprocessOptions, raw_corpus
@@ -54,9 +56,9 @@ def read_text_splits(splits: Sequence[Tuple[str, str]], opts: PreprocessOptions)
     texts = {}
     for name, path in splits:
         try:
-            texts[name] = read_lines(path)
-        except UnicodeDecodeError as e:
-            raise PreprocessError(f"{path}: not UTF-8 text ({e.reason})") from e
+            texts[name] = read_lines(path)  # the one reader: lines end at "\n" only, file:line of a byte not UTF-8
+        except InputError as e:
+            raise PreprocessError(str(e)) from None
     if opts.save_conllu:
         os.makedirs(opts.save_conllu, exist_ok=True)
     raw = raw_corpus(opts)

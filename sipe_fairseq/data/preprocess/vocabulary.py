@@ -14,6 +14,8 @@ from typing import Dict, List, Optional
 import sentencepiece as spm
 from fairseq.data import Dictionary
 
+from ...hexatag.errors import DataError
+from ..dictionary import load_dictionary
 from ..tag_dictionary import (
     FIRST_TAG_ID, NOTAG, TAG_KINDS, build_label_dictionary, build_tag_dictionary, load_tag_dictionary, tag_names,
 )
@@ -58,22 +60,13 @@ def build_token_dictionary(words_per_sentence, pieces: Dict[str, List[str]], thr
 
 
 def load_token_dictionary(path: str):
-    """A fairseq ``Dictionary`` from ``path`` (``--srcdict``). Lines are checked first as fairseq reads
-    them (``<token> <count> [#fairseq:overwrite]``, no duplicate token), so an error names the line."""
-    seen = {}
-    with open(path, encoding="utf-8") as f:
-        for n, raw in enumerate(f, 1):
-            parts = raw.rstrip().rsplit(" ", 1)
-            overwrite = len(parts) == 2 and parts[1] == "#fairseq:overwrite"
-            if overwrite:
-                parts = parts[0].rsplit(" ", 1)
-            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
-                raise PreprocessError(f"{path}:{n}: not a fairseq dictionary line '<token> <count> "
-                                      f"[#fairseq:overwrite]': {raw.rstrip()!r}")
-            if parts[0] in seen and not overwrite:
-                raise PreprocessError(f"{path}:{n}: token {parts[0]!r} already on line {seen[parts[0]]}")
-            seen[parts[0]] = n
-    return Dictionary.load(path)
+    """A fairseq ``Dictionary`` from ``path`` (``--srcdict``), read by
+    :func:`~sipe_fairseq.data.dictionary.load_dictionary` (as fairseq reads it: ``<token> <count>
+    [#fairseq:overwrite]``, no duplicate token), so an error names the line."""
+    try:
+        return load_dictionary(path)
+    except DataError as e:
+        raise PreprocessError(str(e)) from None
 
 
 @dataclass

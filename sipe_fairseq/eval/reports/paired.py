@@ -14,7 +14,15 @@ row with seed 1 of the baseline). For one score, :func:`paired_difference` repor
   the effects measured (a ``none`` 3% wider than ``none`` came out "better" at one seed on 2,077
   sentences);
 * a verdict: "better" or "worse" only with two seeds or more and when both intervals exclude 0 on the
-  same side, otherwise "no difference shown".
+  same side, otherwise "no difference shown";
+* an equivalence bound E (two one-sided tests, 95% each; two seeds or more): the largest difference the data
+  exclude. E = |mean| + sqrt(h_seeds^2 + h_items^2), with h_seeds = t(0.95, n - 1) x the standard error of the
+  per-seed differences and h_items half the width of the bootstrap's 90% percentile interval (5th to 95th).
+  The two noises add (a test set is one draw of items, shared by every seed; a seed is one draw of a
+  training), so their one-sided half-widths are added in quadrature; each seed's item noise is counted in
+  both, which errs on the wide side. The promise: whatever the true difference D, |D| <= E in at least 95% of
+  repetitions of the protocol (new seeds, new test items). "No difference shown" with bound E says: a
+  difference larger than E is excluded, one smaller than E is neither shown nor excluded.
 
 Items come as :class:`Items`: per item a key, a numerator, a denominator and a stratum. The statistic of
 a set of items is, per kind:
@@ -34,7 +42,11 @@ KINDS = ("ppl", "accuracy")
 # Student's t, two-sided 95%, by degrees of freedom (1-30); beyond 30 the normal's 1.96
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+# Student's t, one-sided 95% (two-sided 90%), by degrees of freedom (1-30); beyond 30 the normal's 1.645
+T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761, 1.753,
+       1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697)
 LOWER_IS_BETTER = {"ppl": True, "accuracy": False}
+REPLICATES = 10000  # bootstrap replicates of the item interval: the default of every caller and of --bootstrap
 
 
 @dataclass
@@ -85,12 +97,13 @@ def _draw(rng: np.random.Generator, strata_index: Sequence[np.ndarray], n: int, 
     return counts
 
 
-def paired_difference(row: Dict[str, Items], base: Dict[str, Items], replicates: int = 1000, seed: int = 0,
+def paired_difference(row: Dict[str, Items], base: Dict[str, Items], replicates: int = REPLICATES, seed: int = 0,
                       chunk: int = 100) -> dict:
     """Row minus baseline for the seeds both have (``{seed: Items}`` each; the same kind). The items are
     those both sides scored at every paired seed. ``{"seeds", "per_seed", "base_per_seed", "mean", "low", "high",
-    "items", "verdict", "kind"}`` (``base_per_seed``: the baseline's statistic per seed on those items);
-    ``ValueError`` when no seed or no item is shared."""
+    "items", "verdict", "kind", "bound", ...}`` (``base_per_seed``: the baseline's statistic per seed on those
+    items; ``bound``: :func:`equivalence_bound`, None with one seed); ``ValueError`` when no seed or no item is
+    shared."""
     seeds = sorted(set(row) & set(base), key=str)
     if not seeds:
         raise ValueError("no seed in common with the baseline")
@@ -117,12 +130,29 @@ def paired_difference(row: Dict[str, Items], base: Dict[str, Items], replicates:
                         for a, b in arrays], axis=0)
         reps.append(diff)
     reps = np.concatenate(reps)
-    low, high = (float(x) for x in np.percentile(reps, [2.5, 97.5]))
+    low, high, low90, high90 = (float(x) for x in np.percentile(reps, [2.5, 97.5, 5.0, 95.0]))
     seed_low, seed_high = seed_interval(per_seed)
     return {"kind": kind, "seeds": [str(s) for s in seeds], "per_seed": per_seed, "base_per_seed": base_per_seed,
             "mean": float(np.mean(per_seed)),
             "low": low, "high": high, "seed_low": seed_low, "seed_high": seed_high, "items": len(keys),
-            "replicates": replicates, "verdict": combined_verdict(kind, (low, high), (seed_low, seed_high))}
+            "replicates": replicates, "verdict": combined_verdict(kind, (low, high), (seed_low, seed_high)),
+            "low90": low90, "high90": high90, "bound": equivalence_bound(per_seed, (high90 - low90) / 2.0)}
+
+
+def _t(table: Sequence[float], df: int, normal: float) -> float:
+    return table[df - 1] if df <= len(table) else normal
+
+
+def equivalence_bound(per_seed: Sequence[float], item_half: float) -> Optional[float]:
+    """The largest difference the data exclude at 95% (two one-sided tests; module docstring): |mean| +
+    sqrt(h_seeds^2 + item_half^2), h_seeds = t(0.95, n - 1) x sd / sqrt(n) over the per-seed differences,
+    ``item_half`` half the bootstrap's 90% interval over items; None with fewer than two seeds (the training
+    noise is not measured)."""
+    n = len(per_seed)
+    if n < 2:
+        return None
+    seed_half = _t(T95, n - 1, 1.645) * float(np.std(per_seed, ddof=1)) / np.sqrt(n)
+    return abs(float(np.mean(per_seed))) + float(np.hypot(seed_half, item_half))
 
 
 def seed_interval(per_seed: Sequence[float]):
@@ -130,7 +160,7 @@ def seed_interval(per_seed: Sequence[float]):
     n = len(per_seed)
     if n < 2:
         return None, None
-    half = (T975[n - 2] if n - 1 <= len(T975) else 1.96) * float(np.std(per_seed, ddof=1)) / np.sqrt(n)
+    half = _t(T975, n - 1, 1.96) * float(np.std(per_seed, ddof=1)) / np.sqrt(n)
     mean = float(np.mean(per_seed))
     return mean - half, mean + half
 

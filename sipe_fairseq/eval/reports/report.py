@@ -107,6 +107,7 @@ class ReportInputs:
     eq_atol: float = EQUALITY_ATOL
     eq_rtol: float = EQUALITY_RTOL
     threads: Optional[int] = None
+    allow_dictionary_mismatch: bool = False  # load checkpoints whose recorded data differs from data's, with a warning
     blimp_json: Sequence[str] = ()
     syntaxgym_json: Sequence[str] = ()
     ppl_json: Sequence[str] = ()
@@ -452,7 +453,7 @@ def _read_sentence_inputs(inputs: ReportInputs, need_blimp: bool, need_sg: bool)
     """The BLiMP pairs and SyntaxGym suites, read before any model is loaded (fail fast on bad files)."""
     out = _SentenceInputs()
     if need_blimp or need_sg:
-        out.encoder = SentenceEncoder(inputs.data)
+        out.encoder = SentenceEncoder(inputs.data, allow_dictionary_mismatch=inputs.allow_dictionary_mismatch)
         if inputs.tree_source is None:
             raise ReportError("no tree source for BLiMP/SyntaxGym (--parser, --trees)")
         out.source = inputs.tree_source()
@@ -541,7 +542,8 @@ def score_checkpoints(inputs: ReportInputs, checkpoints: Dict[str, str], collect
     data = _read_sentence_inputs(inputs, any("blimp" in t for t in todo.values()),
                                  any("syntaxgym" in t for t in todo.values()))
     scores = _Scores(OrderedDict(), {}, {}, [], OrderedDict())
-    loader = CheckpointSpecs(checkpoints, inputs.data, context_window=inputs.context_window)
+    loader = CheckpointSpecs(checkpoints, inputs.data, context_window=inputs.context_window,
+                             allow_dictionary_mismatch=inputs.allow_dictionary_mismatch)
     for name, path in checkpoints.items():
         if not todo[name]:
             collected.info[name].update({"checkpoint": path, **checkpoint_layer_info(path)})

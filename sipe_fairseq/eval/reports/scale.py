@@ -26,7 +26,9 @@ percent of the baseline's perplexity,
 
 on the sentences both scored (negative: lower perplexity than the baseline), with the intervals of
 :func:`~sipe_fairseq.eval.reports.paired.paired_difference` scaled by the same number: the bootstrap 95% interval over
-items and, with two seeds or more, Student's t over seeds, and its verdict.
+items and, with two seeds or more, Student's t over seeds, and its verdict; for a source without a verdict, its
+equivalence bound (:func:`~sipe_fairseq.eval.reports.paired.equivalence_bound`, in % the same way): the column
+``excluded beyond (95%)``.
 
 Columns: ``parameters`` (``sipe-eval-lm`` records the count in ``run``; for reports written before it did,
 fairseq's ``num. shared model params`` from the training log with ``--train-logs``, else ``-``), ``vs`` and
@@ -58,14 +60,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...data.writers import save_figure
-from .paired import Items, paired_difference
-from .seeds import SEED_SUFFIX, SeedsError, check_groups, read_reports, row_items, run_fields, score_order
+from .paired import REPLICATES, Items, paired_difference
+from .seeds import (BOUND_NOTE, SEED_SUFFIX, SeedsError, bound_cell, check_baseline, check_groups, read_reports,
+                    row_items, score_order)
 from .tables import table as markdown_table
 
 logger = logging.getLogger(__name__)
 
 EXCLUDED_SOURCES = ("given-joint",)  # the joint bound -log p(x, tags): not a perplexity of x
-COMPARED_FIELDS = ("split", "sentences", "data")  # a row and its baseline (arch and injection differ by design)
 TRAIN_EPOCH = re.compile(r"\|\s*train\s*\|\s*epoch\s+\d+\s*\|")
 WPS = re.compile(r"\|\s*wps\s+([0-9.]+)")
 WPB = re.compile(r"\|\s*wpb\s+([0-9.]+)")
@@ -86,7 +88,7 @@ class ScaleOptions:
     sources: Optional[List[str]] = None  # tag sources to report (None: all of the reports but EXCLUDED_SOURCES)
     suffix: str = SEED_SUFFIX  # the seed suffix of a row name
     train_logs: Optional[str] = None  # folder of train-SIZE-RUN-sSEED.log (tokens/s, parameters of old reports)
-    replicates: int = 1000  # bootstrap replicates
+    replicates: int = REPLICATES  # bootstrap replicates
     seed: int = 0  # bootstrap seed
     allow_mixed: bool = False  # rows scored on other splits / sentences / data: a warning, not an error
 
@@ -201,25 +203,21 @@ def baseline_of(side: Side, sides: Dict[Tuple[str, str], Side], options: ScaleOp
 
 def check_pair(side: Side, base: Side, allow_mixed: bool = False) -> None:
     """:class:`ScaleError` (``allow_mixed``: a warning) when a row and its baseline were scored on different
-    splits, sentence counts or data; rows that record nothing are not checked."""
-    a, b = (run_fields(next(iter(s.rows.values()))) for s in (side, base))
-    for key in [k for k in a if k in b and (k in COMPARED_FIELDS or k.startswith("tag source "))]:
-        if a[key] != b[key]:
-            line = f"{key} differs between row {side.label} ({a[key]}) and its baseline {base.label} ({b[key]})"
-            if not allow_mixed:
-                raise ScaleError(f"{line}: not compared (--allow-mixed compares them anyway)")
-            logger.warning(f"{line}; compared anyway (--allow-mixed)")
-            return
+    splits, sentence counts or data (:func:`~sipe_fairseq.eval.reports.seeds.check_baseline`, the check of
+    ``sipe-eval seeds --baseline`` too); rows that record nothing are not checked."""
+    check_baseline(next(iter(side.rows.values())), next(iter(base.rows.values())), side.label, base.label,
+                   allow_mixed, ScaleError)
 
 
-def relative_difference(row: Dict[str, Items], base: Dict[str, Items], replicates: int = 1000, seed: int = 0) -> dict:
+def relative_difference(row: Dict[str, Items], base: Dict[str, Items], replicates: int = REPLICATES,
+                        seed: int = 0) -> dict:
     """:func:`~sipe_fairseq.eval.reports.paired.paired_difference` of two ``{seed: Items}`` (``paired``) with the row's
     and the baseline's perplexity on what both scored (``paired_ppl``, ``baseline_ppl``: means over the paired
-    seeds) and the difference and its intervals in % of the baseline's perplexity."""
+    seeds) and the difference, its intervals and its equivalence bound in % of the baseline's perplexity."""
     paired = paired_difference(row, base, replicates, seed)
     base_ppl = float(np.mean(paired["base_per_seed"]))
     out = {"paired_ppl": base_ppl + paired["mean"], "baseline_ppl": base_ppl}
-    for key in ("mean", "low", "high", "seed_low", "seed_high"):
+    for key in ("mean", "low", "high", "seed_low", "seed_high", "bound"):
         out["percent" if key == "mean" else f"percent_{key}"] = (None if paired[key] is None
                                                                  else 100.0 * paired[key] / base_ppl)
     out["verdict"], out["paired"] = paired["verdict"], paired
@@ -352,7 +350,8 @@ def _footnote(table: dict, train_logs: bool) -> str:
             f"number for every source), then its difference from the baseline at the same size ({matched}) in % of the "
             "baseline's perplexity, mean over the seeds both have (paired) on the sentences both scored "
             "(negative: lower perplexity), with the bootstrap 95% interval over sentences and, with two seeds or more, "
-            "Student's t 95% interval over seeds and the verdict (both intervals on one side of 0).")
+            "Student's t 95% interval over seeds and the verdict (both intervals on one side of 0). "
+            + BOUND_NOTE.replace("on rows without a verdict", "per source without a verdict, in % of the baseline"))
     if train_logs:
         text += (" train tokens/s: the median of fairseq's wps over the training epochs (weighted by their tokens),"
                  " mean over the seeds with a log.")
@@ -364,13 +363,25 @@ def _seeds(e: dict) -> str:
     return str(e["seeds"]) if paired in (None, e["seeds"]) else f"{e['seeds']} ({paired} paired)"
 
 
+def _bounds(e: dict, sources: Sequence[str]) -> str:
+    """The equivalence bounds of a row's "no difference shown" sources (``mix:16 ±2.41%``), "-" for none."""
+    found = []
+    for s in sources:
+        r = e["sources"][s]
+        if "percent" in r:
+            cell = bound_cell({"verdict": r["verdict"], "bound": r.get("percent_bound")}, unit="%")
+            found += [] if cell == "-" else [f"{s} {cell}"]
+    return "; ".join(found) or "-"
+
+
 def scale_markdown(table: dict, train_logs: bool = False) -> str:
     """The table: one row per size x run, sorted by parameters; ``train_logs``: the tokens/s column."""
-    header = ["size", "run", "parameters", "vs", "vs parameters", "seeds", *table["sources"]]
+    header = ["size", "run", "parameters", "vs", "vs parameters", "seeds", *table["sources"], "excluded beyond (95%)"]
     rows = []
     for e in table["rows"]:
         cells = [e["size"], e["run"], _count(e["parameters"]), e["baseline"] or "(baseline)",
-                 _count(e["baseline_parameters"]), _seeds(e), *(_cell(e["sources"][s]) for s in table["sources"])]
+                 _count(e["baseline_parameters"]), _seeds(e), *(_cell(e["sources"][s]) for s in table["sources"]),
+                 _bounds(e, table["sources"])]
         if train_logs:
             cells.append("-" if e["train_wps"] is None else f"{e['train_wps']:,.0f}")
         rows.append(cells)

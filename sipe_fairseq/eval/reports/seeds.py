@@ -26,7 +26,12 @@ Before it averages, :func:`check_groups` compares what the rows of a group were 
 the checkpoint's ``arch`` and ``injection``, and each tag source the sentences it scored. Rows that differ in
 any are refused (exit status 2, naming the field and both rows) unless ``--allow-mixed``. Rows from reports
 written before ``run`` was recorded (and BLiMP/SyntaxGym rows alone) cannot be checked: one warning names
-them. A score that is missing or not finite in a report is refused (exit status 2).
+them. A score that is missing or not finite in a report is refused (exit status 2), as are a report without a row
+and impossible numbers (a perplexity below 1, an accuracy outside 0-100: :func:`score_problem`).
+
+With ``--baseline``, each row is paired with the baseline's row of the same seed only when both were scored on
+the same split, sentences and data (:func:`check_baseline`, the check of ``sipe-eval scale`` too): otherwise one
+line naming the field and both rows, exit status 2 (``--allow-mixed``: a warning).
 """
 import json
 import math
@@ -35,10 +40,10 @@ import logging
 import re
 import statistics
 from collections import OrderedDict
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from ...structure.sources import Given, parse_source, split_label
-from .paired import Items, paired_difference
+from .paired import REPLICATES, Items, paired_difference
 from .tables import table as markdown_table
 
 logger = logging.getLogger(__name__)
@@ -71,6 +76,8 @@ def read_reports(paths: Sequence[str], suffix: str = SEED_SUFFIX) -> "OrderedDic
         suite = suite_rows(report)
         if suite is None and not all(isinstance(r, dict) for r in report.values()):
             raise SeedsError(f"{path}: not a sipe-eval-lm, blimp or syntaxgym --json report")
+        if not (suite if suite is not None else report):
+            raise SeedsError(f"{path}: an empty report (no row scored): nothing to average")
         for name, row in (suite or report).items():
             if seed and not pattern.search(name):
                 name = name + seed.group(0)
@@ -172,6 +179,24 @@ def run_fields(row: dict) -> Dict[str, object]:
     return out
 
 
+COMPARED_FIELDS = ("split", "sentences", "data")  # a row and its baseline (arch and injection differ by design)
+
+
+def check_baseline(row: dict, base: dict, label: str, base_label: str, allow_mixed: bool = False,
+                   error: type = SeedsError) -> None:
+    """The one check of a row against its baseline (``sipe-eval seeds --baseline``, ``sipe-eval scale``): ``error``
+    (``allow_mixed``: a warning) when they were scored on different splits, sentence counts or data, or their tag
+    sources on different sentence counts; rows that record nothing (older reports) are not checked."""
+    a, b = run_fields(row), run_fields(base)
+    for key in [k for k in a if k in b and (k in COMPARED_FIELDS or k.startswith("tag source "))]:
+        if a[key] != b[key]:
+            line = f"{key} differs between row {label} ({a[key]}) and its baseline {base_label} ({b[key]})"
+            if not allow_mixed:
+                raise error(f"{line}: not compared (--allow-mixed compares them anyway)")
+            logger.warning(f"{line}; compared anyway (--allow-mixed)")
+            return
+
+
 def check_groups(rows: "OrderedDict[str, dict]", suffix: str = SEED_SUFFIX, allow_mixed: bool = False) -> List[str]:
     """:class:`SeedsError` for the first group whose rows were scored on different splits, sentence counts, data
     or models (module docstring); with ``allow_mixed`` a warning instead. Returns the rows that record nothing
@@ -214,9 +239,13 @@ def aggregate(rows: "OrderedDict[str, dict]", per: str = "token", suffix: str = 
     for group, names in group_by_seed(list(rows), suffix).items():
         per_score = OrderedDict()
         for name in names:
-            for score, value in row_scores(rows[name], per).items():
-                if not isinstance(value, (int, float)) or not math.isfinite(value):
-                    raise SeedsError(f"row {name!r}: score {score!r} is {value}, not a finite number: not averaged")
+            scores = row_scores(rows[name], per)
+            if not scores:
+                raise SeedsError(f"row {name!r}: no score (no perplexity, tag source or accuracy): nothing to average")
+            for score, value in scores.items():
+                problem = score_problem(score, value)
+                if problem:
+                    raise SeedsError(f"row {name!r}: score {score!r} is {value!r}, {problem}: not averaged")
                 per_score.setdefault(score, []).append((name, value))
         out[group] = OrderedDict()
         for score, pairs in per_score.items():
@@ -226,6 +255,16 @@ def aggregate(rows: "OrderedDict[str, dict]", per: str = "token", suffix: str = 
                                  "min": min(values), "max": max(values), "n": len(values),
                                  "seeds": [n for n, _ in pairs]}
     return out
+
+
+def score_problem(score: str, value) -> Optional[str]:
+    """Why ``value`` cannot be the score ``score`` of a report (None: it can): not a finite number, a perplexity
+    below 1 (exp of a negative log-loss), an accuracy outside [0, 100]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "not a finite number"
+    if score.startswith(("BLiMP ", "SyntaxGym ")):
+        return None if 0.0 <= value <= 100.0 else "not an accuracy in % (0 to 100)"
+    return None if value >= 1.0 else "not a perplexity (at least 1: the exp of a log-loss, which is never negative)"
 
 
 def _cell(s: dict) -> str:
@@ -270,21 +309,27 @@ def seeds_markdown(table: "OrderedDict[str, dict]", per: str = "token") -> str:
 
 
 def compare(rows: "OrderedDict[str, dict]", baseline: str, per: str = "token", suffix: str = SEED_SUFFIX,
-            replicates: int = 1000, seed: int = 0) -> "OrderedDict[str, dict]":
+            replicates: int = REPLICATES, seed: int = 0, allow_mixed: bool = False) -> "OrderedDict[str, dict]":
     """``{group: {score: paired_difference(...)}}`` of every group against ``baseline`` (a group name), for the
     scores both recorded items for; seeds paired by the number in ``suffix``. ``SeedsError`` when the baseline
-    is not a group or no score can be paired."""
+    is not a group, no score can be paired, or a row and its baseline at the same seed were scored on different
+    splits, sentences or data (:func:`check_baseline`; ``allow_mixed``: a warning)."""
     pattern = re.compile(suffix)
     groups = group_by_seed(list(rows), suffix)
     if baseline not in groups:
         raise SeedsError(f"--baseline {baseline}: no such row (rows: {', '.join(groups)})")
+    base_rows = {_seed_of(pattern, name): name for name in groups[baseline]}
+    for group, names in groups.items():  # every pair checked before any is compared
+        for name in names:
+            base_name = base_rows.get(_seed_of(pattern, name))
+            if group != baseline and base_name is not None:
+                check_baseline(rows[name], rows[base_name], repr(name), repr(base_name), allow_mixed)
 
     def by_seed(names):
         out = OrderedDict()
         for name in names:
-            m = pattern.search(name)
             for score, items in row_items(rows[name], per).items():
-                out.setdefault(score, OrderedDict())[m.group(1) if m and m.groups() else name] = items
+                out.setdefault(score, OrderedDict())[_seed_of(pattern, name)] = items
         return out
 
     base = by_seed(groups[baseline])
@@ -301,6 +346,12 @@ def compare(rows: "OrderedDict[str, dict]", baseline: str, per: str = "token", s
     return table
 
 
+def _seed_of(pattern: "re.Pattern", name: str) -> str:
+    """A row's seed (the suffix's group), or its name when it has none: rows are paired with the baseline by it."""
+    m = pattern.search(name)
+    return m.group(1) if m and m.groups() else name
+
+
 def markdown_paired(table: "OrderedDict[str, dict]", baseline: str, per: str = "token") -> str:
     rows = []
     for group, scores in table.items():
@@ -310,12 +361,32 @@ def markdown_paired(table: "OrderedDict[str, dict]", baseline: str, per: str = "
                          " / ".join(f"{x:+.2f}" for x in r["per_seed"]), f"{r['mean']:+.2f}",
                          f"[{r['low']:+.2f}, {r['high']:+.2f}]", str(r["items"]),
                          "-" if r.get("seed_low") is None else f"[{r['seed_low']:+.2f}, {r['seed_high']:+.2f}]",
-                         str(len(r["per_seed"])), r["verdict"]])
+                         str(len(r["per_seed"])), r["verdict"], bound_cell(r)])
     lines = markdown_table([f"vs {baseline}", "score", "difference per seed", "mean", "95% interval over items",
-                            "items", "95% interval over seeds", "seeds", "verdict"], rows)
+                            "items", "95% interval over seeds", "seeds", "verdict", "excluded beyond (95%)"], rows)
     lines.append("")
     lines.append(f"row minus {baseline}, seeds paired; the item interval is a percentile bootstrap over items (sentences, "
-                 "pairs, suite items within their suite) drawn once per replicate for every seed of both rows; the seed "
-                 "interval is Student's t over the per-seed differences (two seeds or more). Lower perplexity and higher "
-                 "accuracy are better; a verdict needs two seeds or more and both intervals excluding 0 on the same side.")
+                 f"pairs, suite items within their suite, {_replicates(table)} replicates) drawn once per replicate for "
+                 "every seed of both rows; the seed interval is Student's t over the per-seed differences (two seeds or "
+                 "more). Lower perplexity and higher accuracy are better; a verdict needs two seeds or more and both "
+                 "intervals excluding 0 on the same side. " + BOUND_NOTE)
     return "\n".join(lines)
+
+
+BOUND_NOTE = ("Excluded beyond (95%), on rows without a verdict: the equivalence bound E of two one-sided tests, "
+              "|mean| + sqrt(h_seeds^2 + h_items^2) with the one-sided 95% half-widths over seeds (Student's t) and over "
+              "items (the bootstrap's 5th-95th percentiles): a true difference larger than E in either direction is "
+              "excluded at 95%; one within +-E is neither shown nor excluded ('no difference shown' is not equivalence).")
+
+
+def bound_cell(r: dict, scale: float = 1.0, unit: str = "") -> str:
+    """``±E`` (the bound x ``scale``, then ``unit``) for a "no difference shown" comparison with an equivalence bound
+    (two seeds or more: :func:`~sipe_fairseq.eval.reports.paired.equivalence_bound`), else "-"."""
+    if r["verdict"] != "no difference shown" or r.get("bound") is None:
+        return "-"
+    return f"±{r['bound'] * scale:.2f}{unit}"
+
+
+def _replicates(table: "OrderedDict[str, dict]") -> str:
+    counts = sorted({r["replicates"] for scores in table.values() for r in scores.values()})
+    return "/".join(f"{n:,}" for n in counts)

@@ -4,6 +4,7 @@ import json
 import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from ...hexatag.errors import NonFiniteScoreError
 from ...structure.sentences import too_long
 from .formula import EQUALITY_ATOL, EQUALITY_RTOL, evaluate_formula
 from .suites import SuiteSentence, Suite
@@ -29,13 +30,21 @@ def score_regions(model, sentences: Sequence[SuiteSentence], eos: int, pad: int,
     """Region surprisals per sentence (``None`` with a reason for those it cannot score):
     returns ``(surprisals, failures)`` as lists aligned with ``sentences``. ``logprob_fn``: the column's
     per-token log-probabilities (:func:`~sipe_fairseq.eval.syntaxgym.columns.engine_logprobs`); one with
-    ``wants_heads`` (GiLT ``given``: the parse as a graph) also gets each sentence's tree (``heads=``)."""
+    ``wants_heads`` (GiLT ``given``: the parse as a graph) also gets each sentence's tree (``heads=``). A score that
+    is not finite: :class:`~sipe_fairseq.hexatag.errors.NonFiniteScoreError` naming the sentence."""
     if logprob_fn is None:
         raise ValueError("score_regions: no logprob_fn (a column's per-token scores: syntaxgym.columns.engine_logprobs)")
     failures = [s.failure if s.failure is not None else too_long(model, len(s.encoded[0])) for s in sentences]
     todo = [k for k, f in enumerate(failures) if f is None]
     kwargs = {"heads": [sentences[k].heads for k in todo]} if getattr(logprob_fn, "wants_heads", False) else {}
-    lps = logprob_fn(model, [sentences[k].encoded[:3] for k in todo], eos, pad, batch_size, **kwargs) if todo else []
+    try:
+        lps = logprob_fn(model, [sentences[k].encoded[:3] for k in todo], eos, pad, batch_size, **kwargs) if todo else []
+    except NonFiniteScoreError as e:  # named by its suite, item, condition and text: nothing is counted
+        if e.index is None:
+            raise
+        s = sentences[todo[e.index]]
+        raise e.naming(f"suite {s.suite} item {s.item} condition {s.condition.name}: sentence "
+                       f"{' '.join(s.words)!r}") from None
     out: List[Optional[Dict[int, float]]] = [None] * len(sentences)
     for k, lp in zip(todo, lps):
         out[k] = region_surprisals(sentences[k], lp)
@@ -58,7 +67,10 @@ def evaluate_suites(suites: Sequence[Suite], sentences: Sequence[SuiteSentence],
     for name in names:
         spec = models[name]
         model, eos, pad, *own_fn = spec() if callable(spec) else spec  # (model, eos, pad[, logprob_fn of this column])
-        per_model[name] = score_regions(model, sentences, eos, pad, batch_size, own_fn[0] if own_fn else logprob_fn)
+        try:
+            per_model[name] = score_regions(model, sentences, eos, pad, batch_size, own_fn[0] if own_fn else logprob_fn)
+        except NonFiniteScoreError as e:  # the column too
+            raise NonFiniteScoreError(f"{name}: {e}", e.index, e.source, e.detail) from None
         del model
     report = {"format": "sipe-syntaxgym/1", "models": names, "unit": "bits",
               "equality": {"atol": atol, "rtol": rtol}, "suites": {}, "items": [], "overall": {}}

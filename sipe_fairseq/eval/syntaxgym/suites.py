@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from ...hexatag import TreeError, check_tree
+from ...hexatag.errors import InputError
+from ...hexatag.lines import read_text
 from ...parsing.tokenize import split_words
 from ..progress import progress
 from .formula import FormulaError, Node, SyntaxGymError, parse_formula
@@ -68,8 +70,9 @@ def load_suite(path: Union[str, Path]) -> Suite:
     exists in every item (errors name the suite, item, condition and formula position)."""
     path = str(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(read_text(path))  # the one reader: a byte that is not UTF-8 named by file:line
+    except InputError as e:
+        raise SyntaxGymError(f"{e.path}:{e.line}: cannot read suite JSON: {e.reason}") from None
     except (OSError, json.JSONDecodeError) as e:
         raise SyntaxGymError(f"{path}: cannot read suite JSON: {e}") from e
     name = (data.get("meta") or {}).get("name") or Path(path).stem
