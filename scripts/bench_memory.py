@@ -16,7 +16,10 @@ the engine's entry point (``score_sentences``: the plan, then the batches) and r
 
 Models (``--size``): ``ewt``, the EWT walkthrough's size (examples/ewt/run.sh: d 128, FFN 512, 3 layers,
 4 heads, a 4,000-piece vocabulary; SiPE ``sipe_txl --sipe-injection position``, GiLT ``gilt_txl``);
-``tiny``, the tests' (``sipe_txl_tiny``: d 64, FFN 256, 2 layers, 4 heads, 200 pieces). Sentences:
+``tiny``, the tests' (``sipe_txl_tiny``: d 64, FFN 256, 2 layers, 4 heads, 200 pieces). The tensors do not
+depend on the weights, but GiLT's graphs do (a hypothesis's arcs are Python lists, and the results keep the
+final hypotheses' arcs): its count head is set to prefer one or two arcs a word, as a trained one does, where
+random weights would pick counts up to ``2i - 1``. Sentences:
 synthetic, 20-40 words (uniform) of 1-3 pieces each (70/20/10%), a fixed seed; a run scores
 ``2 x`` the beam's batch cap of them (``Source.batch_cap``: 8192 / (8 K) sentences, at least 2), so at least
 two batches are planned and every batch the budget allows is full.
@@ -52,6 +55,10 @@ def build_model(family: str, size: str):
     if family == "gilt":
         from sipe_fairseq.models.gilt_lm import GiltConfig, GiltDecoder, GiltLanguageModel
         model = GiltLanguageModel(GiltDecoder(GiltConfig(**common), d))
+        count = model.decoder.arc_scorer.count  # as a trained scorer: one or two arcs a word, rarely more
+        with torch.no_grad():
+            count.weight.mul_(0.1)
+            count.bias.copy_(-2 * (torch.arange(count.bias.numel(), dtype=count.bias.dtype) - 1.5).abs())
     else:
         from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel
         model = SiPETransformerXLModel(SiPEDecoder(SiPEDecoderConfig(sipe_injection="position", sipe_tag_heads="on",

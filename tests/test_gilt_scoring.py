@@ -194,13 +194,14 @@ def test_batched_sentences_match_one_at_a_time(model):
                 assert max(abs(u - v) for u, v in zip(other.token_logprobs, alone.token_logprobs)) < 1e-9
 
 
-def test_cli_bad_checkpoint(tmp_path, caplog):
-    """GiLT scoring is part of sipe-eval-lm: a file that is no checkpoint is exit status 3, one line naming it."""
+def test_cli_bad_checkpoint(tmp_path, toy_data, caplog):
+    """GiLT scoring is part of sipe-eval-lm: a file that is no checkpoint is exit status 3, one line naming it
+    (on a sound data directory: a directory without dict.txt is refused first, exit 2)."""
     from sipe_fairseq.cli.eval_lm import main
 
     bad = tmp_path / "x.pt"
     bad.write_bytes(b"not a checkpoint")
-    assert main([str(tmp_path), "--path", str(bad), "--tags", "self"]) == 3
+    assert main([str(toy_data), "--path", str(bad), "--tags", "self"]) == 3
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "x.pt" in errors[0]
 

@@ -161,7 +161,7 @@ def test_generate_max_len_counts_generated_tokens(toy_data, lm_checkpoint):
     new = {}
     for max_len in (1, 4, 10, 30):
         args = Namespace(prompts="-", beam=1, nbest=1, sampling=False, sampling_topk=-1, temperature=1.0, max_len=max_len,
-                         seed=1, data=str(toy_data), path=str(lm_checkpoint))
+                         seed=1, data=str(toy_data), path=str(lm_checkpoint), allow_dictionary_mismatch=False)
         assert generate.run(args, [PROMPT_23], model, task) == 0
         tokens = seen[-1]
         assert tokens[:len(prompt)].tolist() == prompt.tolist()  # the prompt whole, then the continuation

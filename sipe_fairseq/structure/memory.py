@@ -60,6 +60,7 @@ LOGIT_COPIES = 2  # policy.normalize: one position's logits over the vocabulary 
 SCORE_COPIES = 6  # attention._cached_forward: AC, BD, their sum, the class term, the softmax and its mix (float32)
 GRAPH_VALUES = 3 * N_VALUES  # modules/graph_term.py pair_scores: each head's scores against every feature value
 STATE_COPIES = 2  # search.reorder, policy.reorder: every per-row tensor is gathered anew while the old is alive
+WORD_OBJECT_BYTES = 256  # structure/arcs.py: per word of a hypothesis, its arcs' tuple and lists, its tape's share
 ARC_FLOATS = 25  # arc_scorer.score_word: its tensors peak at 21.6 d floats per row and node (measured), + o gathered (3 d)
 CHILD_BYTES = 1024  # structure/arcs.py expand: one child's Python payload (a tuple, its arcs' lists, a view of o_w)
 ALLOCATOR_SLACK = 0.0  # cli/allocator.py: glibc's kept heap holds freed blocks a larger one cannot reuse
@@ -140,49 +141,71 @@ def tape_side(words: int) -> int:
     return side
 
 
-def state_bytes(size: ModelSize, family: str, width: int, words: int, count_beam: int = DEFAULT_COUNT_BEAM,
-                started: Optional[int] = None) -> int:
-    """The per-row tensors of the search (``search.py``) and of the family's policy for a batch of ``width``
-    positions and ``words`` words, ``started`` of them begun (default: all), :data:`STATE_COPIES` times (a reorder
-    gathers each into a new tensor while the old one is alive). SiPE: int64/float64 vectors of ``width`` (the LM
-    log-probs, the inputs, the terminal and non-terminal ids, the tag classes) and of ``words`` (the costs, the
-    pairs, the given pairs) and the anchor's 10 pair log-probs. GiLT: vectors of ``width`` (the LM log-probs, the
-    inputs, the word of each position, the three graph features of each key) and of ``words + 1`` (the costs,
-    counts, count log-probs, the tape row's three features), o_w of every word (``3 x arc_dim``), the two float64
-    distance matrices of its graph (:func:`tape_side` of the words begun); at a word's first subword, instead of a
-    reorder's copies, the arc scorer's representations of every node so far (:data:`ARC_FLOATS` x ``arc_dim``
-    each) and the row's ``count_beam`` children (:data:`CHILD_BYTES`)."""
+def state_bytes(size: ModelSize, family: str, width: int, words: int, started: Optional[int] = None) -> int:
+    """One row's tensors in the search (``search.py``) and in the family's policy, for a batch of ``width``
+    positions and ``words`` words, ``started`` of them begun (default: all). SiPE: int64/float64 vectors of
+    ``width`` (the LM log-probs, the inputs, the terminal and non-terminal ids, the tag classes) and of ``words``
+    (the costs, the pairs, the given pairs) and the anchor's 10 pair log-probs. GiLT: vectors of ``width`` (the LM
+    log-probs, the inputs, the word of each position, the three graph features of each key) and of ``words + 1``
+    (the costs, counts, count log-probs, the tape row's three features), o_w of every word (``3 x arc_dim``), and
+    its graph's two float64 distance matrices (:func:`tape_side` of the words begun) and the Python objects that
+    hold it and its arcs (:data:`WORD_OBJECT_BYTES` per word)."""
     if family != "arcs":
-        return STATE_COPIES * (5 * width + 3 * words + 10) * 8
+        return (5 * width + 3 * words + 10) * 8
     started = words if started is None else min(words, started)
     side = tape_side(started)
-    own = (6 * width + 6 * (words + 1)) * 8 + (words + 1) * 3 * size.arc_dim * size.value_bytes + 2 * side * side * 8
-    expand = (started + 1) * ARC_FLOATS * size.arc_dim * 4 + max(1, count_beam) * CHILD_BYTES
-    return max(STATE_COPIES * own, own + expand)
+    return ((6 * width + 6 * (words + 1)) * 8 + (words + 1) * 3 * size.arc_dim * size.value_bytes + 2 * side * side * 8
+            + (started + 1) * WORD_OBJECT_BYTES)
 
 
-def row_bytes(size: ModelSize, positions: int, family: str = "hexatags", width: Optional[int] = None, words: int = 0,
-              count_beam: int = DEFAULT_COUNT_BEAM) -> int:
+def expand_bytes(size: ModelSize, family: str, rows: int, word: int, count_beam: int = DEFAULT_COUNT_BEAM) -> int:
+    """What ``rows`` hypotheses expanding their word ``word`` (1-based) allocate and free again: GiLT's arc scorer's
+    representations of every node so far (:data:`ARC_FLOATS` x ``arc_dim`` floats each) and each hypothesis's
+    ``count_beam`` children (:data:`CHILD_BYTES`); SiPE's children are rows (:func:`rows_per_sentence`), nothing here."""
+    if family != "arcs" or not rows:
+        return 0
+    return rows * ((word + 1) * ARC_FLOATS * size.arc_dim * 4 + max(1, count_beam) * CHILD_BYTES)
+
+
+def row_bytes(size: ModelSize, positions: int, family: str = "hexatags", width: Optional[int] = None, words: int = 0
+              ) -> int:
     """What one row holds while the search runs its input position ``positions - 1`` in a batch of ``width``
     positions (default ``positions``) and ``words`` words: its KV cache (:data:`CACHE_GENERATIONS` buffers of
-    :func:`cache_bytes`), its decoder call (:func:`step_bytes`) and its state (:func:`state_bytes`), before the
-    allocator's share (:data:`ALLOCATOR_SLACK`)."""
+    :func:`cache_bytes`), its decoder call (:func:`step_bytes`) and its state (:func:`state_bytes`, a reorder's
+    copy too), before the allocator's share (:data:`ALLOCATOR_SLACK`); :class:`BatchEstimate` adds what a batch
+    holds beyond its rows' shares."""
     width = positions if width is None else width
     return (CACHE_GENERATIONS * cache_bytes(size, positions) + step_bytes(size, positions, family)
-            + state_bytes(size, family, width, words, count_beam))
+            + STATE_COPIES * state_bytes(size, family, width, words))
+
+
+@dataclass
+class SentenceLoad:
+    """One sentence's share of a batch, per input position ``t``: the rows it holds there (:func:`rows_per_sentence`),
+    its shared prefixes (at most one per kept hypothesis of a branching source) and the rows that expand a word
+    there (``word[t]``, 1-based; 0 where no word starts); ``words`` in all."""
+    rows: List[int]
+    prefixes: List[int]
+    expanding: List[int]
+    word: List[int]
+    words: int
 
 
 class BatchEstimate:
-    """The peak of one batch, sentence by sentence: ``rows[t]``, the rows alive at input position ``t`` (a
-    sentence's rows grow at each word's first subword, :func:`rows_per_sentence`, and leave after its ``</s>``),
-    and ``prefixes[t]``, the shared prefixes of a branching source's cache (at most the kept hypotheses of each
-    sentence). At position ``t`` the search holds
+    """The peak of one batch, sentence by sentence (:class:`SentenceLoad`: ``rows[t]``, the rows alive at input
+    position ``t``: a sentence's rows grow at each word's first subword and leave after its ``</s>``). At input
+    ``t`` the search holds
 
     * the KV cache: :data:`CACHE_GENERATIONS` buffers, each sized for the most ``rows x cache_positions`` of any
       position so far (the cache reuses a buffer that is large enough and never shrinks one before the batch
-      ends), and from :data:`~sipe_fairseq.modules.kv_cache.SHARE_FROM` positions on, a branching source's
-      shared prefixes, :data:`CACHE_GENERATIONS` buffers of ``prefixes[t]`` rows;
-    * per row alive, its decoder call and its state (:func:`step_bytes`, :func:`state_bytes`);
+      ends); from :data:`~sipe_fairseq.modules.kv_cache.SHARE_FROM` positions on, a branching source's cache
+      shares prefixes: one of its buffers grown by :data:`SHARED_ROW_GROWTH` in rows, the prefixes' buffers made
+      when it starts sharing (one per row alive then, at most) and those of the kept hypotheses' prefixes
+      (:data:`SHARED_ROW_GROWTH` x ``prefixes[t]``);
+    * per row alive, its decoder call and its state (:func:`step_bytes`, :func:`state_bytes`), and the larger of
+      a reorder's copy of every row's state (:data:`STATE_COPIES`) and the words expanded at ``t``
+      (:func:`expand_bytes`, the largest group of hypotheses expanding the same word: the policy expands one
+      word at a time);
 
     the peak is the largest sum, plus :data:`ALLOCATOR_SLACK` of it."""
 
@@ -191,57 +214,75 @@ class BatchEstimate:
         self.top_pairs, self.count_beam = top_pairs, count_beam
         self.rows: List[int] = []
         self.prefixes: List[int] = []
+        self.expanding: List[dict] = []  # per input: word -> rows expanding it
         self.words = 0
+
+    def _rows(self, words: int) -> int:
+        return rows_per_sentence(self.source, words, self.family, self.top_pairs, self.count_beam)
+
+    def sentence(self, n: int, starts: Sequence[int]) -> SentenceLoad:
+        """The load of a sentence of ``n`` tokens whose words start at ``starts`` (target indices)."""
+        rows, expanding, word, w, starts = [], [], [], 0, set(int(x) for x in starts)
+        for t in range(n):  # input t is target t - 1; word w starts at the input after its first subword's target
+            begins = t - 1 in starts or (t == 0 and not starts)
+            w += begins
+            word.append(w if begins else 0)
+            expanding.append(self._rows(w - 1) if begins else 0)
+            rows.append(self._rows(max(w, 1)))
+        branching = self.source.branches and self.family != "none"
+        prefixes = [min(int(getattr(self.source, "k", 1)), r) if branching else 0 for r in rows]
+        return SentenceLoad(rows, prefixes, expanding, word, len(starts))
 
     def sentence_rows(self, n: int, starts: Sequence[int]) -> List[int]:
         """Rows of a sentence of ``n`` tokens whose words start at ``starts`` (target indices), per input."""
-        out, w, starts = [], 0, set(int(x) for x in starts)
-        for t in range(n):  # input t is target t - 1; word w starts at the input after its first subword's target
-            if t - 1 in starts or (t == 0 and not starts):
-                w += 1
-            out.append(rows_per_sentence(self.source, max(w, 1), self.family, self.top_pairs, self.count_beam))
-        return out
+        return self.sentence(n, starts).rows
 
-    def _prefixes(self, rows: Sequence[int]) -> List[int]:
-        """A sentence's shared prefixes per input: one per kept hypothesis that branches (at most K), none
-        for a source that does not branch."""
-        if not self.source.branches or self.family == "none":
-            return [0] * len(rows)
-        return [min(int(getattr(self.source, "k", 1)), r) for r in rows]
-
-    def peak(self, extra: Sequence[int] = (), extra_words: int = 0) -> int:
-        """The batch's peak, with the rows ``extra`` of one more sentence of ``extra_words`` words if given."""
-        width = max(len(self.rows), len(extra))
+    def peak(self, extra: Optional[SentenceLoad] = None) -> int:
+        """The batch's peak, with one more sentence ``extra`` if given."""
+        more = extra or SentenceLoad([], [], [], [], 0)
+        width = max(len(self.rows), len(more.rows))
         if not width:
             return 0
-        rows = [(self.rows[t] if t < len(self.rows) else 0) + (extra[t] if t < len(extra) else 0) for t in range(width)]
-        more = self._prefixes(extra)
-        prefixes = [(self.prefixes[t] if t < len(self.prefixes) else 0) + (more[t] if t < len(more) else 0)
-                    for t in range(width)]
-        words = max(self.words, extra_words)
-        state = state_bytes(self.size, self.family, width, words, self.count_beam)
+        rows, prefixes = _summed(self.rows, more.rows, width), _summed(self.prefixes, more.prefixes, width)
+        words = max(self.words, more.words)
+        state = state_bytes(self.size, self.family, width, words)
         shares = self.source.branches and self.family != "none"
         best = held = sharing = 0
         for t, r in enumerate(rows):
             unit = cache_bytes(self.size, t + 1)
             held = max(held, r * unit)
             kv = CACHE_GENERATIONS * held
-            if shares and t + 1 >= SHARE_FROM:  # a shared cache: one buffer grown, the prefixes, the first ones
+            if shares and t + 1 >= SHARE_FROM:  # a shared cache: one buffer grown, the first prefixes, the kept ones
                 sharing = max(sharing, r)
                 kv = (1 + SHARED_ROW_GROWTH) * held + (sharing + SHARED_ROW_GROWTH * prefixes[t]) * unit
             if self.family == "arcs":  # a GiLT row's graph grows with its words: at most t begun by input t
-                state = state_bytes(self.size, self.family, width, words, self.count_beam, t)
-            best = max(best, kv + r * (step_bytes(self.size, t + 1, self.family) + state))
+                state = state_bytes(self.size, self.family, width, words, t)
+            transient = max((STATE_COPIES - 1) * r * state, self._expanded(t, more))
+            best = max(best, kv + r * (step_bytes(self.size, t + 1, self.family) + state) + transient)
         return int(best * (1 + ALLOCATOR_SLACK))
 
-    def add(self, sentence_rows: Sequence[int], words: int = 0) -> None:
-        """One more sentence: its rows per input (:meth:`sentence_rows`) and its number of words."""
-        self.rows += [0] * (len(sentence_rows) - len(self.rows))
-        self.prefixes += [0] * (len(sentence_rows) - len(self.prefixes))
-        for t, (r, p) in enumerate(zip(sentence_rows, self._prefixes(sentence_rows))):
-            self.rows[t] += r
-            self.prefixes[t] += p
-        self.words = max(self.words, words)
+    def _expanded(self, t: int, more: SentenceLoad) -> int:
+        """:func:`expand_bytes` of the largest group of rows expanding one word at input ``t``."""
+        if self.family != "arcs":
+            return 0
+        groups = dict(self.expanding[t]) if t < len(self.expanding) else {}
+        if t < len(more.word) and more.word[t]:
+            groups[more.word[t]] = groups.get(more.word[t], 0) + more.expanding[t]
+        return max((expand_bytes(self.size, self.family, e, w, self.count_beam) for w, e in groups.items()), default=0)
+
+    def add(self, load: SentenceLoad) -> None:
+        """One more sentence (:meth:`sentence`)."""
+        width = max(len(self.rows), len(load.rows))
+        self.rows, self.prefixes = _summed(self.rows, load.rows, width), _summed(self.prefixes, load.prefixes, width)
+        self.expanding += [{} for _ in range(width - len(self.expanding))]
+        for t, w in enumerate(load.word):
+            if w:
+                self.expanding[t][w] = self.expanding[t].get(w, 0) + load.expanding[t]
+        self.words = max(self.words, load.words)
+
+
+def _summed(a: Sequence[int], b: Sequence[int], width: int) -> List[int]:
+    return [(a[t] if t < len(a) else 0) + (b[t] if t < len(b) else 0) for t in range(width)]
 
 
 def estimate_bytes(size: ModelSize, source: Source, sentences: Sequence, family: str, top_pairs: int = 0,
@@ -249,7 +290,7 @@ def estimate_bytes(size: ModelSize, source: Source, sentences: Sequence, family:
     """Peak bytes of one batch of sentences (``n`` tokens with ``</s>``, word ``starts``: :class:`.sentences.Sentence`)."""
     batch = BatchEstimate(size, source, family, top_pairs, count_beam)
     for s in sentences:
-        batch.add(batch.sentence_rows(s.n, s.starts), len(s.starts))
+        batch.add(batch.sentence(s.n, s.starts))
     return batch.peak()
 
 
@@ -380,17 +421,17 @@ def plan_batches(order: Sequence[int], sentences: Sequence, source: str, size: M
     batches, current = [], []
     batch = BatchEstimate(size, src, family, top_pairs, count_beam)
     for i in order:
-        rows, words = batch.sentence_rows(sentences[i].n, sentences[i].starts), len(sentences[i].starts)
-        if current and (len(current) >= max_sentences or (budget is not None and batch.peak(rows, words) > budget)):
+        load = batch.sentence(sentences[i].n, sentences[i].starts)
+        if current and (len(current) >= max_sentences or (budget is not None and batch.peak(load) > budget)):
             batches.append(current)
             current, batch = [], BatchEstimate(size, src, family, top_pairs, count_beam)
-        if not current and budget is not None and batch.peak(rows, words) > budget:
+        if not current and budget is not None and batch.peak(load) > budget:
             s = sentences[i]
             raise MemoryBudgetError(
-                f"tag source {source}: one sentence of {s.n} tokens and {words} words needs about "
-                f"{human(batch.peak(rows, words))} ({max(rows)} hypotheses), over the memory budget of {human(budget)}; "
+                f"tag source {source}: one sentence of {s.n} tokens and {load.words} words needs about "
+                f"{human(batch.peak(load))} ({max(load.rows)} hypotheses), over the memory budget of {human(budget)}; "
                 "lower K or raise --max-memory")
-        batch.add(rows, words)
+        batch.add(load)
         current.append(i)
     if current:
         batches.append(current)
