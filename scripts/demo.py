@@ -102,6 +102,7 @@ def main(argv=None):
     p.add_argument("--runs", "--injections", dest="runs", default="none,position,word-nt",
                    help=f"comma-separated, of {', '.join(RUNS)}")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--reuse", action="store_true", help="score the checkpoints already in --workdir (no training)")
     args = p.parse_args(argv)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -133,14 +134,16 @@ def main(argv=None):
         model_args, task_args = RUNS[inj]
         save = work / f"checkpoints-{inj}"
         print(f"[3/4] fairseq-train sipe_txl {' '.join(model_args + task_args)} ({args.max_update} updates)", flush=True)
-        _, times[inj] = sh([BIN / "fairseq-train", data, *common, *task_args, "--arch", "sipe_txl_tiny",
-                            *args.arch_args.split(), *model_args, "--criterion", "hexatag_lm", "--optimizer", "adam",
-                            "--lr", "0.002",
-                            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50", "--clip-norm", "1.0",
-                            "--max-tokens", "4096", "--max-update", args.max_update, "--seed", args.seed,
-                            "--save-dir", save, "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple",
-                            "--log-interval", "50", "--validate-interval-updates", str(args.max_update)],
-                           work / f"train-{inj}.log")
+        train = [BIN / "fairseq-train", data, *common, *task_args, "--arch", "sipe_txl_tiny", *args.arch_args.split(),
+                 *model_args, "--criterion", "hexatag_lm", "--optimizer", "adam", "--lr", "0.002",
+                 "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50", "--clip-norm", "1.0",
+                 "--max-tokens", "4096", "--max-update", args.max_update, "--seed", args.seed,
+                 "--save-dir", save, "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple",
+                 "--log-interval", "50", "--validate-interval-updates", str(args.max_update)]
+        if args.reuse and (save / "checkpoint_last.pt").exists():
+            times[inj] = float("nan")  # trained by an earlier run
+        else:
+            _, times[inj] = sh(train, work / f"train-{inj}.log")
         ckpt = save / "checkpoint_last.pt"
         out, _ = sh([BIN / "fairseq-eval-lm", data, *common, *task_args, "--path", ckpt, "--gen-subset", "test",
                      "--max-tokens", "4096"])
@@ -157,15 +160,17 @@ def main(argv=None):
     from sipe_fairseq.cli.eval_lm import evaluate_lm
     from sipe_fairseq.data.encode import SentenceEncoder
     from sipe_fairseq.eval.perplexity import perplexity_markdown as markdown
+    from sipe_fairseq.data.lm_dataset import task_placement
     from sipe_fairseq.eval.minimal_pairs import pair_accuracy
+    from sipe_fairseq.structure.options import StructureOptions
 
     encoder = SentenceEncoder(str(data))
     pair_rows = [(g.words, [bad if i == k else w for i, w in enumerate(g.words)], g.heads, uid) for g, k, bad, uid in pairs]
     scores, acc = {}, {}
     for inj, r in results.items():
         scores[inj] = evaluate_lm(r["ckpt"], str(data), "test", max_tokens=4096)
-        model, _ = load(r["ckpt"], str(data))
-        acc[inj] = pair_accuracy(model, encoder, pair_rows)
+        model, task = load(r["ckpt"], str(data))
+        acc[inj] = pair_accuracy(model, encoder, pair_rows, options=StructureOptions(placement=task_placement(task)))
     names = list(results)
     print(f"\nSiPE demo: sipe_txl ({args.arch_args}), {args.max_update} updates each; corpus "
           f"{stats['train']['sentences']:,} train sentences / {manifest['splits']['train']['subwords']:,} tokens; "

@@ -499,8 +499,11 @@ def test_pair_accuracy_on_hand_made_cases(monkeypatch):
         def encode(self, words, heads):
             return (tuple(words), None, None, None)
 
+    seen = []
+
     def fake_scores(model, encoded, source, dictionary, options=None, heads=None, batch_sentences=256):
         assert str(source) == "given" and (dictionary.eos(), dictionary.pad()) == (2, 1)
+        seen.append(options)
         return [SimpleNamespace(logprob=sum(table[e[0]])) for e in encoded]
 
     monkeypatch.setattr(minimal_pairs, "score_encoded", fake_scores)
@@ -510,6 +513,12 @@ def test_pair_accuracy_on_hand_made_cases(monkeypatch):
     assert acc["A"] == {"correct": 1, "total": 2, "accuracy": 50.0}
     assert acc["B"] == {"correct": 2, "total": 3, "accuracy": pytest.approx(200 / 3)}
     assert acc["overall"] == {"correct": 3, "total": 5, "accuracy": 60.0}
+    # the checkpoint's own placement reaches the engine (word-aware heads need last_subword: the demo's word-nt)
+    from sipe_fairseq.structure.options import StructureOptions
+
+    own = StructureOptions(placement="last_subword")
+    minimal_pairs.pair_accuracy(None, Enc(), pairs, options=own)
+    assert seen[-1] is own
 
 
 def test_blimp_too_long_sentences_are_unscored_and_counted(toy, tmp_path):

@@ -6,23 +6,25 @@ leaves the dependency tree unchanged. Scored by the structure engine under ``giv
 (:func:`~sipe_fairseq.structure.scoring.score_encoded`).
 """
 from collections import defaultdict
-from typing import Dict, Iterable, Sequence, Tuple
+from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 from ..data.encode import SentenceEncoder
+from ..structure.options import StructureOptions
 from ..structure.scoring import score_encoded
 
 
 def pair_accuracy(model, encoder: SentenceEncoder, pairs: Iterable[Tuple[Sequence[str], Sequence[str], Sequence[int], str]],
-                  batch_size: int = 32) -> Dict[str, Dict[str, float]]:
+                  batch_size: int = 32, options: Optional[StructureOptions] = None) -> Dict[str, Dict[str, float]]:
     """``pairs``: (good words, bad words, heads, uid). Returns {uid: {"correct", "total", "accuracy"}}
-    plus an ``"overall"`` row."""
+    plus an ``"overall"`` row. ``options``: with the checkpoint's own ``placement`` (its task's
+    ``--tag-head-placement``; word-aware heads need ``last_subword``)."""
     pairs = list(pairs)
     encoded = []
     for good, bad, heads, _ in pairs:
         encoded.append(encoder.encode(good, heads)[:3])
         encoded.append(encoder.encode(bad, heads)[:3])
     d = encoder.dictionary
-    scores = [s.logprob for s in score_encoded(model, encoded, "given", d, batch_sentences=batch_size)]
+    scores = [s.logprob for s in score_encoded(model, encoded, "given", d, options, batch_sentences=batch_size)]
     table = defaultdict(lambda: {"correct": 0, "total": 0})
     for k, (_, _, _, uid) in enumerate(pairs):
         ok = scores[2 * k] > scores[2 * k + 1]
