@@ -1,6 +1,7 @@
 """Issue 37: a search knows its memory, a checkpoint knows its data, a result is finite or refused.
 Each reproducer runs as the user runs it (tests/launcher.py): exact exit status, one line, no traceback."""
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -36,7 +37,7 @@ def test_search_that_cannot_fit_is_refused_before_it_runs(toy_data, lm_checkpoin
     assert proc.returncode == 2, proc.stderr[-2000:]
     line = _last_error(proc)
     assert "tag source mix:100000: one sentence of" in line and "over the memory budget of 64.0 MiB" in line, line
-    assert "MiB" in line.split("needs about", 1)[1].split("(")[0]  # the estimate, over the budget
+    assert re.fullmatch(r" [\d.]+ [MGT]iB ", line.split("needs about", 1)[1].split("(")[0])  # the estimate
     assert proc.stdout == "" and "scored" not in proc.stderr  # refused before anything was scored
 
 
@@ -61,7 +62,7 @@ def test_max_memory_is_a_size(toy_data, lm_checkpoint):
 
 
 def test_batches_shrink_to_the_budget_with_the_same_scores(toy_data, lm_checkpoint):
-    """A budget of about three sentences' beams: every planned batch fits it, there are more batches than
+    """A budget of the three longest sentences' beams: every planned batch fits it, there are more batches than
     without a budget, and the scores are those of one large batch (the numbers do not depend on the batch)."""
     from sipe_fairseq.checkpoints import load_lm
     from sipe_fairseq.eval.prefix_scores import load_split_sentences
@@ -73,7 +74,7 @@ def test_batches_shrink_to_the_budget_with_the_same_scores(toy_data, lm_checkpoi
     sentences = load_split_sentences(task, "valid")[0][:12]
     size, family = memory.model_size(model), structure_of(model)
     one = [memory.estimate_bytes(size, memory.parse_source("beam:4"), [s], family) for s in sentences]
-    budget = 3 * max(one)
+    budget = memory.estimate_bytes(size, memory.parse_source("beam:4"), sorted(sentences, key=lambda s: s.n)[-3:], family)
     order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
     planned = list(memory.plan_batches(order, sentences, "beam:4", size, family, budget, 256))
     assert len(planned) > 1 and sorted(i for b in planned for i in b) == list(range(len(sentences)))
@@ -125,10 +126,12 @@ _MEASURE = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("source", ["beam:4", "mix:16"])
-def test_memory_estimate_within_2x_of_the_measured_peak(toy_data, lm_checkpoint, tmp_path, source):
+def test_memory_estimate_bounds_the_measured_peak(toy_data, lm_checkpoint, tmp_path, source):
     """The estimate against the resident-memory growth of the search in a fresh process (its high-water mark,
-    reset after the model is loaded and a warm-up ran): 160 sentences in one batch, a peak of 100-600 MiB, far
-    above the allocator's noise."""
+    reset after the model is loaded and a warm-up ran): 160 sentences, a peak of 100-600 MiB, far above the
+    allocator's noise. The estimate is a bound (issue 48: the peak within it, 10% for the machine's noise) and
+    not far above the peak (4x: it counts the cache's buffers whole, 8 pairs a word and K hypotheses at
+    every word, where the toy model's sentences keep fewer; measured 3.1x for mix:16 in one batch of 160)."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -141,7 +144,7 @@ def test_memory_estimate_within_2x_of_the_measured_peak(toy_data, lm_checkpoint,
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["peak"] > 32 * 2 ** 20, got  # large enough to measure
-    assert 0.5 <= got["estimate"] / got["peak"] <= 2.0, got
+    assert got["peak"] <= 1.1 * got["estimate"] <= 4.4 * got["peak"], got
 
 
 # ------------------------------------------------------------------ 2. a checkpoint knows its data

@@ -31,7 +31,7 @@ from .policy import BRANCH, FORCED, GREEDY
 # model of the words, or a lower bound on the model's log p(x)
 NUMBERS = ("conditional", "exact", "bound")
 FAMILIES = {"hexatags": "SiPE models (hexatags)", "arcs": "GiLT models (graphs)", "none": "models without structure"}
-SIPE_PAIRS = 7  # SiPE: the most tag pairs a word may take after a valid prefix (hexatag.constrained)
+SIPE_PAIRS = 8  # SiPE: the most tag pairs a word may take after a valid prefix (hexatag.constrained: 8 of 10 at depth >= 2)
 SOURCES: Dict[str, Type["Source"]] = {}
 
 
@@ -92,8 +92,8 @@ class Source:
         return f"{self} {self.number}"
 
     def rows_per_sentence(self, words: int, family: str, top_pairs: int = 0, count_beam: int = 1) -> int:
-        """Memory: the most rows (hypotheses and their children) one sentence holds once ``words`` of its
-        words have started (:mod:`.memory`)."""
+        """Memory: the most decoder rows (hypotheses, and a SiPE beam's children) one sentence holds once
+        ``words`` of its words have started (:mod:`.memory`)."""
         return 1
 
     def batch_cap(self, batch_sentences: int, rows: int) -> int:
@@ -138,13 +138,14 @@ class Branching(Source):
     def rows_per_sentence(self, words: int, family: str, top_pairs: int = 0, count_beam: int = 1) -> int:
         if family == "none":
             return 1
-        if family == "arcs":  # a hypothesis branches on its count_beam counts
-            pairs = max(1, count_beam)
-        else:  # a hypothesis branches on the next word's allowed pairs
+        if family == "arcs":  # a hypothesis branches on its count_beam counts, ranked as they are made: K stay rows
+            pairs, width = max(1, count_beam), self.k
+        else:  # a hypothesis branches on the next word's allowed pairs, every child a row until the next word
             pairs = min(top_pairs, SIPE_PAIRS) if top_pairs > 0 else SIPE_PAIRS
-        if pairs == 1 or words * math.log(pairs) < math.log(self.k * pairs):  # every structure of the words so far
+            width = self.k * pairs
+        if pairs == 1 or words * math.log(pairs) < math.log(width):  # every structure of the words so far
             return pairs ** words
-        return self.k * pairs
+        return width
 
     def batch_cap(self, batch_sentences: int, rows: int) -> int:
         return max(1, min(batch_sentences, rows // (8 * self.k)))

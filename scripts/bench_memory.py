@@ -1,0 +1,188 @@
+#!/usr/bin/env python
+"""Does ``--max-memory`` bound a structure search? For SiPE and GiLT decoders and ``beam:K`` / ``mix:K``
+at two budgets, the estimate of the largest planned batch (``sipe_fairseq/structure/memory.py``) beside the
+measured peak; prints a markdown table.
+
+    OMP_NUM_THREADS=1 nice -n 15 .venv/bin/python scripts/bench_memory.py [--size ewt|tiny]
+        [--families sipe,gilt] [--kinds beam,mix] [--ks 4,16,64,256,1000] [--budgets 300M,1G]
+
+Each run is a fresh process (``--child``) that sets the allocator as the commands do
+(``cli/allocator.keep_freed_memory``), builds the model in process (random weights: the memory does not
+depend on them) and its sentences, scores two sentences under ``self`` (torch's lazy first-use allocations),
+collects garbage, resets the resident high-water mark (``/proc/self/clear_refs``) and reads ``VmRSS`` (the
+baseline), then scores its sentences under the source with ``StructureOptions(max_memory=BUDGET)`` through
+the engine's entry point (``score_sentences``: the plan, then the batches) and reads ``VmHWM``. The peak is
+``VmHWM`` minus the baseline: what the search added to the resident size, allocator reserve included.
+
+Models (``--size``): ``ewt``, the EWT walkthrough's size (examples/ewt/run.sh: d 128, FFN 512, 3 layers,
+4 heads, a 4,000-piece vocabulary; SiPE ``sipe_txl --sipe-injection position``, GiLT ``gilt_txl``);
+``tiny``, the tests' (``sipe_txl_tiny``: d 64, FFN 256, 2 layers, 4 heads, 200 pieces). The tensors do not
+depend on the weights, but GiLT's graphs do (a hypothesis's arcs are Python lists, and the results keep the
+final hypotheses' arcs): its count head is set to prefer one or two arcs a word, as a trained one does, where
+random weights would pick counts up to ``2i - 1``. Sentences:
+synthetic, 20-40 words (uniform) of 1-3 pieces each (70/20/10%), a fixed seed; a run scores
+``2 x`` the beam's batch cap of them (``Source.batch_cap``: 8192 / (8 K) sentences, at least 2), so at least
+two batches are planned and every batch the budget allows is full.
+
+The estimate of a refused source is the largest one-sentence estimate among its sentences (the refusal names
+the first sentence over the budget, shortest first).
+"""
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib
+import benchlib  # noqa: E402
+
+SIZES = {"ewt": dict(dim=128, ffn=512, layers=3, heads=4, vocab=4000),
+         "tiny": dict(dim=64, ffn=256, layers=2, heads=4, vocab=200)}
+
+
+def build_model(family: str, size: str):
+    """A decoder LM of ``size`` (:data:`SIZES`), random weights, eval mode."""
+    import torch
+    from fairseq.data import Dictionary
+
+    s = SIZES[size]
+    d = Dictionary()
+    for i in range(s["vocab"] - len(d)):
+        d.add_symbol(f"\u2581w{i}" if i % 3 else f"x{i}")
+    common = dict(decoder_embed_dim=s["dim"], decoder_ffn_embed_dim=s["ffn"], decoder_layers=s["layers"],
+                  decoder_attention_heads=s["heads"], dropout=0.0, tokens_per_sample=256, max_target_positions=256)
+    torch.manual_seed(1)
+    if family == "gilt":
+        from sipe_fairseq.models.gilt_lm import GiltConfig, GiltDecoder, GiltLanguageModel
+        model = GiltLanguageModel(GiltDecoder(GiltConfig(**common), d))
+        count = model.decoder.arc_scorer.count  # as a trained scorer: one or two arcs a word, rarely more
+        with torch.no_grad():
+            count.weight.mul_(0.1)
+            count.bias.copy_(-2 * (torch.arange(count.bias.numel(), dtype=count.bias.dtype) - 1.5).abs())
+    else:
+        from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel
+        model = SiPETransformerXLModel(SiPEDecoder(SiPEDecoderConfig(sipe_injection="position", sipe_tag_heads="on",
+                                                                     **common), d))
+    return model.eval(), d
+
+
+def make_sentences(count: int, vocab: int, seed: int = 7, words=(20, 40)):
+    """``count`` synthetic sentences (module docstring), in a fixed random order."""
+    import torch
+    from sipe_fairseq.structure.sentences import Sentence
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(count):
+        n_words = int(torch.randint(words[0], words[1] + 1, (1,), generator=g))
+        pieces = torch.multinomial(torch.tensor([0.7, 0.2, 0.1]), n_words, replacement=True, generator=g) + 1
+        starts = (torch.cumsum(pieces, 0) - pieces).tolist()
+        tokens = torch.randint(4, vocab, (int(pieces.sum()) + 1,), generator=g)
+        tokens[-1] = 2  # </s>
+        out.append(Sentence(tokens, starts))
+    return out
+
+
+def status(key: str) -> int:
+    return benchlib.status_kb(key) * 1024
+
+
+def child(args) -> dict:
+    """One run (module docstring): the numbers as a dict."""
+    from sipe_fairseq.cli.allocator import keep_freed_memory
+
+    kept = keep_freed_memory()
+    import torch
+    from sipe_fairseq.structure import memory
+    from sipe_fairseq.structure.family import StructureOptions, structure_of
+    from sipe_fairseq.structure.scoring import plan, score_sentences
+    from sipe_fairseq.structure.sources import parse_source
+
+    torch.set_num_threads(1)
+    model, d = build_model(args.family, args.size)
+    src = parse_source(args.source)
+    budget = memory.parse_size(args.budget)
+    sentences = make_sentences(max(2, 2 * src.batch_cap(256, 8192)), len(d), args.seed)
+    options = StructureOptions(max_memory=budget)
+    with torch.no_grad():
+        score_sentences(model, sentences[:2], "self", options, d.eos(), d.pad())  # warm-up: lazy allocations
+    size, family = memory.model_size(model), structure_of(model)
+    out = {"allocator_kept": kept, "sentences": len(sentences), "budget": budget}
+    try:
+        batches = plan(model, sentences, src, options)
+    except memory.MemoryBudgetError as e:
+        one = [memory.estimate_bytes(size, src, [s], family) for s in sentences]
+        return dict(out, refused=str(e), estimate=max(one))
+    out["batches"] = len(batches)
+    out["estimate"] = max(memory.estimate_bytes(size, src, [sentences[i] for i in b], family) for b in batches)
+    gc.collect()
+    benchlib.reset_hwm()
+    before = status("VmRSS")
+    vm_before = status("VmSize")
+    start = time.process_time()
+    score_sentences(model, sentences, src, options, d.eos(), d.pad())
+    out.update(peak=status("VmHWM") - before, vm_growth=status("VmPeak") - vm_before, baseline=before,
+               cpu_s=time.process_time() - start)
+    return out
+
+
+def run_child(argv_tail) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    proc = subprocess.run([sys.executable, __file__, "--child", *argv_tail], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def mib(n) -> str:
+    return f"{n / 2 ** 20:,.0f} MiB"
+
+
+def row_cells(family, source, budget_text, got) -> list:
+    cells = [family, source, budget_text]
+    if "error" in got:
+        return cells + ["-", "failed: " + got["error"][:120], "-", "-", "-"]
+    budget = got["budget"]
+    if "refused" in got:
+        return cells + [f"{mib(got['estimate'])} (one sentence)", "refused before scoring", "-", "-", "-"]
+    return cells + [mib(got["estimate"]), mib(got["peak"]), f"{got['peak'] / budget:.2f}",
+                    f"{got['peak'] / got['estimate']:.2f}", f"{got['batches']} / {got['sentences']}"]
+
+
+HEADER = ["family", "source", "budget", "estimate (largest planned batch)", "measured peak", "peak / budget",
+          "peak / estimate", "batches / sentences"]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", choices=sorted(SIZES), default="ewt")
+    p.add_argument("--families", default="sipe,gilt")
+    p.add_argument("--kinds", default="beam,mix")
+    p.add_argument("--ks", default="4,16,64,256,1000")
+    p.add_argument("--budgets", default="300M,1G")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--child", nargs=3, metavar=("FAMILY", "SOURCE", "BUDGET"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        args.family, args.source, args.budget = args.child
+        print(json.dumps(child(args)))
+        return 0
+    rows = []
+    for family in args.families.split(","):
+        for kind in args.kinds.split(","):
+            for k in args.ks.split(","):
+                for budget in args.budgets.split(","):
+                    source = f"{kind}:{k}"
+                    got = run_child([family, source, budget, "--size", args.size, "--seed", str(args.seed)])
+                    benchlib.log(f"{family} {source} {budget}: {json.dumps(got)}")
+                    rows.append(row_cells(family, source, budget, got))
+    print(f"\n`--size {args.size}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
+    print(benchlib.markdown_table(HEADER, rows, "lllrrrrr"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
