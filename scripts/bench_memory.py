@@ -10,7 +10,7 @@ Each run is a fresh process (``--child``) that sets the allocator as the command
 (``cli/allocator.keep_freed_memory``), builds the model in process (random weights: the memory does not
 depend on them) and its sentences, scores two sentences under ``self`` (torch's lazy first-use allocations),
 collects garbage, resets the resident high-water mark (``/proc/self/clear_refs``) and reads ``VmRSS`` (the
-baseline), then scores its sentences under the source with ``StructureOptions(max_memory=BUDGET)`` through
+baseline), then scores its sentences under the source with ``StructureOptions(max_memory=BUDGET, workers=1)`` (one process: the budget of one search) through
 the engine's entry point (``score_sentences``: the plan, then the batches) and reads ``VmHWM``. The peak is
 ``VmHWM`` minus the baseline: what the search added to the resident size, allocator reserve included.
 
@@ -106,7 +106,7 @@ def child(args) -> dict:
     src = parse_source(args.source)
     budget = memory.parse_size(args.budget)
     sentences = make_sentences(max(2, 2 * src.batch_cap(256, 8192)), len(d), args.seed)
-    options = StructureOptions(max_memory=budget)
+    options = StructureOptions(max_memory=budget, workers=1)
     with torch.no_grad():
         score_sentences(model, sentences[:2], "self", options, d.eos(), d.pad())  # warm-up: lazy allocations
     size, family = memory.model_size(model), structure_of(model)

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ["SIPE_CACHE_DIR"] = "off"  # no default parse cache shared between tests (tests/test_parse_cache.py sets one)
 
 BIN = Path(sys.executable).parent  # fairseq-train, fairseq-eval-lm, ... of this interpreter's environment
 PLUGIN = str(ROOT / "sipe_fairseq")  # --user-dir

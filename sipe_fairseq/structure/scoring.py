@@ -22,11 +22,12 @@ import torch
 from ..hexatag.errors import NonFiniteScoreError
 from .family import StructureOptions, masked_lm, policy_for, structure_of
 from .arcs import gold_graph
-from .memory import budget_from, model_size, plan_batches
+from .memory import MemoryBudgetError, budget_from, estimate_bytes, model_size, plan_batches
 from .record import SentenceScore, position_types
 from .search import _prefix_logp, plain_scores, search
 from .sentences import Sentence, max_positions, sentence_of
 from .sources import parse_source
+from .workers import run_batches, worker_count
 
 logger = logging.getLogger(__name__)
 BEAM_ROWS = 8192  # hypotheses a beam's batch is sized for (8 per sentence and unit of K)
@@ -56,19 +57,24 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
     if refusal:
         raise ValueError(refusal)
     order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
-    planned = plan(model, sentences, src, options, batch_sentences, order)
+    planned, workers = plan_workers(model, sentences, src, options, batch_sentences, order)
     policy = None if kind == "none" else policy_for(model, options, needs_heads=src.chooses)
     out: List[Optional[SentenceScore]] = [None] * len(sentences)
     full = policy is None or (src.full_forward and hasattr(policy, "forced_full") and not force_incremental)
-    for idx in (_full_batches(order, sentences) if full else planned):
+    if full:
+        planned = list(_full_batches(order, sentences))
+        workers = worker_count(options.workers, len(planned))
+
+    def score_batch(idx: List[int]) -> List[SentenceScore]:
         batch = [sentences[i] for i in idx]
         with torch.no_grad():
             if policy is None:
-                scores = plain_scores(model, batch, src, eos, pad, GIVEN_POSITIONS)
-            elif full:
-                scores = _given_full(policy, batch, src, eos, pad)
-            else:
-                scores = search(policy, batch, src, eos, keep_trace)
+                return plain_scores(model, batch, src, eos, pad, GIVEN_POSITIONS)
+            if full:
+                return _given_full(policy, batch, src, eos, pad)
+            return search(policy, batch, src, eos, keep_trace)
+
+    for idx, scores in run_batches(score_batch, planned, workers):
         for i, s in zip(idx, scores):
             check_finite(s, i, src)
             out[i] = s
@@ -108,18 +114,51 @@ def beyond_positions(model, lengths: Sequence[int]) -> Tuple[int, Optional[int],
 
 
 def plan(model, sentences: Sequence[Sentence], source, options: Optional[StructureOptions] = None,
-         batch_sentences: int = 256, order: Optional[Sequence[int]] = None) -> List[List[int]]:
+         batch_sentences: int = 256, order: Optional[Sequence[int]] = None, workers: int = 1) -> List[List[int]]:
     """The batches (sentence indices, shortest first) :func:`score_sentences` runs ``source`` in: at most
     ``batch_sentences`` each (a beam's at most :data:`BEAM_ROWS` / (8 K): the source's ``batch_cap``), each
-    within the memory budget (:mod:`.memory`). Planned before anything is allocated:
-    :class:`~.memory.MemoryBudgetError` when one sentence alone does not fit (callers check every source
-    before they score any)."""
+    within the memory budget (:mod:`.memory`), or within its share when ``workers`` processes score batches at
+    once. Planned before anything is allocated: :class:`~.memory.MemoryBudgetError` when one sentence alone
+    does not fit (callers check every source before they score any)."""
     src, options = parse_source(source), options or StructureOptions()
     if order is None:
         order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
     batch_sentences = src.batch_cap(batch_sentences, BEAM_ROWS)
+    budget = budget_from(options.max_memory)
+    if budget is not None:
+        budget //= max(1, workers)
     return list(plan_batches(order, sentences, src, model_size(model), structure_of(model),
-                             budget_from(options.max_memory), batch_sentences, options.top_pairs, options.count_beam))
+                             budget, batch_sentences, options.top_pairs, options.count_beam))
+
+
+def plan_workers(model, sentences: Sequence[Sentence], source, options: StructureOptions, batch_sentences: int = 256,
+                 order: Optional[Sequence[int]] = None) -> Tuple[List[List[int]], int]:
+    """The batches and the worker count of a search (:mod:`.workers`). The plan of one process comes first (it
+    refuses a sentence that does not fit the whole budget); ``N`` workers (``options.workers``, 0: the cores
+    available; no more than its batches) score its batches when each fits ``budget / N``: the same batches, the
+    same numbers. Otherwise the sentences are planned again within ``budget / N`` (other batches: the numbers
+    differ as any two batchings do, in float32's last digits), ``N`` lowered until every sentence fits its share."""
+    src = parse_source(source)
+    single = plan(model, sentences, src, options, batch_sentences, order)
+    n = worker_count(options.workers, len(single))
+    budget = budget_from(options.max_memory)
+    if n == 1 or budget is None:
+        return single, n
+    size, family = model_size(model), structure_of(model)
+
+    def peak(batch):
+        return estimate_bytes(size, src, [sentences[i] for i in batch], family, options.top_pairs, options.count_beam)
+
+    largest = max(peak(b) for b in single)
+    while n > 1:
+        if largest <= budget // n:
+            return single, n
+        try:
+            batches = plan(model, sentences, src, options, batch_sentences, order, n)
+            return batches, min(n, len(batches))
+        except MemoryBudgetError:
+            n -= 1
+    return single, 1
 
 
 def _full_batches(order, sentences):

@@ -1,0 +1,116 @@
+"""Batches of a structure search dealt to worker processes on one machine (``--workers``, ``workers=``).
+
+:func:`~.scoring.score_sentences` plans its batches (shortest sentences first, each within the memory budget)
+and scores them one after the other. With ``N > 1`` workers it forks ``N`` processes after the model is
+loaded (the model's weights are shared copy-on-write, so loading is paid once) and deals them the planned
+batches in order; each worker runs one torch thread and returns its batch's scores, which the parent
+collects in the planned order and puts back in input order. A batch's numbers do not depend on the process
+that scores it: every per-sentence total is the one-process total (tests/test_workers.py, to 1e-12).
+
+* **Count.** ``0`` (the default of the commands and of the Python interface) is :func:`available_cores`:
+  the CPUs this process may run on (its affinity mask) and its cgroup's CPU quota (``cpu.max``), no more
+  workers than planned batches. A search with one batch, or one core, forks nothing.
+* **Memory.** The budget (``--max-memory``, :mod:`.memory`) is split: each worker plans for ``budget / N``.
+  When a sentence does not fit that share, the count drops until it does (one worker: the whole budget, and
+  the usual refusal when even that is too small).
+* **Interrupts.** Workers ignore SIGINT; Ctrl-C stops the parent, which terminates them: the command ends
+  with its one line and exit 130, and nothing partial is written.
+* **Platforms.** Workers need ``fork`` (Linux; the ``fork`` start method of :mod:`multiprocessing`). Where
+  there is none (macOS's default ``spawn``, Windows), a search runs in one process and says so once in the
+  log: a spawned worker would load the model again.
+"""
+import logging
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+
+logger = logging.getLogger(__name__)
+_JOB: Optional[Callable[[List[int]], list]] = None  # the batch function a forked worker runs (set before the fork)
+_WARNED: List[bool] = []
+
+
+def cgroup_cpus(root: str = "/") -> Optional[float]:
+    """The CPUs a cgroup v2 ``cpu.max`` (``"QUOTA PERIOD"``) allows this process, None without a quota; read under
+    ``root`` (tests fake it): the process's own group (``/proc/self/cgroup``'s ``0::/path``) and every one above it."""
+    try:
+        line = next(x for x in Path(root, "proc/self/cgroup").read_text().splitlines() if x.startswith("0::"))
+    except (OSError, StopIteration):
+        return None
+    mount = Path(root, "sys/fs/cgroup")
+    path, out = mount / line[3:].strip().strip("/"), []
+    while True:
+        try:
+            quota, period = Path(path, "cpu.max").read_text().split()[:2]
+            if quota != "max" and int(period) > 0:
+                out.append(int(quota) / int(period))
+        except (OSError, ValueError):
+            pass
+        if path == mount or mount not in path.parents:
+            break
+        path = path.parent
+    return min(out) if out else None
+
+
+def available_cores(root: str = "/") -> int:
+    """The cores this process may use: its affinity mask (``os.sched_getaffinity``; ``os.cpu_count`` where there is
+    none), at most its cgroup's CPU quota rounded down (:func:`cgroup_cpus`), at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    quota = cgroup_cpus(root)
+    if quota is not None:
+        cores = min(cores, int(quota))
+    return max(1, cores)
+
+
+def can_fork() -> bool:
+    """Whether worker processes can be forked here (module docstring, "Platforms")."""
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+def worker_count(requested: int, batches: int) -> int:
+    """The workers a search of ``batches`` planned batches runs with: ``requested`` (0: :func:`available_cores`), no
+    more than the batches, 1 where workers cannot be forked."""
+    n = available_cores() if not requested else int(requested)
+    n = max(1, min(n, batches))
+    if multiprocessing.current_process().daemon:  # a pool's own worker may not have children
+        return 1
+    if n > 1 and not can_fork():
+        if not _WARNED:
+            logger.info("no fork start method on this platform: scoring in one process (--workers needs fork)")
+            _WARNED.append(True)
+        return 1
+    return n
+
+
+def _start() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates the workers
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _run(batch: List[int]) -> list:
+    return _JOB(batch)
+
+
+def run_batches(job: Callable[[List[int]], list], batches: Sequence[List[int]], workers: int
+                ) -> Iterator[Tuple[List[int], list]]:
+    """``(batch, job(batch))`` for every batch, in the order of ``batches``: in this process when ``workers`` is 1,
+    else in ``workers`` forked processes (``job`` and what it reads are inherited by the fork, not pickled; its
+    result is pickled back)."""
+    global _JOB
+    if workers <= 1 or len(batches) <= 1:
+        for b in batches:
+            yield b, job(b)
+        return
+    _JOB = job
+    try:
+        with multiprocessing.get_context("fork").Pool(workers, initializer=_start) as pool:
+            for b, result in zip(batches, pool.imap(_run, batches, chunksize=1)):
+                yield b, result
+    finally:
+        _JOB = None
