@@ -11,7 +11,8 @@ Each run is a fresh process (``--child``) that sets the allocator as the command
 depend on them) and its sentences, scores two sentences under ``self`` (torch's lazy first-use allocations),
 collects garbage, resets the resident high-water mark (``/proc/self/clear_refs``) and reads ``VmRSS`` (the
 baseline), then scores its sentences under the source with ``StructureOptions(max_memory=BUDGET, workers=1)``
-(one process: the budget of one search) through the engine's entry point (``score_sentences``: the plan, then the batches) and reads ``VmHWM``. The peak is
+(one process: the budget of one search) through the engine's entry point (``score_sentences``: the plan, then
+the batches) and reads ``VmHWM``. The peak is
 ``VmHWM`` minus the baseline: what the search added to the resident size, allocator reserve included.
 
 Models (``--size``): ``ewt``, the EWT walkthrough's size (examples/ewt/run.sh: d 128, FFN 512, 3 layers,
