@@ -566,6 +566,10 @@ INTEGRITY_FAULTS = [
           3, _IT_DAMAGED, not_written=(_IT_OUT + "3.json",)),
     Fault("generate-damaged-checkpoint", (*_IT_GENERATE, "--data", "{data}", "--path", "{damaged}", "{prompts}"),
           3, _IT_DAMAGED),
+    # ... and under fairseq's own command, whose loader reads the archive without its CRCs
+    Fault("fairseq-eval-lm-damaged-checkpoint", ("-m", "fairseq_cli.eval_lm", "{data}", "--path", "{damaged}", "--user-dir",
+                                                 str(_ItPath(__file__).resolve().parents[1] / "sipe_fairseq"), "--task",
+                                                 "hexatag_lm"), 3, "sipe_fairseq: error: checkpoint " + _IT_DAMAGED),
     # 1. spm.model missing where the checkpoint recorded one: 3, the file, both hashes, the override
     Fault("eval-lm-no-spm", (*_IT_EVAL_LM, "{nospm}", "--path", "{ck}", "--json", _IT_OUT + "4.json"),
           3, _IT_NO_SPM + _IT_RECORDED, not_written=(_IT_OUT + "4.json",)),

@@ -34,7 +34,7 @@ import numpy as np
 from fairseq.data import BaseWrapperDataset, data_utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
-from ..checkpoints.load import check_finite
+from ..checkpoints.load import check_archive, check_finite
 from ..data import dictionary as dictionaries
 from ..data.fingerprint import KEY as FINGERPRINT_KEY
 from ..data.fingerprint import data_fingerprint, fingerprint_mismatch
@@ -63,6 +63,28 @@ def fairseq_command_running() -> bool:
                      or os.path.basename(os.path.dirname(os.path.abspath(path))) == "fairseq_cli"):
             return True
     return False
+
+
+_CHECKED: set = set()
+
+
+def command_checkpoints_intact() -> None:
+    """In a fairseq command, every checkpoint of its ``--path`` (fairseq's ``:``-separated ensemble) checked against
+    the CRC-32s of its zip archive (:func:`~sipe_fairseq.checkpoints.load.check_archive`: a damaged one is a
+    :class:`CheckpointError` naming the member, exit status 3 through the command's error hook): fairseq's own
+    loader reads the archive without them. Each file once per process; ``SIPE_SKIP_CHECKPOINT_CRC=1`` skips it."""
+    if not fairseq_command_running():
+        return
+    argv, paths = list(sys.argv[1:]), []
+    for i, arg in enumerate(argv):
+        if arg == "--path" and i + 1 < len(argv):
+            paths += argv[i + 1].split(os.pathsep)
+        elif arg.startswith("--path="):
+            paths += arg.split("=", 1)[1].split(os.pathsep)
+    for path in paths:
+        if path and path not in _CHECKED and os.path.isfile(path):
+            check_archive(path)
+            _CHECKED.add(path)
 
 
 def install_command_error_hook() -> bool:
@@ -143,7 +165,11 @@ class SiPEDataMixin:
 
     def build_model(self, cfg, from_checkpoint=False):
         """fairseq's model, refusing non-finite weights when a checkpoint's are loaded into it (fairseq-eval-lm,
-        fairseq-generate, --restore-file: :func:`~sipe_fairseq.checkpoints.load.check_finite`)."""
+        fairseq-generate, --restore-file: :func:`~sipe_fairseq.checkpoints.load.check_finite`); under a fairseq
+        command that reads checkpoints (``--path``), each is first checked against its archive's CRCs
+        (:func:`command_checkpoints_intact`)."""
+        if from_checkpoint:
+            command_checkpoints_intact()
         model = super().build_model(cfg, from_checkpoint)
 
         def refuse_non_finite(state_dict, prefix, *args):
