@@ -191,7 +191,7 @@ def _ob_fifo_check(name: str, whole: bool):
             reader.join(timeout=60)
         if whole:  # every row of the TSV came through the FIFO, to the last sentence's </s>
             rows = [r.split("\t") for r in env["_read"][name].decode().splitlines()]
-            assert rows[0] == ["sentence_id", "token_id", "token", "surprisal"], rows[:2]
+            assert rows[0] == ["sentence_id", "token_id", "token", "surprisal", "kind"], rows[:2]
             assert {r[0] for r in rows[1:]} == {str(i) for i in range(1, 101)} and rows[-1][2] == "</s>", rows[-2:]
         _ob_no_temporary(env)
     return check
@@ -202,7 +202,7 @@ def _ob_link_check(name: str, replaced: bool):
         link, target = _ObPath(env["tmp"]) / name, _ObPath(env["tmp"]) / f"{name}.target"
         assert link.is_symlink() and os.readlink(link) == target.name, "the link itself was replaced"
         text = target.read_text()
-        assert text.startswith("sentence_id\ttoken_id\ttoken\tsurprisal\n") if replaced else text == "old\n", text[:80]
+        assert text.startswith("sentence_id\ttoken_id\ttoken\tsurprisal\tkind\n") if replaced else text == "old\n", text[:80]
         _ob_no_temporary(env)
     return check
 
@@ -214,7 +214,8 @@ def _ob_device_check(env, proc):
 _OB_NAN = "(a non-finite score: the model's forward pass overflows; nothing is written)"
 OUTPUT_FAULTS = [
     # a score that is not finite: every surface, one line naming the sentence (and the column, the source)
-    OutputFault("surprisal-non-finite", _ob_surprisal("--path", "{bad}", "{one}", "--output", "{tmp}/out-surprisal.tsv"),
+    OutputFault("surprisal-non-finite", _ob_surprisal("--path", "{bad}", "{one}", "--tags", "given", "--output",
+                                                      "{tmp}/out-surprisal.tsv"),
                 1, f"{{one}}: sentence 1 ('{_OB_SENTENCE}') under given: log-probability is nan {_OB_NAN}",
                 not_written=("{tmp}/out-surprisal.tsv",)),
     OutputFault("surprisal-non-finite-self", _ob_surprisal("--path", "{bad}", "{one}", "--tags", "self", "--json",
@@ -240,7 +241,8 @@ OUTPUT_FAULTS = [
     OutputFault("generate-non-finite", ("-m", "sipe_fairseq.cli.generate", "--path", "{bad}", "--data", "{data}",
                                         "{prompts}"),
                 1, f"{{prompts}}:1 ('the cup') at generation step 0: a next-token log-probability is nan {_OB_NAN}"),
-    OutputFault("symlink-kept-on-non-finite", _ob_surprisal("--path", "{bad}", "{one}", "--output", "{tmp}/link-bad"),
+    OutputFault("symlink-kept-on-non-finite", _ob_surprisal("--path", "{bad}", "{one}", "--tags", "given", "--output",
+                                                            "{tmp}/link-bad"),
                 1, "under given: log-probability is nan", setup=_ob_link("link-bad"),
                 check=_ob_link_check("link-bad", replaced=False)),
     # the writer: written through, replaced, or one line naming the path and the reason

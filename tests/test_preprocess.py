@@ -269,3 +269,24 @@ def test_srcdict_errors_name_the_problem(built, tmp_path):
         _run(tmp_path, "d", srcdict=str(bad), no_split=True)
     assert main(["--train", str(tmp_path / "train.conllu"), "--destdir", str(tmp_path / "e"),
                  "--srcdict", str(tmp_path / "missing.txt"), "--no-split"]) == 1
+
+
+def test_an_interrupted_run_leaves_no_partial_directory(tmp_path, monkeypatch):
+    """Issue 48: sipe-preprocess writes into a hidden folder inside DESTDIR and moves the files in at the end, the
+    manifest last. Stopped while it writes the streams, it leaves DESTDIR empty (before: dict.txt and the streams
+    written so far without a manifest, and a re-run refused as "dict.txt exists"), so the same command runs
+    again into it."""
+    import sipe_fairseq.data.preprocess as pre
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pre, "write_all_splits", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, "d")
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == []
+    monkeypatch.undo()
+    dest, manifest = _run(tmp_path, "d")
+    names = sorted(p.name for p in dest.iterdir())
+    assert "manifest.json" in names and "dict.txt" in names and not [n for n in names if n.startswith(".")]
+    assert sorted(manifest["files"]) == [n for n in names if n != "manifest.json"]

@@ -33,8 +33,8 @@ def read_tsv(text):
 
 def test_tsv_round_trip(checkpoint, tmp_path):
     """Three sentences, token level: the header and 1-based ids of lm-zoo, one row per token with </s>, the
-    surprisals of ``score`` (6 decimals); word level: one row per word summing to the sentence's total less
-    </s>; the unknown word still scored."""
+    surprisals of ``score`` (6 decimals); word level: one row per word, ``score``'s word surprisals (their sum: the
+    sentence's total less </s>'s and the boundary terms, docs/python.md); the unknown word still scored."""
     from sipe_fairseq import hub
 
     path = tmp_path / "s.txt"
@@ -42,7 +42,7 @@ def test_tsv_round_trip(checkpoint, tmp_path):
     proc = surprisal(["--path", checkpoint, "--tags", "self", path], tmp_path)
     assert proc.returncode == 0, proc.stderr
     rows = read_tsv(proc.stdout)
-    assert rows[0] == ["sentence_id", "token_id", "token", "surprisal"]
+    assert rows[0] == ["sentence_id", "token_id", "token", "surprisal", "kind"]
     expected = hub.load(checkpoint).score(SENTENCES.splitlines(), tags="self")
     body = rows[1:]
     assert len(body) == sum(len(r.tokens) for r in expected)
@@ -60,7 +60,7 @@ def test_tsv_round_trip(checkpoint, tmp_path):
     assert [r[2] for r in wrows] == [w for r in expected for w in r.words]
     for sid, r in enumerate(expected, 1):
         total = sum(float(x[3]) for x in wrows if x[0] == str(sid))
-        assert total == pytest.approx(-r.logprob / LN2 - r.token_surprisal[-1], abs=1e-5)
+        assert total == pytest.approx(-r.logprob / LN2 - r.end_surprisal - r.boundary_surprisal[0], abs=1e-5)
         assert [int(x[1]) for x in wrows if x[0] == str(sid)] == list(range(1, len(r.words) + 1))
     assert expected[2].unknown_words == 1
 
@@ -73,7 +73,8 @@ def test_sources_as_columns_and_json_from_conllu(checkpoint, toy_corpus, tmp_pat
     proc = surprisal(["--path", checkpoint, "--tags", "given,mix:2", "--format", "conllu", "-"], tmp_path, stdin=conllu)
     assert proc.returncode == 0, proc.stderr
     rows = read_tsv(proc.stdout)
-    assert rows[0] == ["sentence_id", "token_id", "token", "surprisal[given]", "surprisal[mix:2]"]
+    assert rows[0] == ["sentence_id", "token_id", "token", "surprisal[given]", "surprisal[mix:2]", "kind[given]",
+                       "kind[mix:2]"]
     assert sorted({r[0] for r in rows[1:]}) == ["1", "2", "3"]
     js = surprisal(["--path", checkpoint, "--tags", "given,mix:2", "--format", "conllu", "--json", "-"], tmp_path,
                    stdin=conllu)

@@ -35,11 +35,12 @@ def test_chunks_join_as_one(checkpoint, conllu, tmp_path):
     whole = surprisal(common, tmp_path, conllu)
     assert small.returncode == whole.returncode == 0, small.stderr + whole.stderr
     rows, ref = [r.split("\t") for r in small.stdout.split("\n")[:-1]], [r.split("\t") for r in whole.stdout.split("\n")[:-1]]
-    assert rows[0] == ["sentence_id", "token_id", "token", "surprisal[given]", "surprisal[self]"]
+    assert rows[0] == ["sentence_id", "token_id", "token", "surprisal[given]", "surprisal[self]", "kind[given]",
+                       "kind[self]"]
     assert [r[:3] for r in rows] == [r[:3] for r in ref] and sum(r[0] == "sentence_id" for r in rows) == 1
     assert sorted({int(r[0]) for r in rows[1:]}) == list(range(1, 11))
     for r, q in zip(rows[1:], ref[1:]):
-        assert [float(x) for x in r[3:]] == pytest.approx([float(x) for x in q[3:]], abs=1e-4)
+        assert [float(x) for x in r[3:5]] == pytest.approx([float(x) for x in q[3:5]], abs=1e-4) and r[5:] == q[5:]
     js = surprisal([*common, "--tags-batch-sentences", "1", "--json"], tmp_path, conllu)
     assert js.returncode == 0, js.stderr
     records = json.loads(js.stdout)

@@ -102,9 +102,9 @@ def test_python_interface_and_sipe_surprisal(registered, toy, tmp_path, capsys):
     assert surprisal_main(["--path", str(toy["ck"]), "--data", str(toy["data"]), "--tags", "self,toy-greedy",
                            str(path)]) == 0
     rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
-    assert rows[0][-2:] == ["surprisal[self]", "surprisal[toy-greedy]"]
+    assert rows[0][3:] == ["surprisal[self]", "surprisal[toy-greedy]", "kind[self]", "kind[toy-greedy]"]
     assert len(rows) - 1 == sum(len(r.tokens) for r in mine)
     for row in rows[1:]:
-        assert row[-1] == row[-2]
-    total = sum(float(r[-1]) for r in rows[1:] if r[0] == "1")
+        assert row[4] == row[3] and row[5:] == ["exact", "exact"]
+    total = sum(float(r[4]) for r in rows[1:] if r[0] == "1")
     assert total == pytest.approx(-mine[0].logprob / math.log(2), abs=1e-4)  # the TSV's 6 decimals, 8 tokens

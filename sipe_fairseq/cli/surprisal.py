@@ -5,12 +5,24 @@
 
 Input (a file, or ``-``: stdin): one sentence per line (split into words by the commands' tokenizer;
 ``given`` parses them with ``--parser``), or CoNLL-U (``--format conllu``, the default for a ``.conllu``
-file: its words, and its trees as the structure of ``given``). Output (stdout or ``--output``): lm-zoo's
-``get-surprisals`` layout, a header ``sentence_id	token_id	token	surprisal`` and one row per token
-(``--level token``: the model's pieces, ``</s>`` included) or word (``--level word``: the sum over its
-pieces), ids 1-based, surprisal in bits; with several ``--tags`` sources one column per source,
-``surprisal[SOURCE]``. ``--json`` writes everything :meth:`sipe_fairseq.hub.LanguageModel.score`
-returns instead (tokens, words, log-probabilities, the kind of number and the structure).
+file: its words, and its trees as the structure of ``given``). Without ``--tags`` the source is the model's
+``default_source``, an exact one (``self`` with structure, ``untagged`` without). Output (stdout or
+``--output``): lm-zoo's ``get-surprisals`` layout, a header ``sentence_id	token_id	token	surprisal	kind`` and
+one row per token (``--level token``: the model's pieces, ``</s>`` included) or word (``--level word``, the
+header ``word``: the word's surprisal with the beginning-of-word correction, docs/python.md), ids 1-based,
+surprisal in bits, ``kind`` the kind of number (``conditional``, ``exact``, ``bound``); with several ``--tags``
+sources one column per source, ``surprisal[SOURCE]``, then ``kind[SOURCE]``. ``--json`` writes everything
+:meth:`sipe_fairseq.hub.LanguageModel.score` returns instead (tokens, words, log-probabilities, the kind of
+number and the structure).
+
+``--documents``: the text input holds documents separated by blank lines, and each sentence is scored after the
+sentences before it in its document (``LanguageModel.score(context=...)``: only its own tokens counted, the
+structure chosen from the whole prefix; ``self``, ``mix:K`` or a model without structure): the most recent whole
+sentences that fit the model's positions, the others counted in a last column ``context_dropped`` (never a silent
+cut); a first column ``document_id`` (1-based). ``--measures surprisal,structure`` (``--level word``): after the
+surprisal, per source, the structure's own numbers per word (``structure_surprisal``, ``structure_entropy``,
+``posterior_entropy``, ``lexical_surprisal``, bits; empty under a source that has none; docs/evaluation.md, "The
+structure's own surprisal").
 
 The whole input is read and checked first, by the one line reader (:mod:`sipe_fairseq.hexatag.lines`: lines
 end at ``\\n`` only, so a form feed, NEL or U+2028 inside a line never shifts a sentence_id): a line that is not
@@ -62,8 +74,17 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=None, metavar="DIR",
                    help="its sipe-preprocess directory (default: the one saved in the checkpoint)")
     add_dictionary_mismatch_argument(p)
-    add_structure_arguments(p, "given", refuse=REFUSED)
+    add_structure_arguments(p, "self for a model with structure, untagged for one without (an exact source)",
+                            refuse=REFUSED)
     p.add_argument("--level", choices=("token", "word"), default="token", help="rows per token (</s> included) or word")
+    p.add_argument("--measures", default="surprisal", metavar="LIST",
+                   help="the columns of each source, comma-separated: surprisal (always), structure (--level word: "
+                        f"{', '.join(STRUCTURE_COLUMNS)} under self and mix:K, empty under other sources; "
+                        "docs/evaluation.md)")
+    p.add_argument("--documents", action="store_true",
+                   help="text input of blank-line-separated documents: each sentence scored after the sentences before "
+                        "it in its document (the most recent whole ones that fit the model's positions), under self, "
+                        "mix:K or a model without structure; a first column document_id and a last context_dropped")
     p.add_argument("--format", choices=("text", "conllu"), default=None,
                    help="input format (default: conllu for a .conllu file, else text)")
     p.add_argument("--parser", default=DEFAULT_BACKEND, metavar="SPEC",
@@ -80,6 +101,48 @@ EMPTY_LINE = "empty line (one sentence per line)"
 CHUNK_BATCHES = 4
 
 
+STRUCTURE_COLUMNS = ("structure_surprisal", "structure_entropy", "posterior_entropy", "lexical_surprisal")
+MEASURES = ("surprisal", "structure")
+DOCUMENTS = "documents"  # the input format of --documents
+CONTEXT_SENTENCES = 1024  # --documents: the most sentences kept before one (the older are counted as dropped)
+
+
+def parse_measures(spec: str, level: str) -> Tuple[str, ...]:
+    """``--measures``: ``ValueError`` for an unknown measure, or ``structure`` (per word) at ``--level token``."""
+    out = tuple(dict.fromkeys(m.strip() for m in spec.split(",") if m.strip()))
+    bad = [m for m in out if m not in MEASURES]
+    if bad:
+        raise ValueError(f"--measures {spec!r}: {', '.join(bad)} is not one of {', '.join(MEASURES)}")
+    if "structure" in out and level != "word":
+        raise ValueError("--measures structure: the structure's numbers are per word: use --level word")
+    return out
+
+
+class DocumentSentence(str):
+    """A sentence of ``--documents`` input: its text, its document's number (1-based), the sentences before it in
+    the document (at most :data:`CONTEXT_SENTENCES`) and how many older ones were left out."""
+    document: int = 0
+    context: Tuple[str, ...] = ()
+    older: int = 0
+
+
+def document_sentences(source: LineInput) -> Iterator[Tuple[int, "DocumentSentence"]]:
+    """``(line, sentence)`` of every sentence of a ``--documents`` input: one per line, documents separated by blank
+    lines (any number)."""
+    document, before, fresh = 0, [], True
+    for line, text in source.lines():
+        if not text.strip():
+            fresh = True
+            continue
+        if fresh:
+            document, before, fresh = document + 1, [], False
+        sentence = DocumentSentence(text)
+        sentence.document, sentence.context = document, tuple(before[-CONTEXT_SENTENCES:])
+        sentence.older = max(0, len(before) - CONTEXT_SENTENCES)
+        before.append(text)
+        yield line, sentence
+
+
 def input_format(name: str, fmt: Optional[str]) -> str:
     return fmt or ("conllu" if name.endswith(".conllu") else "text")
 
@@ -92,6 +155,8 @@ def sentences(source: LineInput, fmt: str) -> Iterator[Tuple[int, object]]:
     if fmt == "conllu":
         for sent in read_conllu_lines(source.texts(errors="surrogateescape"), source.name):
             yield sent.line, (sent.words, sent.heads)
+    elif fmt == DOCUMENTS:
+        yield from document_sentences(source)
     else:
         yield from source.lines(empty=EMPTY_LINE)
 
@@ -129,41 +194,72 @@ def scored_chunks(lm, source: LineInput, fmt: str, sources: Sequence[str], size:
     first = 1
     for chunk in chunks(sentences(source, fmt), size):
         texts = [sentence for _, sentence in chunk]
-        yield first, [lm.score(texts, tags) for tags in sources]
+        if fmt == DOCUMENTS:  # each sentence after its document's earlier ones
+            results = [lm.score(texts, tags, context=[t.context for t in texts]) for tags in sources]
+            for per_source in results:
+                for t, r in zip(texts, per_source):
+                    r.document, r.context_dropped = t.document, r.context_dropped + t.older
+            yield first, results
+        else:
+            yield first, [lm.score(texts, tags) for tags in sources]
         first += len(texts)
 
 
-def tsv_header(sources: Sequence[str]) -> str:
-    """lm-zoo's header; one surprisal column per source."""
-    return "\t".join(["sentence_id", "token_id", "token"] + (["surprisal"] if len(sources) == 1 else
-                                                              [f"surprisal[{s}]" for s in sources])) + "\n"
+def tsv_header(sources: Sequence[str], level: str = "token", measures: Sequence[str] = ("surprisal",),
+               documents: bool = False) -> str:
+    """lm-zoo's header (the unit column ``token`` or ``word``); one surprisal column per source, then one ``kind``
+    column per source (``conditional``, ``exact`` or ``bound``: what kind of number the surprisal is). ``measures``
+    with ``structure``: the :data:`STRUCTURE_COLUMNS` per source after the surprisal; ``documents``: a first column
+    ``document_id`` and a last ``context_dropped``."""
+    one = len(sources) == 1
+    structure = [c if one else f"{c}[{s}]" for c in STRUCTURE_COLUMNS for s in sources] if "structure" in measures else []
+    return "\t".join((["document_id"] if documents else []) + ["sentence_id", "token_id", level]
+                     + (["surprisal"] if one else [f"surprisal[{s}]" for s in sources]) + structure
+                     + (["kind"] if one else [f"kind[{s}]" for s in sources])
+                     + (["context_dropped"] if documents else [])) + "\n"
 
 
-def tsv_rows(results: Sequence[Sequence], level: str, first: int = 1) -> str:
+def tsv_rows(results: Sequence[Sequence], level: str, first: int = 1, measures: Sequence[str] = ("surprisal",),
+             documents: bool = False) -> str:
     """lm-zoo's rows of a chunk whose first sentence is ``first``; one surprisal column per source (the rows of
-    every source are the same units)."""
+    every source are the same units), then each source's kind of number (:func:`tsv_header`'s columns)."""
     columns = [surprisal_rows(r, level) for r in results]
+    kinds = [[r.kind for r in per_source] for per_source in results]
     lines = []
     for row in zip(*columns):
         sid, tid, unit = row[0][:3]
-        lines.append("\t".join([str(sid + first - 1), str(tid), unit] + [f"{r[3]:.6f}" for r in row]) + "\n")
+        scored = [per_source[sid - 1] for per_source in results]
+        structure = []
+        if "structure" in measures:  # per word (--level word); empty where the source has none
+            for c in STRUCTURE_COLUMNS:
+                values = [getattr(r, c) for r in scored]
+                structure += ["" if v is None else f"{v[tid - 1]:.6f}" for v in values]
+        doc = [str(scored[0].document)] if documents else []
+        lines.append("\t".join(doc + [str(sid + first - 1), str(tid), unit] + [f"{r[3]:.6f}" for r in row] + structure
+                               + [k[sid - 1] for k in kinds]
+                               + ([str(scored[0].context_dropped)] if documents else [])) + "\n")
     return "".join(lines)
 
 
-def write_tsv(out: TextIO, lm, source: LineInput, fmt: str, sources: Sequence[str], size: int, level: str) -> None:
+def write_tsv(out: TextIO, lm, source: LineInput, fmt: str, sources: Sequence[str], size: int, level: str,
+              measures: Sequence[str] = ("surprisal",)) -> None:
     """The TSV chunk by chunk; the header with the first chunk's rows (a chunk that fails leaves nothing)."""
+    documents = fmt == DOCUMENTS
     for first, results in scored_chunks(lm, source, fmt, sources, size):
-        out.write((tsv_header(sources) if first == 1 else "") + tsv_rows(results, level, first))
+        out.write((tsv_header(sources, level, measures, documents) if first == 1 else "")
+                  + tsv_rows(results, level, first, measures, documents))
         out.flush()
 
 
-def write_json(out: TextIO, lm, source: LineInput, fmt: str, sources: Sequence[str], size: int, level: str) -> None:
+def write_json(out: TextIO, lm, source: LineInput, fmt: str, sources: Sequence[str], size: int, level: str,
+               measures: Sequence[str] = ("surprisal",)) -> None:
     """``json.dumps(records, indent=1)`` written record by record: every sentence under the first source, then
     under the next (the input read once per source)."""
     opened = False
     for tags in sources:
         for first, (results,) in scored_chunks(lm, source, fmt, [tags], size):
-            items = [textwrap.indent(json.dumps(dict(r.to_dict(), sentence_id=i), indent=1), " ")
+            items = [textwrap.indent(json.dumps(dict(r.to_dict(), sentence_id=i, **(
+                {"document_id": r.document} if fmt == DOCUMENTS else {})), indent=1), " ")
                      for i, r in enumerate(results, first)]
             out.write((",\n" if opened else "[\n") + ",\n".join(items))
             out.flush()
@@ -178,14 +274,15 @@ def score_input(args, lm, source: LineInput, fmt: str, sources: Sequence[str]) -
     check_lengths(lm, source, fmt, size)
     with contextlib.ExitStack() as files:
         out = files.enter_context(atomic_open(args.output)) if args.output else sys.stdout
-        (write_json if args.json else write_tsv)(out, lm, source, fmt, sources, size, args.level)
+        (write_json if args.json else write_tsv)(out, lm, source, fmt, sources, size, args.level,
+                                                  parse_measures(args.measures, args.level))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = get_parser().parse_args(argv)
     keep_freed_memory()
     logs.configure("WARNING", "sipe-surprisal: %(levelname)s: %(message)s", plugin_level=logging.WARNING)
-    sources = args.tags or ["given"]
+    sources = args.tags  # None: the model's default source (hub: LanguageModel.default_source), once it is loaded
     problem = output_path_problem(args, ("output",))
     if problem:
         logger.error(problem)
@@ -202,6 +299,16 @@ def _run(args, source: LineInput, sources: Sequence[str]) -> int:
     """Read and check the whole input, load the model, check every sentence's length, then score and write."""
     fmt = input_format(source.name, args.format)
     try:
+        parse_measures(args.measures, args.level)
+    except ValueError as e:
+        logger.error(str(e))
+        return 2
+    if args.documents:
+        if fmt == "conllu":
+            logger.error("--documents reads text (one sentence per line, blank lines between documents), not CoNLL-U")
+            return 2
+        fmt = DOCUMENTS
+    try:
         check_input(source, fmt)
     except OSError as e:
         logger.error(f"{source.name}: {e.strerror or e}")
@@ -212,7 +319,7 @@ def _run(args, source: LineInput, sources: Sequence[str]) -> int:
     try:
         lm = load(args.path, args.data, parser=args.parser, allow_dictionary_mismatch=args.allow_dictionary_mismatch,
                   **vars(structure_options(args)))
-        score_input(args, lm, source, fmt, sources)
+        score_input(args, lm, source, fmt, sources or [lm.default_source])
     except (CheckpointError, BackendLoadError) as e:
         logger.error(str(e))
         return CHECKPOINT_EXIT_STATUS

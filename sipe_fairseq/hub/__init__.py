@@ -3,7 +3,8 @@
     from sipe_fairseq import hub
     lm = hub.load("ck/checkpoint_best.pt")            # data: the directory saved in the checkpoint
     [r] = lm.score(["the dogs near the cat sleep ."], tags="mix:16")
-    r.logprob, r.kind, r.words, r.word_surprisal         # natural log; "exact"; bits per word
+    r.logprob, r.kind, r.words, r.word_surprisal         # natural log; "exact"; bits per word (BOW-corrected)
+    [p] = lm.predict(["the dogs near the"], k=5)          # the next tokens and words; lm.tokenize: offsets
 
 A thin facade outside the layers (like ``sipe_fairseq/__init__.py``): the implementation is
 :mod:`sipe_fairseq.hub.interface`, imported when first used, so that ``import sipe_fairseq.hub`` stays free
@@ -13,7 +14,8 @@ filters are as the user had them after the first use too (fairseq's import confi
 """
 from .process_state import process_state_kept
 
-_NAMES = ("LanguageModel", "ScoredText", "ParsedText", "to_dataframe", "surprisal_rows")
+_NAMES = ("LanguageModel", "ScoredText", "ParsedText", "Tokenized", "Prediction", "DataPathError", "to_dataframe",
+          "surprisal_rows")
 _FROM_PROMPTS = ("Continuation", "GenerationSettings", "PromptError")
 
 __all__ = list(_NAMES + _FROM_PROMPTS)

@@ -33,3 +33,22 @@ def process_state_kept() -> Iterator[None]:
                 for handler in handlers:
                     root.addHandler(handler)
             root.setLevel(level)
+
+
+@contextlib.contextmanager
+def quiet_loading(names=("fairseq", "sipe_fairseq")) -> Iterator[None]:
+    """Inside: the loggers ``names`` that set no level of their own log at the root logger's level of entry (the
+    user's: WARNING by default), whatever the root logger becomes inside (fairseq's ``basicConfig(level=DEBUG)``
+    on a later import); on exit their levels as on entry. So ``hub.load`` logs nothing at the default level, and
+    a user who configured logging sees what the configuration asks for."""
+    level = logging.getLogger().level
+    loggers = [logging.getLogger(name) for name in names]
+    saved = [lg.level for lg in loggers]
+    for lg in loggers:
+        if lg.level == logging.NOTSET:
+            lg.setLevel(level)
+    try:
+        yield
+    finally:
+        for lg, old in zip(loggers, saved):
+            lg.setLevel(old)

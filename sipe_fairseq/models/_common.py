@@ -36,7 +36,11 @@ class RefusesFairseqHub:
     @classmethod
     def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", **kwargs):
         path = os.path.join(str(model_name_or_path), str(checkpoint_file))
-        data = os.path.join(str(model_name_or_path), str(data_name_or_path))
+        # the data directory fairseq's hub_utils.from_pretrained would read: under the model directory when it starts
+        # with ".", else the path as given (relative to the current directory)
+        data = str(data_name_or_path)
+        if data.startswith("."):
+            data = os.path.normpath(os.path.join(str(model_name_or_path), data))
         raise CheckpointError(f"{cls.__name__}.from_pretrained: fairseq's hub interface cannot read this model's "
                               f"structure; use sipe_fairseq.hub.load({path!r}, data={data!r})")
 

@@ -138,6 +138,7 @@ class ArcPolicy(StructurePolicy):
         self.o = torch.zeros(rows, words + 1, 3 * d, dtype=self.dtype, device=self.device)  # o_w by word (0: unused)
         self.counts = torch.zeros(rows, words, dtype=torch.long)
         self.count_lp = torch.zeros(rows, words, dtype=torch.float64)
+        self.local = torch.zeros(rows, words, dtype=torch.long)  # each word's number in its sentence (a context's)
         self.tapes = [GraphTape(two_way=self.two_way) for _ in range(rows)]
         self.arcs: List[list] = [[] for _ in range(rows)]
         self.given = list(given) if given is not None else [None] * rows
@@ -156,6 +157,7 @@ class ArcPolicy(StructurePolicy):
         cpu = order.cpu().tolist()
         idx = order.cpu()
         self.table, self.counts, self.count_lp = self.table[idx], self.counts[idx], self.count_lp[idx]
+        self.local = self.local[idx]
         self.words, self.wpos = self.words[idx], self.wpos[idx]
         self.given = [self.given[j] for j in cpu]
         self.o = self.o[order.to(self.device)]
@@ -167,8 +169,10 @@ class ArcPolicy(StructurePolicy):
     def expand(self, rows, words, t, src, mode, limits=None):
         dec = self.decoder
         parents, costs, items = [], [], []
-        for i in torch.unique(words).tolist():
-            at = (words == i).nonzero().squeeze(1)
+        local = self.local_words(rows.cpu(), words.cpu())  # i: the word's number in its sentence
+        self.decision = torch.zeros(len(rows), MAX_COUNT + 1, dtype=torch.float64)
+        for i in torch.unique(local).tolist():
+            at = (local == i).nonzero().squeeze(1)
             sub = rows[at]
             dev = sub.to(self.device)
             emb = dec.arc_embedding(src[at].to(self.device))
@@ -179,6 +183,7 @@ class ArcPolicy(StructurePolicy):
             head, dep, count_logits = dec.arc_scorer.score_word(o_nodes, prev.to(self.device))
             head, dep = head.cpu(), dep.cpu()
             count_lp = F.log_softmax(count_logits.double(), -1).cpu()
+            self.decision[at] = count_lp
             chosen = None if mode == FORCED else self.choices(head, dep, count_lp, i, mode)
             for e, (pos, r) in enumerate(zip(at.tolist(), sub.tolist())):
                 if mode == FORCED:
@@ -199,7 +204,7 @@ class ArcPolicy(StructurePolicy):
                 for c, heads, deps, cost in choices:
                     parents.append(pos)
                     costs.append(cost)
-                    items.append((i, c, float(count_lp[e, min(c, MAX_COUNT)]), heads, deps, o_w[e]))
+                    items.append((i, c, float(count_lp[e, min(c, MAX_COUNT)]), heads, deps, o_w[e], int(words[pos])))
         order = sorted(range(len(parents)), key=lambda j: parents[j])  # stable: by parent, then count order
         return (torch.tensor([parents[j] for j in order], dtype=torch.long),
                 torch.tensor([costs[j] for j in order], dtype=torch.float64), [items[j] for j in order])
@@ -220,16 +225,29 @@ class ArcPolicy(StructurePolicy):
         lp = count_lp.tolist()
         return [[(c, *top_arcs(o, i, c), lp[e][c]) for c in cs] for e, (o, cs) in enumerate(zip(arc_order(head, dep, i), counts))]
 
+    def boundary(self, rows, next_word):
+        """A new sentence after an inner ``</s>``: a new graph with its own root; the positions so far (the
+        earlier sentences and this ``</s>``) carry no graph features, as queries and as keys (a training
+        block's other sentences and its ``</s>``)."""
+        super().boundary(rows, next_word)
+        for r in rows.tolist():
+            self.tapes[r] = GraphTape(two_way=self.two_way)
+        self.words[rows] = 0
+        self.wpos[rows] = 0
+        self.table[rows] = 0
+        self.o[rows.to(self.device)] = 0
+
     def apply(self, rows, payload, pick, t):
         for r, j in zip(rows.tolist(), pick.tolist()):
-            i, c, lpc, heads, deps, o_w = payload[j]
+            i, c, lpc, heads, deps, o_w, g = payload[j]
             tape = self.tapes[r].copy()
             values = torch.from_numpy(tape.add_word(heads, deps)).T  # (i+1, 3) over nodes 0..i
             self.tapes[r] = tape
             self.table[r, 1:i + 1] = values[1:]
             self.o[r, i] = o_w
-            self.counts[r, i - 1] = c
-            self.count_lp[r, i - 1] = lpc
+            self.counts[r, g - 1] = c
+            self.count_lp[r, g - 1] = lpc
+            self.local[r, g - 1] = i
             self.arcs[r] = self.arcs[r] + [(heads, deps)]
             self.words[r] = i
 
@@ -252,10 +270,18 @@ class ArcPolicy(StructurePolicy):
         return mask
 
     def labels(self, row):
-        return flat_arcs(self.arcs[row])
+        return self.row_arcs(row, 0, len(self.arcs[row]))
 
-    def result(self, row, n_words):
-        arcs = flat_arcs(self.arcs[row][:n_words])
-        return {"tags": [], "complete": is_tree(arcs, n_words),
-                "extra": {"arcs": arcs, "counts": self.counts[row, :n_words].tolist(),
-                          "count_logprobs": self.count_lp[row, :n_words].tolist()}}
+    def row_arcs(self, row: int, first: int, n_words: int) -> List[Tuple[int, int]]:
+        """The arcs of words ``first .. n_words - 1`` of ``row`` as (head, dependent) pairs in arrival order, each
+        word numbered in its sentence (:func:`flat_arcs` when the row holds one sentence)."""
+        arcs = []
+        for i, (heads, deps) in zip(self.local[row, first:n_words].tolist(), self.arcs[row][first:n_words]):
+            arcs += [(h, i) for h in heads] + [(i, d) for d in deps]
+        return arcs
+
+    def result(self, row, n_words, first=0):
+        arcs = self.row_arcs(row, first, n_words)
+        return {"tags": [], "complete": is_tree(arcs, n_words - first),
+                "extra": {"arcs": arcs, "counts": self.counts[row, first:n_words].tolist(),
+                          "count_logprobs": self.count_lp[row, first:n_words].tolist()}}

@@ -34,7 +34,7 @@ from ..hexatag.constrained import CLOSED, PAIRS, START, is_valid
 from ..hexatag.tags import EOS, NONTERMINALS, TERMINALS
 from ..hexatag.timing import advance_unit, can_end, check_timing, timed_pairs, untimed_pairs
 from .policy import BRANCH, FORCED, GREEDY, SAMPLE, StructurePolicy
-from .sentences import Sentence
+from .sentences import CONTEXT_SOURCES, Sentence
 
 ABSTAINED = -3  # a word left <notag>: by ``abstain``, or a timing that feeds it nothing (delay: word 1)
 TERM_CLASS = torch.tensor([TERMINALS.index(t) for t, _ in PAIRS])
@@ -200,7 +200,7 @@ class HexatagPolicy(StructurePolicy):
         """(E, 10) log-probs of the units the next word of ``rows`` may carry (:meth:`heads_at` with the
         timing's fixed parts) and (E,) bool, the rows whose word carries nothing (``delay``: word 1)."""
         anchor = self.heads_at(rows, src)
-        first = (words == 1).cpu()
+        first = (self.local_words(rows.cpu(), words.cpu()) == 1)  # a sentence's word 1 (after a context: its own)
         empty = first if self.timing == "delay" else torch.zeros_like(first)
         if self.timing == "nt-delay" and bool(first.any()):
             anchor[first] = fix_start_marker(anchor[first])
@@ -211,6 +211,7 @@ class HexatagPolicy(StructurePolicy):
     def expand(self, rows, words, t, src, mode, limits=None):
         E = len(rows)
         anchor, empty = self.units_at(rows, words, src)
+        self.decision = anchor
         if mode == FORCED:
             pair = self.given[rows, words - 1]
             if bool((pair.masked_fill(empty, 0) < 0).any()):
@@ -241,6 +242,12 @@ class HexatagPolicy(StructurePolicy):
         cost = anchor[parent, pair]
         pair = pair.masked_fill(empty[parent], ABSTAINED)
         return parent, cost, {"pair": pair, "restarted": restarted[parent], "word": (words - 1)[parent]}
+
+    def boundary(self, rows, next_word):
+        """A new sentence after an inner ``</s>``: the prefix automaton starts from the empty prefix (not a
+        restart: training gave every sentence its own tree)."""
+        super().boundary(rows, next_word)
+        self.depth[rows] = START
 
     def apply(self, rows, payload, pick, t):
         pair = payload["pair"][pick]
@@ -299,11 +306,12 @@ class HexatagPolicy(StructurePolicy):
     def labels(self, row):
         return [p for p in self.pairs[row].tolist() if p >= 0 or p == ABSTAINED]
 
-    def result(self, row, n_words):
+    def result(self, row, n_words, first=0):
         """Tags per word in the paper's layout (an abstained word, or a tag that never entered: ``"-"``);
         complete when the tagged words form one tree (``nt-delay``/``delay``: once the end fills in the
         last word's EOS, and under ``delay`` its last pair)."""
-        chosen = self.pairs[row, :n_words].tolist()
+        chosen = self.pairs[row, first:n_words].tolist()
+        n_words -= first
         if self.timing == "paper":
             tags = [PAIRS[p] if p >= 0 else ("-", "-") for p in chosen]
             complete = is_valid([PAIRS[p] for p in chosen if p >= 0])
@@ -324,6 +332,8 @@ class HexatagPolicy(StructurePolicy):
         log-probs per target and each word's tag cost at its anchor. ``untagged``: every word <notag>,
         no tag cost (the model as a plain LM); so is a sentence that has no given tags (a tree source that
         gives none, ``--parser none``: its words read <notag>, as such a sentence's data stream holds)."""
+        if any(s.context_end or s.counted_from for s in batch):
+            raise ValueError(CONTEXT_SOURCES)
         width = max(s.n for s in batch)
         S = len(batch)
         src = torch.full((S, width), pad, dtype=torch.long)

@@ -30,6 +30,9 @@ class StructurePolicy:
     prune_before = True
     use_cache = True
     mass = 1.0  # a beam's ranking keeps the best until their share of the prefix mass reaches this (top_per_group)
+    # the toolkit's hook (sipe_fairseq.hub.distributions): when set, :meth:`normalize` hands it the full
+    # log-softmax (..., V) whose targets it gathers, before the gather; the numbers it returns are unchanged
+    distribution_sink = None
 
     def __init__(self, model):
         self.model = model
@@ -42,6 +45,18 @@ class StructurePolicy:
         forced structure (:meth:`given_of`) or None; ``state``: the dict to keep the KV cache in
         (fairseq's ``incremental_state`` when generating)."""
         self.state = {} if state is None else state
+        self.first = torch.ones(rows, dtype=torch.long)  # per row: the number (1-based) of its sentence's first word
+        self.decision: Optional[torch.Tensor] = None  # after expand: per expanded row its decision's log-probs (E, D)
+
+    def boundary(self, rows: torch.Tensor, next_word: torch.Tensor) -> None:
+        """Rows ``rows`` read an inner ``</s>`` (a context's sentence ended, :mod:`.sentences`): their next
+        word, number ``next_word`` (1-based, over the whole input), starts a new sentence and a new structure.
+        Families reset their structure state (and call this)."""
+        self.first[rows] = next_word
+
+    def local_words(self, rows: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
+        """Word numbers ``words`` (1-based, over the whole input) of ``rows`` -> their numbers in their sentence."""
+        return words - self.first[rows] + 1
 
     def given_of(self, sentence: Sentence):
         """The sentence's given structure in this family's form (None: it has none)."""
@@ -57,16 +72,21 @@ class StructurePolicy:
             if targets is None:
                 return F.log_softmax(logits.double(), -1)
             lprobs = F.log_softmax(logits, -1, dtype=torch.promote_types(logits.dtype, torch.float32))
+            if self.distribution_sink is not None:
+                self.distribution_sink(lprobs)
             return lprobs.gather(-1, targets[..., None].to(logits.device)).squeeze(-1).double().cpu()
         lprobs = self.model.get_normalized_probs((logits, extra), log_probs=True).double()
         if targets is None:
             return lprobs
+        if self.distribution_sink is not None:
+            self.distribution_sink(lprobs)
         return lprobs.gather(-1, targets[..., None].to(lprobs.device)).squeeze(-1).cpu()
 
     def step(self, t: int, src: torch.Tensor, starts: torch.Tensor, targets: Optional[torch.Tensor] = None
              ) -> torch.Tensor:
         """Run input position ``t`` of every row (``src`` (R, t+1): the rows' inputs so far;
-        ``starts`` (R,) bool: input ``t`` is a word's first subword) and return the LM log-probs of
+        ``starts`` (R,) bool: input ``t`` is a word's first subword, or an inner ``</s>``, after which a
+        sentence starts (the first word's structure is predicted there, as at ``t == 0``)) and return the LM log-probs of
         target ``t`` (R, V), float64, or with ``targets`` (R,) only theirs (R,) (:meth:`normalize`)."""
         raise NotImplementedError
 
@@ -75,6 +95,8 @@ class StructurePolicy:
         through fairseq's entry point ``reorder_incremental_state_scripting``; where a decoder keeps
         fairseq's own (which walks every module at every call), the modules that hold a cache are
         found once."""
+        if getattr(self, "first", None) is not None:
+            self.first = self.first[order.cpu()]
         if not (self.use_cache and self.state):
             return
         own = getattr(type(self.decoder), "reorder_incremental_state_scripting", None)
@@ -93,7 +115,9 @@ class StructurePolicy:
         is input ``t`` (``src`` (E, t+1): their inputs through it). Returns ``(parent (C,)`` positions
         in ``rows``, ``cost (C,)`` float64 log-probabilities, ``payload)``: children grouped by parent
         in parent order; one per row for ``GREEDY``, ``SAMPLE`` and ``FORCED``. ``limits``: the
-        generator's per-row constraints (family-specific; None when scoring)."""
+        generator's per-row constraints (family-specific; None when scoring). Sets :attr:`decision`: per row
+        of ``rows`` the log-probabilities (E, D) of the decision the word's structure is (SiPE: the 10
+        units; GiLT: the counts), the distribution its candidates' costs are read from."""
         raise NotImplementedError
 
     def apply(self, rows: torch.Tensor, payload, pick: torch.Tensor, t: int) -> None:
@@ -105,9 +129,9 @@ class StructurePolicy:
         follows); ``None``: every row can go on."""
         return None
 
-    def result(self, row: int, n_words: int) -> dict:
+    def result(self, row: int, n_words: int, first: int = 0) -> dict:
         """The structure of ``row`` for its :class:`~.record.SentenceScore`: ``tags``, ``complete``,
-        ``restarts``, ``extra``."""
+        ``restarts``, ``extra``; of its words ``first .. n_words - 1`` (0-based: the text after a context)."""
         raise NotImplementedError
 
     def labels(self, row: int) -> List:

@@ -13,7 +13,14 @@ class SentenceScore:
     ``extra["arcs"]`` (``(head, dependent)`` pairs) and leaves ``tags`` empty. ``tag_logprobs`` is
     the structure's cost per word: SiPE the tag heads' ``log p(terminal) + log p(non-terminal)``;
     GiLT ``log pi(c)`` of the chosen count (self, beam) or, for ``given``, the gold arcs priced as
-    independent Bernoullis (the training loss, not a probability of the count-then-top-c model)."""
+    independent Bernoullis (the training loss, not a probability of the count-then-top-c model).
+
+    A sentence with a context (:func:`~.sentences.with_context`, :func:`~.sentences.after_prefix`) counts only
+    its text: every field is the text's targets' and words', ``logprob`` is log p(text | context), and ``extra``
+    has ``context_logprob``, ``context_tokens``, ``context_sentences``, ``context_dropped``. Under ``self`` and
+    ``mix:K``, ``extra`` has per word (bits) ``structure_surprisal``, ``structure_entropy``,
+    ``posterior_entropy``, ``lexical_surprisal`` and per sentence ``end_structure_surprisal``
+    (docs/evaluation.md, "The structure's own surprisal")."""
     source: str
     logprob: float  # given: log p(x | S); self: log q(x) (exact); beam: the beam's log-sum over its hypotheses
     token_logprobs: List[float]  # per target (beam: increments of the running log-sum, summing to logprob)

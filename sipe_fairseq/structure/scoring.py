@@ -36,14 +36,18 @@ GIVEN_POSITIONS = 1024  # positions per full forward of given (small forwards ar
 
 def score_sentences(model, sentences: Sequence[Sentence], source, options: Optional[StructureOptions] = None,
                     eos: int = 2, pad: int = 1, batch_sentences: int = 256, keep_trace: bool = False,
-                    force_incremental: bool = False, progress=None) -> List[SentenceScore]:
+                    force_incremental: bool = False, progress=None, observer=None) -> List[SentenceScore]:
     """The engine's entry point: every sentence scored alone under ``source`` (a spec such as ``"mix:16"`` or a
     :class:`~.sources.Source`), in input order, for every decoder family (the family is decided here, once:
     :func:`~.family.structure_of`). ``given`` of a SiPE decoder (and ``untagged``, and every source of a model
     without structure) runs in full forwards; every other source through the search. ``force_incremental``:
     ``given`` through the search's forced path (one position at a time through the cache) even where full
     forwards would do (tests). ``progress``: called with the number of sentences of each finished batch.
-    Masked-LM encoders are not scored here: their road is pseudo-log-likelihood (:mod:`sipe_fairseq.eval.pll`)."""
+    ``observer``: reads the full next-token distributions the scores are gathered from (the Python interface's
+    ranks, entropies and word-boundary masses, :mod:`sipe_fairseq.hub.distributions`): ``on_search(search, t,
+    lprobs)`` at each step of the search, ``on_rows(batch, lprobs)`` with a full forward's (B, T, V) log-probs;
+    with an observer the batches run in this process (it collects what it reads here). Masked-LM encoders are
+    not scored here: their road is pseudo-log-likelihood (:mod:`sipe_fairseq.eval.pll`)."""
     src = parse_source(source)
     options = options or StructureOptions()
     if batch_sentences < 1:
@@ -64,15 +68,17 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
     if full:
         planned = list(_full_batches(order, sentences))
         workers = worker_count(options.workers, len(planned))
+    if observer is not None:
+        workers = 1
 
     def score_batch(idx: List[int]) -> List[SentenceScore]:
         batch = [sentences[i] for i in idx]
         with torch.no_grad():
             if policy is None:
-                return plain_scores(model, batch, src, eos, pad, GIVEN_POSITIONS)
+                return plain_scores(model, batch, src, eos, pad, GIVEN_POSITIONS, observe=_plain_observer(model, observer))
             if full:
-                return _given_full(policy, batch, src, eos, pad)
-            return search(policy, batch, src, eos, keep_trace)
+                return _given_full(policy, batch, src, eos, pad, observer)
+            return search(policy, batch, src, eos, keep_trace, observe=observer.on_search if observer else None)
 
     for idx, scores in run_batches(score_batch, planned, workers):
         for i, s in zip(idx, scores):
@@ -173,9 +179,33 @@ def _full_batches(order, sentences):
         i = j
 
 
-def _given_full(policy, batch, src, eos, pad) -> List[SentenceScore]:
+def _plain_observer(model, observer):
+    """``plain_scores``' hook for ``observer`` (its logits normalized as the scores are), None without one."""
+    if observer is None:
+        return None
+    decoder = getattr(model, "decoder", model)
+
+    def observe(chunk, logits, extra):
+        if getattr(decoder, "adaptive_softmax", None) is None:
+            lprobs = torch.log_softmax(logits.double(), -1)
+        else:
+            lprobs = model.get_normalized_probs((logits, extra), log_probs=True).double()
+        observer.on_rows(chunk, lprobs)
+    return observe
+
+
+def _given_full(policy, batch, src, eos, pad, observer=None) -> List[SentenceScore]:
+    seen = []
+    if observer is not None:
+        policy.distribution_sink = seen.append
+    try:
+        forced = policy.forced_full(batch, eos, pad, untagged=src.untagged)
+    finally:
+        policy.distribution_sink = None
+    if observer is not None:
+        observer.on_rows(batch, seen[-1])
     out = []
-    for s, (lm, cost, info) in zip(batch, policy.forced_full(batch, eos, pad, untagged=src.untagged)):
+    for s, (lm, cost, info) in zip(batch, forced):
         types = position_types(s.n, s.starts)
         out.append(SentenceScore(str(src), sum(lm), lm, types, info["tags"], cost, info["complete"], sum(lm) + sum(cost),
                                  0, {"hypotheses": 1, "word_start_mismatch": s.mismatch, "positions": s.n,

@@ -32,15 +32,26 @@ A row's score is ``log p(x_<=t | S) + sum of its structure costs``. For ``beam:K
 numbers are the increments of the running bound ``log Z_t`` (``Z_t`` = the summed ``p(x_<=t, S)``
 of the live hypotheses after target ``t``; mass pruned at a word is charged to the target before
 it), so they sum to the sentence's bound ``log sum_beam p(x, S)``.
+
+A sentence with a context (:func:`~.sentences.with_context`) is searched whole; at each of the context's inner
+``</s>`` inputs its rows start a new structure (:meth:`~.policy.StructurePolicy.boundary`, and the ``</s>`` is an
+anchor as a sentence start is), and its result counts the targets from ``counted_from`` on (``self`` and
+``mix:K`` only: ``ValueError`` otherwise). Under ``self`` and ``mix:K`` every word's structure step is measured
+(``extra``: ``structure_surprisal``, ``structure_entropy``, ``posterior_entropy``, ``lexical_surprisal``,
+docs/evaluation.md): the step's log ratio of the sentence's summed ``p(x_<=t, S)`` (its ranking, closed trees
+dropped and the candidates' costs), and the entropies of the live hypotheses' shares and of their mixed decision.
 """
+import math
 from typing import List, Optional, Sequence
 
 import torch
 
 from .policy import StructurePolicy, scatter_logsumexp, top_per_group
 from .record import SentenceScore, position_types
-from .sentences import Sentence
+from .sentences import CONTEXT_SOURCES, Sentence
 from .sources import Source
+
+LN2 = math.log(2)
 
 
 def _prefix_logp(per_token: Sequence[float], types: Sequence[str]) -> List[float]:
@@ -52,11 +63,14 @@ def _prefix_logp(per_token: Sequence[float], types: Sequence[str]) -> List[float
 
 @torch.no_grad()
 def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, eos: int,
-           keep_trace: bool = False) -> List[SentenceScore]:
-    """Score ``batch`` under ``source`` (module docstring); one :class:`SentenceScore` per sentence."""
+           keep_trace: bool = False, observe=None) -> List[SentenceScore]:
+    """Score ``batch`` under ``source`` (module docstring); one :class:`SentenceScore` per sentence.
+    ``observe``: the toolkit's hook (:mod:`sipe_fairseq.hub.distributions`), see :attr:`_Search.observe`."""
     # longest first: the sentences that finish are the last rows, which a reorder drops without a copy
     desc = sorted(range(len(batch)), key=lambda i: -batch[i].n)
-    out = _Search(policy, [batch[i] for i in desc], source, eos, keep_trace).run()
+    searcher = _Search(policy, [batch[i] for i in desc], source, eos, keep_trace)
+    searcher.observe = observe
+    out = searcher.run()
     back: List[Optional[SentenceScore]] = [None] * len(batch)
     for j, i in enumerate(desc):
         back[i] = out[j]
@@ -67,6 +81,11 @@ class _Search:
     """The state of one batch's search: per sentence (S) its inputs and running numbers, per row
     (hypothesis) its sentence, score, per-target LM log-probs and per-word structure costs. The
     methods advance it one input position at a time (:meth:`run`)."""
+
+    # the toolkit's hook (sipe_fairseq.hub.distributions): when set, called as ``observe(search, t, lprobs)`` at
+    # every target ``t`` with every row's full next-token log-softmax (R, V) (:attr:`.policy.StructurePolicy
+    # .distribution_sink`), before the rows' scores take target ``t``; nothing the search computes changes
+    observe = None
 
     def __init__(self, policy: StructurePolicy, batch: Sequence[Sentence], source: Source, eos: int, keep_trace: bool):
         self.policy, self.batch, self.source, self.keep_trace = policy, batch, source, keep_trace
@@ -82,6 +101,17 @@ class _Search:
             self.tgt[i, :s.n] = s.tokens
             self.word_at[i, torch.tensor(s.starts) + 1] = torch.arange(1, len(s.starts) + 1)
         self.inp = torch.cat([torch.full((S, 1), eos, dtype=torch.long), self.tgt[:, :-1]], 1)
+        # a context's inner </s> inputs (sentences.with_context): the number (1-based) of the word that starts
+        # the next sentence there, 0 elsewhere
+        self.next_word = torch.zeros(S, self.T + 1, dtype=torch.long)
+        for i, s in enumerate(batch):
+            if s.context_end:
+                ends = (s.tokens[: s.context_end] == eos).nonzero().squeeze(1)  # targets of the context's </s>
+                self.next_word[i, ends + 1] = torch.searchsorted(torch.tensor(s.starts), ends + 1) + 1
+        # self and mix:K: the structure's own surprisal per word (module docstring)
+        self.measure = source.chooses and source.number == "exact"
+        if not self.measure and any(s.context_end or s.counted_from for s in batch):
+            raise ValueError(CONTEXT_SOURCES)
         policy.begin(S, self.T, W, [policy.given_of(s) for s in batch])
         # per row (reordered with the rows)
         self.row_sent = torch.arange(S)
@@ -94,11 +124,18 @@ class _Search:
         self.mixed = torch.zeros(S, self.T, dtype=torch.float64)  # mix:K, log q_K(x_t | x_<t)
         self.positions = torch.zeros(S, dtype=torch.long)  # decoder positions run (its rows, summed over steps)
         self.live = torch.zeros(S, dtype=torch.long)  # hypotheses kept at each word's ranking, summed over words
+        # per sentence and word (nats): the log mass ratio of the word's structure step, the entropy of the
+        # (mixture's) decision, the posterior entropy of the live hypotheses; the last ranking's log mass ratio
+        self.struct_step = torch.zeros(S, W, dtype=torch.float64)
+        self.struct_entropy = torch.zeros(S, W, dtype=torch.float64)
+        self.posterior_entropy = torch.zeros(S, W, dtype=torch.float64)
+        self.end_step = torch.zeros(S, dtype=torch.float64)
         self.traces: List[list] = [[] for _ in range(S)]
         self.results: List[Optional[SentenceScore]] = [None] * S
 
     def run(self) -> List[SentenceScore]:
         for t in range(self.T):
+            self.boundaries(t)
             self.start_words(t)
             self.advance(t)
             self.finish(t)
@@ -139,6 +176,13 @@ class _Search:
         return keep
 
     # ---------------------------------------------------------------- one input position
+    def boundaries(self, t: int) -> None:
+        """Input ``t`` is a context's inner ``</s>`` in some sentences: their rows start a new structure."""
+        at = self.next_word[self.row_sent, t]
+        rows = (at > 0).nonzero().squeeze(1)
+        if len(rows):
+            self.policy.boundary(rows, at[rows])
+
     def start_words(self, t: int) -> None:
         """Input ``t`` is a word's first subword in some sentences: their rows branch (or take their
         structure) for that word, ranked before (SiPE) or after (GiLT) the branching."""
@@ -148,14 +192,18 @@ class _Search:
             return
         is_ev = events[row_sent]
         ev_rows = is_ev.nonzero().squeeze(1)
+        before = scatter_logsumexp(self.score, row_sent, self.S) if self.measure and self.branch else None
         if self.branch and policy.prune_before:  # rank the previous word's hypotheses (none before word 1)
             closed = policy.closed(ev_rows)
             if closed is not None:  # a closed tree cannot take the next word; unless nothing else is left
                 open_count = torch.zeros(self.S, dtype=torch.long).index_add_(0, row_sent[ev_rows], (~closed).long())
                 ev_rows = ev_rows[~closed | (open_count[row_sent[ev_rows]] == 0)]
             ev_rows = ev_rows[self.rank(ev_rows, self.score[ev_rows], t - 1, word_at > 1)]
+        policy.decision = None
         parent, c, payload = policy.expand(ev_rows, word_at[row_sent[ev_rows]], t, self.inp[row_sent[ev_rows], : t + 1],
                                            self.mode)
+        if self.measure and policy.decision is not None:
+            self.decision_entropy(ev_rows, policy.decision, word_at, events)
         child = ev_rows[parent]
         pick = torch.arange(len(child))
         if self.branch and not policy.prune_before:
@@ -169,12 +217,44 @@ class _Search:
         self.cost[new, word_at[self.row_sent[new]] - 1] = c[chosen]
         self.score[new] += c[chosen]
         policy.apply(new, payload, chosen, t)
+        if self.measure and self.branch:  # the structure step's log mass ratio (ranking, closed trees dropped, costs)
+            sents = events.nonzero().squeeze(1)
+            after = scatter_logsumexp(self.score, self.row_sent, self.S)
+            self.struct_step[sents, word_at[sents] - 1] = (after - before)[sents]
+        elif self.measure:  # one row per sentence: the ratio is the chosen candidate's probability
+            sents = self.row_sent[new]
+            self.struct_step[sents, word_at[sents] - 1] = c[chosen]
+
+    def decision_entropy(self, rows: torch.Tensor, decision: torch.Tensor, word_at: torch.Tensor,
+                         events: torch.Tensor) -> None:
+        """The entropies of the structure decision that ``rows`` (the live hypotheses, grouped by sentence) make
+        for the word that starts (``decision`` (E, D): each row's log-probabilities): of the mixture
+        ``sum_h pi_h p(d | h)`` (``pi``: the rows' shares of their sentence's summed ``p(x_<t, S)``) and of ``pi``."""
+        sent = self.row_sent[rows]
+        if not self.branch:  # one row per sentence: its own decision, no posterior
+            self.struct_entropy[sent, word_at[sent] - 1] = _entropy(decision.to(self.score))
+            return
+        values = self.score[rows]
+        log_pi = values - scatter_logsumexp(values, sent, self.S)[sent]
+        sents = events.nonzero().squeeze(1)  # each keeps a live row
+        w = word_at[sents] - 1
+        self.posterior_entropy[sents, w] = _entropy_by(log_pi, sent, self.S)[sents]
+        self.struct_entropy[sents, w] = _entropy(_logsumexp_by(log_pi[:, None] + decision.to(log_pi), sent, self.S)[sents])
 
     def advance(self, t: int) -> None:
         """Every row runs input ``t`` and scores target ``t``; for a beam, the running bound and the mixture."""
         row_sent, live = self.row_sent, self.n > t
-        step = self.policy.step(t, self.inp[row_sent, : t + 1].to(self.policy.device), self.word_at[row_sent, t] > 0,
-                                self.tgt[row_sent, t])
+        seen = []
+        if self.observe is not None:
+            self.policy.distribution_sink = seen.append
+        try:
+            step = self.policy.step(t, self.inp[row_sent, : t + 1].to(self.policy.device),
+                                    (self.word_at[row_sent, t] > 0) | (self.next_word[row_sent, t] > 0),
+                                    self.tgt[row_sent, t])
+        finally:
+            self.policy.distribution_sink = None
+        if self.observe is not None:
+            self.observe(self, t, seen[-1].reshape(len(row_sent), -1))
         self.positions += torch.bincount(row_sent, minlength=self.S)
         if self.branch:  # the mixture over the live rows, weighted by their scores (every current row is live)
             before = scatter_logsumexp(self.score, row_sent, self.S)
@@ -195,14 +275,18 @@ class _Search:
             return
         end_rows = ending[self.row_sent].nonzero().squeeze(1)
         if self.branch:  # SiPE: the last word's ranking; GiLT ranked it when it was made
+            before = scatter_logsumexp(self.score[end_rows], self.row_sent[end_rows], self.S)
             end_rows = end_rows[self.rank(end_rows, self.score[end_rows], t, ending if self.policy.prune_before else None)]
+            after = scatter_logsumexp(self.score[end_rows], self.row_sent[end_rows], self.S)
+            self.end_step[ending] = (after - before)[ending]
         groups = {}
         for r in end_rows.tolist():
             groups.setdefault(int(self.row_sent[r]), []).append(r)
         for s_, rows_s in groups.items():
             result = _result(self.policy, self.batch[s_], self.source, rows_s, self.lm, self.cost, self.score,
                              self.running[s_], self.z_last[s_], self.traces[s_] if self.keep_trace else None,
-                             self.mixed[s_])
+                             self.mixed[s_], (self.struct_step[s_], self.struct_entropy[s_],
+                                              self.posterior_entropy[s_], self.end_step[s_]) if self.measure else None)
             words = len(self.batch[s_].starts)
             result.extra.update(positions=int(self.positions[s_]),
                                 live_hypotheses=int(self.live[s_]) if self.branch else words)
@@ -212,15 +296,26 @@ class _Search:
             self.reorder(keep)
 
 
-def _result(policy, sentence: Sentence, source: Source, rows: List[int], lm, cost, score, running, z, trace, mixed):
+def _result(policy, sentence: Sentence, source: Source, rows: List[int], lm, cost, score, running, z, trace, mixed,
+            measures=None):
     best = rows[0]
     n, words = sentence.n, len(sentence.starts)
+    c, first = sentence.counted_from, sentence.first_word  # a context: its targets and words are not counted
     lm_best = lm[best, :n].tolist()
-    costs = cost[best, :words].tolist()
-    types = position_types(n, sentence.starts)
-    info = policy.result(best, words)
-    extra = dict(info.get("extra", {}))
     logprob, per_token = source.read(lm_best, running[:n].tolist(), mixed[:n].tolist(), float(z))
+    costs = cost[best, first:words].tolist()
+    starts = [q - c for q in sentence.starts[first:]]
+    types = _types(sentence, starts)
+    info = policy.result(best, words, first) if first else policy.result(best, words)
+    extra = dict(info.get("extra", {}))
+    if c or sentence.context_end or sentence.context_dropped:
+        extra.update(context_logprob=float(sum(per_token[:c])), context_tokens=c,
+                     context_sentences=sentence.context_sentences, context_dropped=sentence.context_dropped)
+    if c:
+        lm_best, per_token = lm_best[c:], list(per_token[c:])
+        logprob = float(sum(per_token))
+    if measures is not None:
+        extra.update(_structure_measures(per_token, starts, first, words, *measures))
     if source.branches:
         extra["hypotheses"] = len(rows)
         extra["beam"] = [(policy.labels(r), float(score[r])) for r in rows]
@@ -235,9 +330,57 @@ def _result(policy, sentence: Sentence, source: Source, rows: List[int], lm, cos
                          sum(lm_best) + sum(costs), info.get("restarts", 0), extra)
 
 
-def plain_scores(model, batch: Sequence[Sentence], source: Source, eos: int, pad: int, max_tokens: int = 8192
-                 ) -> List[SentenceScore]:
-    """A model without structure: one full forward per chunk of sentences, the same under every source."""
+def _types(sentence: Sentence, starts: Sequence[int]) -> List[str]:
+    """The position types of the counted targets (word starts ``starts`` among them); an inner ``</s>`` of a
+    counted context is ``eos`` too."""
+    c = sentence.counted_from
+    types = position_types(sentence.n - c, starts)
+    if c < sentence.context_end:
+        eos = int(sentence.tokens[-1])
+        for q in (sentence.tokens[c: sentence.context_end] == eos).nonzero().squeeze(1).tolist():
+            types[q] = "eos"
+    return types
+
+
+def _structure_measures(per_token, starts, first, words, step, entropy, posterior, end) -> dict:
+    """Per word of the text (bits): ``structure_surprisal`` (minus the log mass ratio of the word's structure
+    step), ``structure_entropy`` (of the decision: the mixture's under ``mix:K``), ``posterior_entropy`` (of
+    the live hypotheses' shares; 0 under ``self``), ``lexical_surprisal`` (the word's tokens under the
+    source's per-token numbers); ``end_structure_surprisal``: the last ranking's, after ``</s>``
+    (docs/evaluation.md, "The structure's own surprisal")."""
+    bounds = list(starts) + [len(per_token) - 1]
+    return {"structure_surprisal": [-float(x) / LN2 for x in step[first:words].tolist()],
+            "structure_entropy": [max(0.0, float(x) / LN2) for x in entropy[first:words].tolist()],
+            "posterior_entropy": [max(0.0, float(x) / LN2) for x in posterior[first:words].tolist()],
+            "lexical_surprisal": [-sum(per_token[a:b]) / LN2 for a, b in zip(bounds, bounds[1:])],
+            "end_structure_surprisal": -float(end) / LN2}
+
+
+def _entropy(logp: torch.Tensor) -> torch.Tensor:
+    """Per row of log-probabilities (..., D): the entropy in nats (``-inf`` entries count 0)."""
+    return -torch.where(torch.isfinite(logp), logp.exp() * logp, torch.zeros_like(logp)).sum(-1)
+
+
+def _logsumexp_by(values: torch.Tensor, group: torch.Tensor, size: int) -> torch.Tensor:
+    """(size, D) ``logsumexp`` of the rows of ``values`` (E, D) grouped by ``group`` (E,) (an empty group: -inf)."""
+    peak = torch.full((size, values.shape[1]), -torch.inf, dtype=values.dtype).scatter_reduce(
+        0, group[:, None].expand_as(values), values, "amax")
+    safe = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+    total = torch.zeros(size, values.shape[1], dtype=values.dtype).index_add_(0, group, (values - safe[group]).exp())
+    return safe + total.log()
+
+
+def _entropy_by(logp: torch.Tensor, group: torch.Tensor, size: int) -> torch.Tensor:
+    """(size,) entropy in nats of each group's distribution ``logp`` (its entries, grouped by ``group``)."""
+    terms = torch.where(torch.isfinite(logp), logp.exp() * logp, torch.zeros_like(logp))
+    return -torch.zeros(size, dtype=logp.dtype).index_add_(0, group, terms)
+
+
+def plain_scores(model, batch: Sequence[Sentence], source: Source, eos: int, pad: int, max_tokens: int = 8192,
+                 observe=None) -> List[SentenceScore]:
+    """A model without structure: one full forward per chunk of sentences, the same under every source.
+    ``observe``: the toolkit's hook (:mod:`sipe_fairseq.hub.distributions`), called as ``observe(chunk, logits,
+    extra)`` after each chunk's forward (input ``</s> x_1 ..``, padded); nothing computed here changes."""
     out = []
     decoder = getattr(model, "decoder", model)
     for chunk in _chunks(batch, max_tokens):
@@ -248,6 +391,8 @@ def plain_scores(model, batch: Sequence[Sentence], source: Source, eos: int, pad
             src[i, 1:s.n] = s.tokens[:-1]
         dev = next(model.parameters()).device
         logits, extra = model(src.to(dev))
+        if observe is not None:
+            observe(chunk, logits, extra)
         targets = torch.cat([src[:, 1:], torch.full((len(chunk), 1), pad, dtype=torch.long)], 1)
         for i, s in enumerate(chunk):
             targets[i, s.n - 1] = s.tokens[-1]
@@ -259,10 +404,17 @@ def plain_scores(model, batch: Sequence[Sentence], source: Source, eos: int, pad
             lprobs = lprobs.gather(-1, targets[..., None].to(lprobs.device)).squeeze(-1).cpu()
         for i, s in enumerate(chunk):
             lm = lprobs[i, : s.n].tolist()
-            out.append(SentenceScore(str(source), sum(lm), lm, position_types(s.n, s.starts), [], [], False, sum(lm),
+            c = s.counted_from  # a context (sentences.with_context): fed, not counted
+            context = {}
+            if c or s.context_end or s.context_dropped:
+                context = dict(context_logprob=float(sum(lm[:c])), context_tokens=c,
+                               context_sentences=s.context_sentences, context_dropped=s.context_dropped)
+            lm, starts = lm[c:], [q - c for q in s.starts[s.first_word:]]
+            types = _types(s, starts)
+            out.append(SentenceScore(str(source), sum(lm), lm, types, [], [], False, sum(lm),
                                      extra={"hypotheses": 1, "word_start_mismatch": s.mismatch, "positions": s.n,
                                             "live_hypotheses": len(s.starts),
-                                            "prefix_logp": _prefix_logp(lm, position_types(s.n, s.starts))}))
+                                            "prefix_logp": _prefix_logp(lm, types), **context}))
     return out
 
 

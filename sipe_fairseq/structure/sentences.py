@@ -7,6 +7,16 @@ structure (SiPE: its tag pair; GiLT: the features of its new graph). Word starts
 given tag stream (a word starts where it has a tag), else from sentencepiece's U+2581 mark; with
 both, a sentence where they disagree is flagged (``mismatch``: its segmentation is then not a
 function of the prefix).
+
+A sentence may carry a context (:func:`with_context`): whole sentences before it, fed but not counted.
+Its ``tokens`` are then the context's sentences and the text, each ending in ``</s>``, as the training
+blocks of ``--sample-break-mode complete`` hold several sentences joined by ``</s>``; ``context_end``
+is the target index of the text's first token, and ``counted_from`` the first target counted (the same,
+or 0 to count the context too). The structure starts afresh at every inner ``</s>``, as
+training gave every sentence its own structure (SiPE: each sentence's own hexatags, the heads at the
+``</s>`` before a sentence predict its first word's tags, the prefix automaton restarts from the empty
+prefix without counting a restart; GiLT: each sentence its own graph with its own root, earlier
+sentences' positions carry no graph features, as positions of another sentence in a training block).
 """
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
@@ -19,6 +29,8 @@ from ..hexatag.constrained import PAIRS
 from ..hexatag.tags import NONTERMINALS, TERMINALS
 
 PAIR_INDEX = {p: i for i, p in enumerate(PAIRS)}
+CONTEXT_SOURCES = ("a sentence with a context (or an uncounted prefix) is scored under self or mix:K (the structure "
+                   "chosen from the whole prefix), or by a model without structure")
 WordArcs = Tuple[Sequence[int], Sequence[int]]  # per word: heads among 0..w-1, dependents among 1..w-1
 
 
@@ -29,10 +41,26 @@ class Sentence:
     pairs: Optional[List[int]] = None  # SiPE given: pair index (hexatag.constrained.PAIRS) per word
     arcs: Optional[List[WordArcs]] = None  # GiLT given: per word (heads, dependents)
     mismatch: bool = False  # the tag stream's word starts differ from the U+2581 marks
+    counted_from: int = 0  # target index of the first counted target: those before are fed, not counted
+    context_dropped: int = 0  # context sentences left out to fit the model's positions (:func:`with_context`)
+    context_end: int = 0  # target index after the context's last </s>: its </s> before it end sentences (docstring)
 
     @property
     def n(self) -> int:
         return len(self.tokens)
+
+    @property
+    def first_word(self) -> int:
+        """Index (0-based) of the text's first word: the number of the context's words."""
+        return sum(1 for q in self.starts if q < self.counted_from)
+
+    @property
+    def context_sentences(self) -> int:
+        """Sentences of the context that are fed (each ends in ``</s>``)."""
+        if not self.context_end:
+            return 0
+        eos = int(self.tokens[-1])
+        return int((self.tokens[: self.context_end] == eos).sum())
 
     def words(self) -> List[List[int]]:
         """Token ids per word (first subword first)."""
@@ -107,3 +135,60 @@ def too_long(model, positions: int) -> Optional[str]:
     if limit is not None and positions > limit:
         return f"too long: {positions} tokens > the model's {limit} positions"
     return None
+
+
+def with_context(text: Sentence, context: Sequence[Sentence], limit: Optional[int] = None,
+                 count_context: bool = False) -> Sentence:
+    """``text`` after the whole sentences ``context`` (oldest first), fed but not counted (module docstring).
+    ``limit``: the model's positions (:func:`max_positions`; a decoder feeds ``</s>`` and every target but
+    the last, as many positions as tokens): the most recent whole context sentences that fit with the text
+    are kept, the others left out and counted in ``context_dropped`` (never a cut inside a sentence); a text
+    alone longer than ``limit`` is a ``ValueError`` (sentences are never cut). An empty context is no context:
+    ``text`` itself. The combined sentence holds no given structure (a context is scored under the sources
+    that choose the structure from the prefix). ``count_context``: the context's tokens are counted too (the
+    whole ``log p(context + text)``, sentence by sentence as one input)."""
+    if limit is not None and text.n > limit:
+        raise ValueError(f"too long: {text.n} tokens > the model's {limit} positions; sentences are never cut")
+    if text.context_end:
+        raise ValueError("the text already has a context")
+    eos = int(text.tokens[-1])
+    kept: List[Sentence] = []
+    total = text.n
+    for c in reversed(list(context)):
+        if c.context_end or c.n < 2 or int(c.tokens[-1]) != eos or (c.tokens[:-1] == eos).any():
+            raise ValueError("a context sentence must be one sentence x_1 .. x_n </s> without a context of its own")
+        if limit is not None and total + c.n > limit:
+            break
+        kept.append(c)
+        total += c.n
+    kept.reverse()
+    dropped = len(context) - len(kept)
+    if not kept:
+        return text if not dropped else Sentence(text.tokens, list(text.starts), text.pairs, text.arcs, text.mismatch,
+                                                 context_dropped=dropped)
+    tokens, starts, offset = [], [], 0
+    for s in kept + [text]:
+        tokens.append(s.tokens.long())
+        starts += [q + offset for q in s.starts]
+        offset += s.n
+    end = offset - text.n
+    return Sentence(torch.cat(tokens), starts, None, None, any(s.mismatch for s in kept + [text]),
+                    counted_from=0 if count_context else end, context_dropped=dropped, context_end=end)
+
+
+def after_prefix(continuation: Sentence, prefix: Sentence, limit: Optional[int] = None) -> Sentence:
+    """One sentence: the words of ``prefix`` then those of ``continuation`` (each given as a sentence ``.. </s>``;
+    the prefix's ``</s>`` dropped), only the continuation's targets counted (``counted_from``; no inner ``</s>``, so
+    the structure runs on through the prefix's words). ``ValueError`` when the whole is longer than ``limit``
+    (never cut). A prefix of no words is no prefix."""
+    if prefix is None or prefix.n < 2:
+        return continuation
+    if prefix.context_end or prefix.counted_from or continuation.context_end or continuation.counted_from:
+        raise ValueError("a prefix and its continuation are plain sentences")
+    tokens = torch.cat([prefix.tokens[:-1].long(), continuation.tokens.long()])
+    if limit is not None and len(tokens) > limit:
+        raise ValueError(f"too long: a prefix and its continuation of {len(tokens)} tokens > the model's {limit} "
+                         "positions; sentences are never cut")
+    m = prefix.n - 1
+    return Sentence(tokens, list(prefix.starts) + [q + m for q in continuation.starts], None, None,
+                    prefix.mismatch or continuation.mismatch, counted_from=m)

@@ -76,6 +76,8 @@ backend), :mod:`.vocabulary` (sentencepiece, ``dict.txt``, tag dictionaries), :m
 """
 import logging
 import os
+import shutil
+import tempfile
 from typing import Dict, Sequence, Tuple
 
 from ..words import WORD_MARK, clean_word, segment_words
@@ -122,10 +124,29 @@ def preprocess(opts: PreprocessOptions) -> dict:
     splits = check_options(opts)
     data = read_inputs(opts, splits)
     os.makedirs(opts.destdir, exist_ok=True)
-    vocab = build_vocabulary(opts, data, opts.destdir)
-    stats = write_all_splits(opts, data, vocab, opts.destdir)
-    manifest = build_manifest(opts, splits, vocab, stats)
-    manifest["files"] = file_digests(opts.destdir)
-    write_manifest(os.path.join(opts.destdir, "manifest.json"), manifest)
+    stage = tempfile.mkdtemp(prefix=".partial-", dir=opts.destdir)
+    try:
+        vocab = build_vocabulary(opts, data, stage)
+        stats = write_all_splits(opts, data, vocab, stage)
+        manifest = build_manifest(opts, splits, vocab, stats)
+        manifest["files"] = file_digests(stage)
+        write_manifest(os.path.join(stage, "manifest.json"), manifest)
+        publish(stage, opts.destdir)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     logger.info("wrote %s", opts.destdir)
     return manifest
+
+
+def publish(stage: str, destdir: str) -> None:
+    """The files written into ``stage`` (a hidden folder inside ``destdir``, so that a rename never crosses file
+    systems) moved into ``destdir``: the old ``manifest.json`` removed first and the new one moved last. A run
+    stopped before (Ctrl-C, a full disk, a refusal) leaves ``destdir`` as it was; one stopped while the renames
+    run leaves no manifest: never a manifest beside another run's files. Other files of ``destdir`` are left
+    alone."""
+    target = os.path.join(destdir, "manifest.json")
+    if os.path.lexists(target):
+        os.remove(target)
+    names = sorted(os.listdir(stage))
+    for name in [n for n in names if n != "manifest.json"] + ["manifest.json"]:
+        os.replace(os.path.join(stage, name), os.path.join(destdir, name))
