@@ -57,6 +57,7 @@ from sipe_fairseq.hexatag.errors import DataError, NonFiniteScoreError
 from sipe_fairseq.hexatag.conllu_io import read_conllu_lines
 from sipe_fairseq.hexatag.lines import LineInput
 from sipe_fairseq.parsing import DEFAULT_BACKEND, BackendLoadError
+from sipe_fairseq.structure.sources import parse_source
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +81,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--measures", default="surprisal", metavar="LIST",
                    help="the columns of each source, comma-separated: surprisal (always), structure (--level word: "
                         f"{', '.join(STRUCTURE_COLUMNS)} under self and mix:K, empty under other sources; "
-                        "docs/evaluation.md)")
+                        "docs/evaluation.md), rank and entropy (--level token, not under beam:K: the scored token's rank "
+                        "in the next-token distribution, 1 = the most probable, and that distribution's entropy in bits; "
+                        "under mix:K the mixture's)")
     p.add_argument("--documents", action="store_true",
                    help="text input of blank-line-separated documents: each sentence scored after the sentences before "
                         "it in its document (the most recent whole ones that fit the model's positions), under self, "
@@ -102,7 +105,8 @@ CHUNK_BATCHES = 4
 
 
 STRUCTURE_COLUMNS = ("structure_surprisal", "structure_entropy", "posterior_entropy", "lexical_surprisal")
-MEASURES = ("surprisal", "structure")
+MEASURES = ("surprisal", "structure", "rank", "entropy")
+TOKEN_MEASURES = ("rank", "entropy")  # per token, from the next-token distribution (hub: score(measures=...))
 DOCUMENTS = "documents"  # the input format of --documents
 CONTEXT_SENTENCES = 1024  # --documents: the most sentences kept before one (the older are counted as dropped)
 
@@ -115,7 +119,19 @@ def parse_measures(spec: str, level: str) -> Tuple[str, ...]:
         raise ValueError(f"--measures {spec!r}: {', '.join(bad)} is not one of {', '.join(MEASURES)}")
     if "structure" in out and level != "word":
         raise ValueError("--measures structure: the structure's numbers are per word: use --level word")
+    per_token = [m for m in out if m in TOKEN_MEASURES]
+    if per_token and level != "token":
+        raise ValueError(f"--measures {','.join(per_token)}: per token (the next-token distribution): use --level token")
     return out
+
+
+def check_measures(measures: Sequence[str], sources: Sequence[str]) -> None:
+    """``ValueError`` for a per-token measure under a source whose number is a bound (no next-token distribution)."""
+    per_token = [m for m in measures if m in TOKEN_MEASURES]
+    for spec in sources if per_token else ():
+        if parse_source(spec).number == "bound":
+            raise ValueError(f"--measures {','.join(per_token)} under {spec}: a bound has no next-token distribution; "
+                             "use mix:K (the normalized mixture) or self")
 
 
 class DocumentSentence(str):
@@ -189,19 +205,22 @@ def check_lengths(lm, source: LineInput, fmt: str, size: int) -> None:
         first += len(chunk)
 
 
-def scored_chunks(lm, source: LineInput, fmt: str, sources: Sequence[str], size: int) -> Iterator[Tuple[int, list]]:
-    """``(id of the chunk's first sentence, [results per source])``, chunk by chunk."""
+def scored_chunks(lm, source: LineInput, fmt: str, sources: Sequence[str], size: int,
+                  measures: Sequence[str] = ()) -> Iterator[Tuple[int, list]]:
+    """``(id of the chunk's first sentence, [results per source])``, chunk by chunk; ``measures``: the per-token ones
+    (:data:`TOKEN_MEASURES`) the scores carry."""
     first = 1
+    measures = tuple(m for m in measures if m in TOKEN_MEASURES)
     for chunk in chunks(sentences(source, fmt), size):
         texts = [sentence for _, sentence in chunk]
         if fmt == DOCUMENTS:  # each sentence after its document's earlier ones
-            results = [lm.score(texts, tags, context=[t.context for t in texts]) for tags in sources]
+            results = [lm.score(texts, tags, measures, context=[t.context for t in texts]) for tags in sources]
             for per_source in results:
                 for t, r in zip(texts, per_source):
                     r.document, r.context_dropped = t.document, r.context_dropped + t.older
             yield first, results
         else:
-            yield first, [lm.score(texts, tags) for tags in sources]
+            yield first, [lm.score(texts, tags, measures) for tags in sources]
         first += len(texts)
 
 
@@ -213,6 +232,7 @@ def tsv_header(sources: Sequence[str], level: str = "token", measures: Sequence[
     ``document_id`` and a last ``context_dropped``."""
     one = len(sources) == 1
     structure = [c if one else f"{c}[{s}]" for c in STRUCTURE_COLUMNS for s in sources] if "structure" in measures else []
+    structure += [c if one else f"{c}[{s}]" for c in TOKEN_MEASURES if c in measures for s in sources]
     return "\t".join((["document_id"] if documents else []) + ["sentence_id", "token_id", level]
                      + (["surprisal"] if one else [f"surprisal[{s}]" for s in sources]) + structure
                      + (["kind"] if one else [f"kind[{s}]" for s in sources])
@@ -234,6 +254,10 @@ def tsv_rows(results: Sequence[Sequence], level: str, first: int = 1, measures: 
             for c in STRUCTURE_COLUMNS:
                 values = [getattr(r, c) for r in scored]
                 structure += ["" if v is None else f"{v[tid - 1]:.6f}" for v in values]
+        for c in TOKEN_MEASURES:  # per token (--level token)
+            if c in measures:
+                values = [getattr(r, f"token_{c}") for r in scored]
+                structure += [str(v[tid - 1]) if c == "rank" else f"{v[tid - 1]:.6f}" for v in values]
         doc = [str(scored[0].document)] if documents else []
         lines.append("\t".join(doc + [str(sid + first - 1), str(tid), unit] + [f"{r[3]:.6f}" for r in row] + structure
                                + [k[sid - 1] for k in kinds]
@@ -245,7 +269,7 @@ def write_tsv(out: TextIO, lm, source: LineInput, fmt: str, sources: Sequence[st
               measures: Sequence[str] = ("surprisal",)) -> None:
     """The TSV chunk by chunk; the header with the first chunk's rows (a chunk that fails leaves nothing)."""
     documents = fmt == DOCUMENTS
-    for first, results in scored_chunks(lm, source, fmt, sources, size):
+    for first, results in scored_chunks(lm, source, fmt, sources, size, measures):
         out.write((tsv_header(sources, level, measures, documents) if first == 1 else "")
                   + tsv_rows(results, level, first, measures, documents))
         out.flush()
@@ -257,7 +281,7 @@ def write_json(out: TextIO, lm, source: LineInput, fmt: str, sources: Sequence[s
     under the next (the input read once per source)."""
     opened = False
     for tags in sources:
-        for first, (results,) in scored_chunks(lm, source, fmt, [tags], size):
+        for first, (results,) in scored_chunks(lm, source, fmt, [tags], size, measures):
             items = [textwrap.indent(json.dumps(dict(r.to_dict(), sentence_id=i, **(
                 {"document_id": r.document} if fmt == DOCUMENTS else {})), indent=1), " ")
                      for i, r in enumerate(results, first)]
@@ -319,6 +343,7 @@ def _run(args, source: LineInput, sources: Sequence[str]) -> int:
     try:
         lm = load(args.path, args.data, parser=args.parser, allow_dictionary_mismatch=args.allow_dictionary_mismatch,
                   **vars(structure_options(args)))
+        check_measures(parse_measures(args.measures, args.level), sources or [lm.default_source])
         score_input(args, lm, source, fmt, sources or [lm.default_source])
     except (CheckpointError, BackendLoadError) as e:
         logger.error(str(e))
