@@ -13,6 +13,7 @@ from sipe_fairseq.structure.arcs import gold_graph
 from sipe_fairseq.structure.family import StructureOptions
 from sipe_fairseq.structure.scoring import plan, plan_workers, score_sentences
 from sipe_fairseq.structure.sentences import PAIR_INDEX, Sentence
+from test_context_hub import lms  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not workers_module.can_fork(), reason="workers need the fork start method")
 
@@ -163,3 +164,26 @@ def test_commands_take_workers():
     add_structure_arguments(p, "self")
     assert structure_options(p.parse_args(["--workers", "3"])).workers == 3
     assert structure_options(p.parse_args([])).workers == 0
+
+
+@pytest.mark.parametrize("name,tags", [("sipe", "mix:4"), ("gilt", "self"), ("none", "untagged")])
+def test_the_python_interface_with_workers(lms, name, tags):  # noqa: F811
+    """``LanguageModel.score(workers=2)``: the scores and what the observer reads of the distributions (ranks,
+    entropies, the word-boundary masses of the corrected word surprisals) come back from the workers equal to one
+    process's."""
+    from dataclasses import replace
+
+    lm = lms[name]
+    before = lm.options
+    lm.options = replace(before, batch_sentences=2, max_memory=2 ** 40)  # 4 batches of these 7 sentences
+    try:
+        texts = ["the dog sees a cat", "a cat runs", "the bell is old .", "the door is old .", "a dog runs",
+                 "the cat sees the dog", "a bell"]
+        one = lm.score(texts, tags, ("rank", "entropy"), workers=1)
+        two = lm.score(texts, tags, ("rank", "entropy"), workers=2)
+    finally:
+        lm.options = before
+    for a, b in zip(one, two):
+        assert a.text == b.text and a.token_rank == b.token_rank
+        for field in ("token_logprobs", "word_surprisal", "token_entropy"):
+            assert max(abs(x - y) for x, y in zip(getattr(a, field), getattr(b, field))) <= 1e-12, field

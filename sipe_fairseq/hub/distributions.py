@@ -6,7 +6,7 @@ after a prefix (``predict``).
 :func:`~sipe_fairseq.structure.scoring.score_sentences` with an observer that reads, through the engine's hooks
 (:attr:`.policy.StructurePolicy.distribution_sink`, :attr:`.search._Search.observe`, ``plain_scores(observe=)``),
 the full log-softmax that each target's log-probability is gathered from; the returned numbers are the engine's
-own (in one process: the observer collects what it reads). Under ``mix:K`` the distribution at target ``t`` is
+own (a worker's observations are sent back with its batch's scores). Under ``mix:K`` the distribution at target ``t`` is
 the mixture ``q_K(. | x_<t) = sum_S w_S p(. | x_<t, S)``, ``w_S`` the live hypotheses' posterior given the
 prefix (:mod:`.search`), so that its entry at ``x_t`` is the target's probability.
 
@@ -55,6 +55,15 @@ class _Observer:
         self.index = {id(s): i for i, s in enumerate(sentences)}
         self.out = [Observed([None] * s.n, [None] * s.n, [None] * s.n) for s in sentences]
         self.every = bool(wanted.measures)
+
+    def collect(self, indices: Sequence[int]) -> List[Observed]:
+        """What was read of the sentences ``indices`` (a worker's batch, sent back to the parent)."""
+        return [self.out[i] for i in indices]
+
+    def merge(self, indices: Sequence[int], observed: Sequence[Observed]) -> None:
+        """A worker's :meth:`collect` in this process's observer."""
+        for i, o in zip(indices, observed):
+            self.out[i] = o
 
     def _targets(self, s: Sentence) -> List[int]:
         """The targets of ``s`` to observe: every one with measures, else those that open a word and ``</s>``."""
@@ -120,7 +129,7 @@ def run_engine(model, sentences: Sequence[Sentence], source, options, eos: int, 
                measures: Sequence[str] = (), keep_last: bool = False):
     """``(scores, observed)``: each sentence's :class:`~sipe_fairseq.structure.record.SentenceScore` under
     ``source`` from the engine's entry point (:func:`~sipe_fairseq.structure.scoring.score_sentences`, with this
-    module's observer: one process), and its :class:`Observed` (``boundary``: (V,) bool, the symbols that end the
+    module's observer), and its :class:`Observed` (``boundary``: (V,) bool, the symbols that end the
     word before them; ``measures``: of :data:`MEASURES`; ``keep_last``: the whole distribution at the last target)."""
     observer = _Observer(sentences, _Wanted(boundary, tuple(measures), keep_last))
     scores = score_sentences(model, sentences, source, options, eos, pad, options.batch_sentences, observer=observer)

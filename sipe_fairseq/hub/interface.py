@@ -305,7 +305,7 @@ class LanguageModel:
 
     # ------------------------------------------------------------------ scoring
     def score(self, texts: Union[Text, Sequence[Text]], tags: Optional[str] = None,
-              measures: Sequence[str] = (), context=None) -> List[ScoredText]:
+              measures: Sequence[str] = (), context=None, workers: Optional[int] = None) -> List[ScoredText]:
         """Every sentence scored alone under ``tags`` (``given``, ``self``, ``beam:K``, ``mix:K``,
         ``untagged``; default :attr:`default_source`, an exact one), batched, in input order (:class:`ScoredText`).
         A sentence is raw text, a word list, or ``(words, heads)`` (heads 1-based, 0 = root: the structure for
@@ -319,7 +319,10 @@ class LanguageModel:
         of sentences, each a string or a word list, given as a tuple), or a list with one entry per text (None,
         a string, or a list of sentences). An empty context is no context; a context longer than the model's
         positions keeps its most recent whole sentences that fit (``ScoredText.context_dropped`` counts the
-        others; docs/evaluation.md, "Scoring in context")."""
+        others; docs/evaluation.md, "Scoring in context").
+
+        ``workers``: processes that score the batches (``--workers`` of the commands; default the options'
+        ``workers``, 0: the cores available; the numbers are those of one process: docs/scaling.md)."""
         source = parse_source(self.default_source if tags is None else tags)  # ValueError listing the valid sources
         measures = _checked_measures(measures, source)
         if isinstance(texts, str) or isinstance(texts, dict):
@@ -330,7 +333,7 @@ class LanguageModel:
         items = self._words_and_heads(texts, needs_heads)
         sentences, unknown, given_heads = self._sentences(items)
         fed = sentences if context is None else self._in_context(sentences, context)
-        scores, observed = self._run(fed, items, source, measures)
+        scores, observed = self._run(fed, items, source, measures, workers=workers)
         observed = [_counted(o, f) for o, f in zip(observed, fed)]
         kind = source.number if self.reads_structure else "exact"  # a model without structure: always exact
         out = []
@@ -397,11 +400,12 @@ class LanguageModel:
         ``prefixes``: one for every continuation, or one per continuation (as ``context``)."""
         return self.score(continuations, tags, measures, context=_Prefixes(prefixes) if same_sentence else prefixes)
 
-    def _run(self, sentences, items, source, measures=(), keep_last: bool = False):
+    def _run(self, sentences, items, source, measures=(), keep_last: bool = False, workers: Optional[int] = None):
         """The engine on ``sentences`` with their distributions (:func:`~.distributions.run_engine`); a score that
         is not finite names the sentence by its text."""
+        options = self.options if workers is None else replace(self.options, workers=workers)
         try:
-            return run_engine(self.model, sentences, source, self.options, self.dictionary.eos(), self.dictionary.pad(),
+            return run_engine(self.model, sentences, source, options, self.dictionary.eos(), self.dictionary.pad(),
                               self.boundary, measures, keep_last)
         except NonFiniteScoreError as e:  # a ValueError naming the sentence by its text too
             if e.index is None:

@@ -45,8 +45,9 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
     forwards would do (tests). ``progress``: called with the number of sentences of each finished batch.
     ``observer``: reads the full next-token distributions the scores are gathered from (the Python interface's
     ranks, entropies and word-boundary masses, :mod:`sipe_fairseq.hub.distributions`): ``on_search(search, t,
-    lprobs)`` at each step of the search, ``on_rows(batch, lprobs)`` with a full forward's (B, T, V) log-probs;
-    with an observer the batches run in this process (it collects what it reads here). Masked-LM encoders are
+    lprobs)`` at each step of the search, ``on_rows(batch, lprobs)`` with a full forward's (B, T, V) log-probs, and
+    ``collect(indices)`` / ``merge(indices, collected)``, which carry what it read of a batch's sentences back from a
+    worker process (an observer without them keeps the batches in this process). Masked-LM encoders are
     not scored here: their road is pseudo-log-likelihood (:mod:`sipe_fairseq.eval.pll`)."""
     src = parse_source(source)
     options = options or StructureOptions()
@@ -68,19 +69,23 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
     if full:
         planned = list(_full_batches(order, sentences))
         workers = worker_count(options.workers, len(planned))
-    if observer is not None:
+    if observer is not None and not hasattr(observer, "merge"):
         workers = 1
 
-    def score_batch(idx: List[int]) -> List[SentenceScore]:
+    def score_batch(idx: List[int]) -> Tuple[List[SentenceScore], object]:
         batch = [sentences[i] for i in idx]
         with torch.no_grad():
             if policy is None:
-                return plain_scores(model, batch, src, eos, pad, GIVEN_POSITIONS, observe=_plain_observer(model, observer))
-            if full:
-                return _given_full(policy, batch, src, eos, pad, observer)
-            return search(policy, batch, src, eos, keep_trace, observe=observer.on_search if observer else None)
+                scores = plain_scores(model, batch, src, eos, pad, GIVEN_POSITIONS, observe=_plain_observer(model, observer))
+            elif full:
+                scores = _given_full(policy, batch, src, eos, pad, observer)
+            else:
+                scores = search(policy, batch, src, eos, keep_trace, observe=observer.on_search if observer else None)
+        return scores, (observer.collect(idx) if observer is not None and workers > 1 else None)
 
-    for idx, scores in run_batches(score_batch, planned, workers):
+    for idx, (scores, observed) in run_batches(score_batch, planned, workers):
+        if observed is not None:
+            observer.merge(idx, observed)
         for i, s in zip(idx, scores):
             check_finite(s, i, src)
             out[i] = s
