@@ -147,3 +147,20 @@ def test_to_dataframe_columns(models):
     frame = hub.to_dataframe(results, "word")
     assert list(frame.columns) == ["sentence_id", "token_id", "word", "surprisal", "source", "kind"]
     assert isinstance(frame, pd.DataFrame) and len(frame) == sum(len(r.words) for r in results)
+
+
+@pytest.mark.parametrize("name", ["pos", "gilt"])
+def test_fairseqs_own_hub_route_refuses_with_the_same_line(checkpoints, toy_data, name):
+    """After ``import_user_module``, fairseq's ``TransformerLanguageModel.from_pretrained`` builds these models through
+    their task: it is refused there, in the line of the models' own ``from_pretrained``, naming the call that loads."""
+    import argparse
+
+    from fairseq import utils
+    from fairseq.models.transformer_lm import TransformerLanguageModel
+
+    utils.import_user_module(argparse.Namespace(user_dir=PLUGIN))
+    ck = checkpoints[name]
+    with pytest.raises(CheckpointError) as e:
+        TransformerLanguageModel.from_pretrained(str(ck.parent), ck.name, str(toy_data))
+    assert str(e.value) == ("fairseq's from_pretrained: fairseq's hub interface cannot read this model's structure; use "
+                            f"sipe_fairseq.hub.load({str(ck)!r}, data={str(toy_data)!r})")

@@ -35,14 +35,22 @@ class RefusesFairseqHub:
 
     @classmethod
     def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", **kwargs):
-        path = os.path.join(str(model_name_or_path), str(checkpoint_file))
-        # the data directory fairseq's hub_utils.from_pretrained would read: under the model directory when it starts
-        # with ".", else the path as given (relative to the current directory)
-        data = str(data_name_or_path)
-        if data.startswith("."):
-            data = os.path.normpath(os.path.join(str(model_name_or_path), data))
-        raise CheckpointError(f"{cls.__name__}.from_pretrained: fairseq's hub interface cannot read this model's "
-                              f"structure; use sipe_fairseq.hub.load({path!r}, data={data!r})")
+        raise CheckpointError(fairseq_hub_refusal(f"{cls.__name__}.from_pretrained", model_name_or_path, checkpoint_file,
+                                                  data_name_or_path))
+
+
+def fairseq_hub_refusal(caller: str, model_name_or_path, checkpoint_file, data_name_or_path) -> str:
+    """The one line that refuses fairseq's hub interface for these models (:class:`RefusesFairseqHub`, and the
+    tasks when fairseq's ``hub_utils.from_pretrained`` builds one of them through another class), naming the call
+    of ``sipe_fairseq.hub.load`` that reads the same files."""
+    path = os.path.join(str(model_name_or_path), str(checkpoint_file))
+    # the data directory fairseq's hub_utils.from_pretrained would read: under the model directory when it starts
+    # with ".", else the path as given (relative to the current directory)
+    data = str(data_name_or_path)
+    if data.startswith("."):
+        data = os.path.normpath(os.path.join(str(model_name_or_path), data))
+    return (f"{caller}: fairseq's hub interface cannot read this model's structure; use "
+            f"sipe_fairseq.hub.load({path!r}, data={data!r})")
 
 
 def declared_defaults(cfg, config_cls):

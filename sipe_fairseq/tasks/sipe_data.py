@@ -35,6 +35,7 @@ from fairseq.data import BaseWrapperDataset, data_utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from ..checkpoints.load import check_archive, check_finite
+from ..models._common import fairseq_hub_refusal
 from ..data import dictionary as dictionaries
 from ..data.fingerprint import KEY as FINGERPRINT_KEY
 from ..data.fingerprint import data_fingerprint, fingerprint_mismatch
@@ -85,6 +86,20 @@ def command_checkpoints_intact() -> None:
         if path and path not in _CHECKED and os.path.isfile(path):
             check_archive(path)
             _CHECKED.add(path)
+
+
+def refuse_fairseq_hub() -> None:
+    """:class:`CheckpointError` (the line of :func:`~sipe_fairseq.models._common.fairseq_hub_refusal`) when fairseq's
+    ``hub_utils.from_pretrained`` is loading this checkpoint (``TransformerLanguageModel.from_pretrained`` after
+    ``import_user_module``, for instance): its hub interface scores without the model's tags or arcs."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "from_pretrained" and frame.f_globals.get("__name__") == "fairseq.hub_utils":
+            args = frame.f_locals
+            raise CheckpointError(fairseq_hub_refusal(
+                "fairseq's from_pretrained", args.get("model_name_or_path", "."), args.get("checkpoint_file", "model.pt"),
+                args.get("data_name_or_path", ".")))
+        frame = frame.f_back
 
 
 def install_command_error_hook() -> bool:
@@ -170,6 +185,7 @@ class SiPEDataMixin:
         (:func:`command_checkpoints_intact`)."""
         if from_checkpoint:
             command_checkpoints_intact()
+            refuse_fairseq_hub()
         model = super().build_model(cfg, from_checkpoint)
 
         def refuse_non_finite(state_dict, prefix, *args):
