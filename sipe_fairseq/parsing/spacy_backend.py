@@ -1,5 +1,7 @@
 """The spaCy dependency-parser backend (``spacy[:MODEL]``)."""
+import importlib.metadata
 import importlib.util
+import json
 import os
 from collections import Counter
 from typing import List, Optional, Sequence
@@ -52,9 +54,6 @@ class SpacyParser:
     def version(self) -> str:
         """spaCy's version and the pipeline's (a directory: its ``meta.json`` version), without loading the
         pipeline: the default parse cache's file is named by it (:func:`~.cache.default_cache_path`)."""
-        import importlib.metadata
-        import json
-
         def of(dist: str) -> str:
             try:
                 return importlib.metadata.version(dist)

@@ -26,6 +26,8 @@ import signal
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
+import torch
+
 logger = logging.getLogger(__name__)
 _JOB: Optional[Callable[[List[int]], list]] = None  # the batch function a forked worker runs (set before the fork)
 _WARNED: List[bool] = []
@@ -88,8 +90,6 @@ def worker_count(requested: int, batches: int) -> int:
 
 def _start() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates the workers
-    import torch
-
     torch.set_num_threads(1)
 
 
