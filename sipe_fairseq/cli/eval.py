@@ -21,13 +21,15 @@ import sys
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.allocator import keep_freed_memory
-from sipe_fairseq.cli.eval_commands import attention, blimp, glue, report, scale, seeds, sweep_plot, syntaxgym, tagger
+from sipe_fairseq.cli.eval_commands import (attention, blimp, glue, merge, reading_times, report, scale, seeds, sweep_plot,
+                                            syntaxgym, tagger)
 from sipe_fairseq.cli.options import add_progress_argument, configure_progress, output_path_problem
 from sipe_fairseq.hexatag.errors import DataError, NonFiniteScoreError
 from sipe_fairseq.structure.memory import MemoryBudgetError
 
 SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot,
-               "attention": attention, "seeds": seeds, "scale": scale, "glue": glue, "tagger": tagger}
+               "attention": attention, "seeds": seeds, "scale": scale, "glue": glue, "tagger": tagger,
+               "merge": merge, "reading-times": reading_times}
 LONG_RUNNING = {"blimp", "syntaxgym", "report", "attention"}  # these get progress bars and --no-progress
 
 

@@ -17,6 +17,7 @@ from dataclasses import MISSING
 from typing import Callable, Dict, Iterable, Optional
 
 from sipe_fairseq.eval.progress import set_progress
+from sipe_fairseq.eval.shards import check_shard
 from sipe_fairseq.structure.memory import parse_size
 from sipe_fairseq.structure.options import StructureOptions, check_value, command_line_fields, range_text
 from sipe_fairseq.structure.sources import parse_sources
@@ -249,6 +250,37 @@ def structure_options(args: argparse.Namespace, **code_set) -> StructureOptions:
             value = getattr(args, _dest(f))
             values[f.name] = (not value) if f.metadata["negate"] else value
     return StructureOptions(**values, **code_set)
+
+
+def add_shard_arguments(p: argparse.ArgumentParser) -> None:
+    """``--num-shards N --shard-id I`` (as ``fairseq-generate``): score the items whose 0-based index ``i`` has
+    ``i % N == I`` (:mod:`sipe_fairseq.eval.shards`) and write a shard file for ``sipe-eval merge`` with ``--json``.
+    Checked by :func:`shard_problem` (one line, exit status 2)."""
+    p.add_argument("--num-shards", type=int, default=None, metavar="N",
+                   help="score a share of the items on this machine: those whose 0-based index i has i %% N == "
+                        "--shard-id (round-robin); --json then writes a shard file, joined by sipe-eval merge "
+                        "(docs/scaling.md) (default: no sharding)")
+    p.add_argument("--shard-id", type=int, default=None, metavar="I", help="this shard, 0 <= I < N (with --num-shards)")
+
+
+def shard_problem(args: argparse.Namespace) -> Optional[str]:
+    """One line naming what is wrong with a command's ``--num-shards``/``--shard-id`` (None: fine or not sharded):
+    one without the other, a value out of range, or a sharded run without ``--json`` (its shard file) or with
+    ``--markdown`` (the merge writes the table)."""
+    n, i = getattr(args, "num_shards", None), getattr(args, "shard_id", None)
+    if n is None and i is None:
+        return None
+    if n is None or i is None:
+        return "--num-shards and --shard-id go together"
+    try:
+        check_shard(n, i)
+    except ValueError as e:
+        return str(e)
+    if not getattr(args, "json", None):
+        return "--num-shards: a shard needs --json (its shard file, for sipe-eval merge)"
+    if getattr(args, "markdown", None):
+        return "--markdown: a shard writes no table (sipe-eval merge --markdown writes the joined one)"
+    return None
 
 
 def add_progress_argument(p: argparse.ArgumentParser) -> None:

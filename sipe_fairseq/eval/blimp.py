@@ -56,9 +56,14 @@ per model), as ``sipe-eval syntaxgym`` does.
 A score that comes out NaN or infinite (a checkpoint whose forward pass overflows) stops the run with one
 line naming the column, the sentence and the tag source (exit status 1): nothing is written, no accuracy computed.
 
+``--num-shards N --shard-id I`` scores the pairs whose index (after ``--every``, in file order) is ``I`` modulo
+``N`` and writes a shard file with ``--json``; ``sipe-eval merge`` joins the shards into this report
+(docs/scaling.md, :mod:`sipe_fairseq.eval.shards`).
+
 Exit status: 0; 1 a score that is not finite, or a model that scored no pair; 2 on a usage or input
 error (a missing file, a malformed JSONL line, a missing field, a duplicate ``pairID``, an empty or
-non-UTF-8 file, a bad ``--path``), reported in one line naming the file and line, without a traceback
+non-UTF-8 file, a bad ``--path``, ``--num-shards``/``--shard-id`` out of range or without ``--json``), reported
+in one line naming the file and line, without a traceback
 (as fairseq reports a usage error).
 """
 import json
@@ -198,6 +203,24 @@ class Prepared:
     tree_source: Dict[str, object]
     seconds: float
     heads: Dict[str, List[int]] = dc_field(default_factory=dict)  # text -> its tree's HEAD column (GiLT's given graph)
+    per_text: Dict[str, dict] = dc_field(default_factory=dict)  # text -> its counts (sentence_counts; a shard's record)
+
+
+def sentence_counts(n_texts: int, per_text: Dict[str, dict], skipped: int) -> Counter:
+    """``counts`` of :class:`Prepared` from each sentence's own (``per_text``): with a tree ``projectivized``, and for
+    an encoded sentence ``words``, ``tokens``, ``unk_tokens``; of a run, or of shards' sentences joined
+    (``sipe-eval merge``)."""
+    counts = Counter(sentences=n_texts)
+    for c in per_text.values():
+        if "projectivized" in c:
+            counts["projectivized"] += c["projectivized"]
+        if "tokens" in c:
+            counts["words"] += c["words"]
+            counts["tokens"] += c["tokens"]
+            counts["unk_tokens"] += c["unk_tokens"]
+    counts["skipped"] = skipped
+    counts["encoded"] = sum("tokens" in c for c in per_text.values())
+    return counts
 
 
 def prepare(pairs: Sequence[BlimpPair], source, encoder, parse_batch: int = 1024) -> Prepared:
@@ -220,7 +243,7 @@ def prepare(pairs: Sequence[BlimpPair], source, encoder, parse_batch: int = 1024
         where = next((f" (pairID {p.pair_id}, UID {p.uid}, {p.location})" for p in pairs
                       if repr(p.good) in msg or repr(p.bad) in msg), "")
         raise KeyError(f"{msg}{where}") from None
-    counts = Counter(sentences=len(texts))
+    per_text: Dict[str, dict] = {}
     encoded: Dict[str, tuple] = {}
     tree_heads: Dict[str, List[int]] = {}
     unk = encoder.dictionary.unk()
@@ -229,27 +252,26 @@ def prepare(pairs: Sequence[BlimpPair], source, encoder, parse_batch: int = 1024
             skipped[text] = f"parser: {parse}"
             continue
         words, heads = parse
-        tags = None
+        tags, own = None, {}
         if heads is not None:
             try:
                 tags, _, lifts = encode_tree(list(heads))
             except HexatagError as e:
                 skipped[text] = f"tree: {e}"
                 continue
-            counts["projectivized"] += int(lifts > 0)
+            own["projectivized"] = int(lifts > 0)
         tokens, terms, nts, _ = encoder.encode(words, tags=tags)
         if len(tokens) <= 1:
             skipped[text] = "encodes to no token"
+            if own:  # its tree was counted
+                per_text[text] = own
             continue
         encoded[text] = (tokens, terms, nts)
         if heads is not None:
             tree_heads[text] = [int(h) for h in heads]
-        counts["words"] += len(words)
-        counts["tokens"] += len(tokens)
-        counts["unk_tokens"] += int((tokens == unk).sum())
-    counts["skipped"] = len(skipped)
-    counts["encoded"] = len(encoded)
-    return Prepared(encoded, skipped, counts, tree_source_stats(source), time.perf_counter() - t0, tree_heads)
+        per_text[text] = {**own, "words": len(words), "tokens": len(tokens), "unk_tokens": int((tokens == unk).sum())}
+    counts = sentence_counts(len(texts), per_text, len(skipped))
+    return Prepared(encoded, skipped, counts, tree_source_stats(source), time.perf_counter() - t0, tree_heads, per_text)
 
 
 # ------------------------------------------------------------------------------------ scoring
@@ -285,6 +307,8 @@ def score_prepared(model, prepared: Prepared, dictionary, source: str = "given",
                 raise ValueError(f"tag source {src}: {type(model).__name__} is a masked-LM encoder, scored by "
                                  "pseudo-log-likelihood with the given tags only")
             return dict(zip(texts, pll_sentence_scores(model, encoded, dictionary, batch_size, joint)))
+        if not encoded:  # a shard's share, or every sentence unscorable: nothing for the engine
+            return {}
         bar = progress(desc=f"tags {src}", unit=" sent", total=len(encoded))
         try:
             scores = score_encoded(model, encoded, src, dictionary, options, [prepared.heads.get(t) for t in texts],
@@ -379,6 +403,18 @@ def evaluate_blimp(pairs: Sequence[BlimpPair], models, prepared: Prepared, dicti
     ``options.placement``); ``tags`` None:
     each model's default source (:func:`~sipe_fairseq.eval.prefix_scores.default_sources`: given,
     for GiLT self); ``options``: how structure is chosen (``--tags-*``, ``--gilt-count-*``)."""
+    scores, unscored, seconds = score_columns(models, prepared, dictionary, batch_size, joint, placements, tags, options)
+    report = compute_report(pairs, scores, prepared.skipped, unscored)
+    report["seconds"] = {"trees": prepared.seconds, "scoring": seconds}
+    return report
+
+
+def score_columns(models, prepared: Prepared, dictionary, batch_size: int = 64, joint: bool = False,
+                  placements: Optional[Dict[str, str]] = None, tags: Optional[Sequence[str]] = ("given",),
+                  options: Optional[StructureOptions] = None):
+    """The scoring of :func:`evaluate_blimp` (its arguments): ``(scores, unscored, seconds)``, each keyed by column
+    (:func:`~sipe_fairseq.structure.sources.source_label`): ``{text: log-likelihood}``, ``{text: reason}`` and the
+    column's seconds."""
     options = options or StructureOptions()
     scores, seconds, unscored = {}, {}, {}
     for name, model in (models.items() if hasattr(models, "items") else models):
@@ -393,9 +429,7 @@ def evaluate_blimp(pairs: Sequence[BlimpPair], models, prepared: Prepared, dicti
                 raise NonFiniteScoreError(f"{label}: {e}", e.index, e.source, e.detail) from None
             seconds[label] = time.perf_counter() - t0
         model = None  # not held while the next one loads
-    report = compute_report(pairs, scores, prepared.skipped, unscored)
-    report["seconds"] = {"trees": prepared.seconds, "scoring": seconds}
-    return report
+    return scores, unscored, seconds
 
 
 def _fmt(x: Optional[float]) -> str:
@@ -470,3 +504,49 @@ def nothing_scored(report: dict) -> int:
                      ", ".join(f"{n} {overall['unscored'][n]}" for n in empty))
         return 1
     return 0
+
+
+# ------------------------------------------------------------------------------------ shards (eval/shards.py)
+PAIR_FIELDS = ("good", "bad", "uid", "pair_id", "field", "term", "location")
+
+
+def shard_records(indices: Sequence[int], share: Sequence[BlimpPair], prepared: Prepared, scores, unscored,
+                  seconds) -> dict:
+    """What ``sipe-eval merge`` needs of a shard's pairs (``share``, at ``indices`` of the run's pairs): each pair,
+    each of its sentences' skip reason or counts, and every column's scores (:func:`score_columns`)."""
+    texts = dict.fromkeys(s for p in share for s in (p.good, p.bad))
+    return {"pairs": [{"index": i, **{f: getattr(p, f) for f in PAIR_FIELDS}} for i, p in zip(indices, share)],
+            "sentences": {t: {**({"skipped": prepared.skipped[t]} if t in prepared.skipped else {}),
+                              **({"counts": prepared.per_text[t]} if t in prepared.per_text else {})} for t in texts},
+            "scores": scores, "unscored": unscored, "seconds": {"trees": prepared.seconds, "scoring": seconds}}
+
+
+def merge_shard_records(records: Sequence[dict]) -> dict:
+    """The report of one run from its shards' :func:`shard_records` (in shard order): the pairs back in the run's
+    order, the tables by :func:`compute_report`, the sentence counts by :func:`sentence_counts` over the distinct
+    sentences (a sentence in several shards counted once, its first shard's score used). ``seconds``: the shards'
+    sums. The caller adds the run's settings (:func:`add_metadata`'s)."""
+    pairs = [BlimpPair(**{f: r[f] for f in PAIR_FIELDS})
+             for r in sorted((r for rec in records for r in rec["pairs"]), key=lambda r: r["index"])]
+    texts = list(dict.fromkeys(s for p in pairs for s in (p.good, p.bad)))
+    sentences: Dict[str, dict] = {}
+    for rec in records:
+        for t, v in rec["sentences"].items():
+            sentences.setdefault(t, v)
+    skipped = {t: sentences[t]["skipped"] for t in texts if "skipped" in sentences[t]}
+    per_text = {t: sentences[t]["counts"] for t in texts if "counts" in sentences[t]}
+    columns = list(records[0]["scores"])
+    scores = {c: {} for c in columns}
+    unscored = {c: {} for c in columns}
+    for rec in records:
+        for c in columns:
+            for t, v in rec["scores"][c].items():
+                scores[c].setdefault(t, v)
+            for t, v in rec["unscored"].get(c, {}).items():
+                unscored[c].setdefault(t, v)
+    report = compute_report(pairs, scores, skipped, unscored)
+    report["seconds"] = {"trees": sum(rec["seconds"]["trees"] for rec in records),
+                         "scoring": {c: sum(rec["seconds"]["scoring"][c] for rec in records) for c in columns}}
+    report["sentences"] = dict(sentence_counts(len(texts), per_text, len(skipped)))
+    report["skipped_sentences"] = skipped
+    return report

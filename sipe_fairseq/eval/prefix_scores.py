@@ -40,6 +40,7 @@ from ..structure.scoring import beyond_positions, plan, score_sentences
 from ..structure.sentences import sentence_of
 from ..structure.sources import Given, parse_source
 from .progress import progress
+from .shards import interleave, shard_indices
 from .reports.tables import table
 
 
@@ -161,7 +162,16 @@ def score_split_sources(model, task, split: str, sources: Sequence[str],
     """Every sentence of ``split`` scored alone under each source; ``{source: source_summary(...)}`` and,
     for ``given``, ``given-joint``. ``options.max_sentences`` scores the first N only (the counts say
     so), ``options.batch_sentences`` at a time. The placement is the checkpoint's own (the task's
-    ``--tag-head-placement``)."""
+    ``--tag-head-placement``). The scoring (:func:`score_split_records`), then the rows (:func:`split_source_rows`)."""
+    return split_source_rows(score_split_records(model, task, split, sources, options))
+
+
+def score_split_records(model, task, split: str, sources: Sequence[str], options: Optional[StructureOptions] = None,
+                        shard: Optional[Tuple[int, int]] = None) -> dict:
+    """The per-sentence scores of :func:`score_split_sources` (its arguments) and what its rows need besides:
+    ``{"sources", "family", "common", "gold", "gold_arcs", "scores": {source: [SentenceScore]}, "seconds", "total"}``.
+    ``shard``: ``(num_shards, shard_id)``, the sentences of that share only (:mod:`sipe_fairseq.eval.shards`; the
+    refusals and the counts of the whole split are the same on every shard)."""
     options = replace(options or StructureOptions(), placement=task_placement(task))
     batch_sentences = options.batch_sentences
     sentences, counts = load_split_sentences(task, split)
@@ -169,15 +179,16 @@ def score_split_sources(model, task, split: str, sources: Sequence[str],
         sentences = sentences[:options.max_sentences]
     for source in sources:  # every source within the memory budget before any is scored (structure/memory.py)
         plan(model, sentences, source, options, batch_sentences)
-    gold = given_tags(sentences)
     family = family_of(model)
     if family.predicts_arcs and any(s.arcs is None for s in sentences) and any(parse_source(x).needs_parse for x in sources):
         raise ValueError(f"split {split!r}: tag source 'given' for a GiLT model needs the data's {split}.arcs")
     longer, limit, refusal = beyond_positions(model, [s.n for s in sentences])
     if refusal:  # as --inference-tags self (tasks/hexatag_lm.py): the same sentences, the same answer
         raise EvaluationError(f"split {split!r}: {refusal}")
+    total = len(sentences)
+    indices = shard_indices(total, *shard) if shard else list(range(total))
+    sentences = [sentences[i] for i in indices]
     d = task.source_dictionary
-    results = {}
     common = dict(counts, longer_than_max_positions=longer, max_positions=limit, placement=options.placement,
                   constrained=options.constrained, model=family.name)
     if family.predicts_arcs:
@@ -188,25 +199,41 @@ def score_split_sources(model, task, split: str, sources: Sequence[str],
         common.update(mass=options.mass)
     if family.reads_tags and options.abstain:
         common.update(abstain=options.abstain)
-    given_scores = None
+    arcs_wanted = family.predicts_arcs and any(not parse_source(x).needs_parse for x in sources)
+    out = {"sources": list(sources), "family": family.name, "common": common, "gold": given_tags(sentences),
+           "gold_arcs": [gold_arc_set(s.arcs) for s in sentences] if arcs_wanted else None, "scores": {},
+           "seconds": {}, "total": total}
     for source in sorted(sources, key=lambda x: not parse_source(x).needs_parse):  # given first: search errors need it
-        src = parse_source(source)
         start = time.time()
         bar = progress(desc=f"tags {source}", unit=" sent", total=len(sentences))
         try:
-            scores = score_sentences(model, sentences, source, options, d.eos(), d.pad(), batch_sentences,
-                                     progress=bar.update)
+            out["scores"][source] = score_sentences(model, sentences, source, options, d.eos(), d.pad(), batch_sentences,
+                                                    progress=bar.update) if sentences else []
         except NonFiniteScoreError as e:  # named by the split and its place there (1-based, the data's order)
-            raise e.naming(f"split {split!r} sentence {e.index + 1}") from None
+            raise e.naming(f"split {split!r} sentence {indices[e.index] + 1}") from None
         finally:
             bar.close()
+        out["seconds"][source] = time.time() - start
+    return out
+
+
+def split_source_rows(records: dict) -> Dict[str, Dict[str, float]]:
+    """The rows of :func:`score_split_sources` from its :func:`score_split_records` (of a run, or of its shards
+    joined by :func:`merge_split_records`: the same numbers from the same per-sentence scores)."""
+    sources, gold, common = records["sources"], records["gold"], records["common"]
+    family = family_named(records["family"])
+    results = {}
+    given_scores = None
+    for source in sorted(sources, key=lambda x: not parse_source(x).needs_parse):  # given first: search errors need it
+        src = parse_source(source)
+        scores = records["scores"][source]
         row = source_summary(scores, gold)
         row["per_sentence"] = per_sentence(scores)
         if any("abstained" in s.extra for s in scores):
             row["abstained_words"] = sum(s.extra.get("abstained", 0) for s in scores)
-        row.update(common, seconds=time.time() - start)
+        row.update(common, seconds=records["seconds"][source])
         if family.predicts_arcs and not src.needs_parse:
-            row.update(arc_scores([s.extra["arcs"] for s in scores], [gold_arc_set(s.arcs) for s in sentences]))
+            row.update(arc_scores([s.extra["arcs"] for s in scores], records["gold_arcs"]))
         if given_scores is not None and family.reads_tags and src.number == "bound":
             row.update(search_errors(given_scores, scores))
         results[source] = row
@@ -219,6 +246,49 @@ def score_split_sources(model, task, split: str, sources: Sequence[str],
     order = [k for source in sources
              for k in ((source, GIVEN_JOINT) if parse_source(source).number == "conditional" else (source,))]
     return {k: results[k] for k in order}
+
+
+# what a shard keeps of a sentence's score: the fields the rows read (not the search's traces)
+KEPT_EXTRA = ("positions", "live_hypotheses", "word_start_mismatch", "abstained", "arcs")
+
+
+def records_to_json(records: dict) -> dict:
+    """:func:`score_split_records` as JSON (a shard's file): every sentence's score with the fields the rows read."""
+    def score(s: SentenceScore) -> dict:
+        extra = {k: s.extra[k] for k in KEPT_EXTRA if k in s.extra}
+        if "arcs" in extra:
+            extra["arcs"] = [list(a) for a in extra["arcs"]]
+        return {"source": s.source, "logprob": s.logprob, "token_logprobs": list(s.token_logprobs),
+                "position_types": list(s.position_types), "tags": [list(t) for t in s.tags],
+                "tag_logprobs": list(s.tag_logprobs), "complete": s.complete, "joint": s.joint, "restarts": s.restarts,
+                "extra": extra}
+
+    return {**records, "gold": [[list(p) for p in g] for g in records["gold"]],
+            "gold_arcs": None if records["gold_arcs"] is None else [sorted(map(list, g)) for g in records["gold_arcs"]],
+            "scores": {source: [score(s) for s in scores] for source, scores in records["scores"].items()}}
+
+
+def records_from_json(obj: dict) -> dict:
+    """The inverse of :func:`records_to_json`."""
+    def score(d: dict) -> SentenceScore:
+        extra = dict(d["extra"])
+        if "arcs" in extra:
+            extra["arcs"] = [tuple(a) for a in extra["arcs"]]
+        return SentenceScore(**{**d, "tags": [tuple(t) for t in d["tags"]], "extra": extra})
+
+    return {**obj, "gold": [[tuple(p) for p in g] for g in obj["gold"]],
+            "gold_arcs": None if obj["gold_arcs"] is None else [set(map(tuple, g)) for g in obj["gold_arcs"]],
+            "scores": {source: [score(d) for d in scores] for source, scores in obj["scores"].items()}}
+
+
+def merge_split_records(parts: Sequence[dict], num_shards: int) -> dict:
+    """One :func:`score_split_records` from its shards' (by shard id): the sentences back in the split's order;
+    ``seconds``: the shards' sums."""
+    first = parts[0]
+    return {**first, "gold": interleave([p["gold"] for p in parts], num_shards),
+            "gold_arcs": None if first["gold_arcs"] is None else interleave([p["gold_arcs"] for p in parts], num_shards),
+            "scores": {source: interleave([p["scores"][source] for p in parts], num_shards) for source in first["scores"]},
+            "seconds": {source: sum(p["seconds"][source] for p in parts) for source in first["seconds"]}}
 
 
 def search_errors(given: Sequence[SentenceScore], beam: Sequence[SentenceScore]) -> Dict[str, int]:

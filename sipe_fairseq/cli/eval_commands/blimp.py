@@ -9,12 +9,14 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.checkpoints import CheckpointSpecs
-from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_dictionary_mismatch_argument,
-                                      add_structure_arguments, int_at_least, structure_options, width_line, width_of)
+from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_dictionary_mismatch_argument, add_shard_arguments,
+                                      add_structure_arguments, int_at_least, shard_problem, structure_options, width_line,
+                                      width_of)
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import blimp
 from sipe_fairseq.eval.blimp import (USAGE_ERROR, BlimpPair, add_metadata, blimp_markdown, evaluate_blimp, log_excluded,
-                                     nothing_scored, prepare, read_blimp)
+                                     nothing_scored, prepare, read_blimp, score_columns, shard_records)
+from sipe_fairseq.eval.shards import FORMAT, fingerprint, shard_block, shard_indices
 from sipe_fairseq.hexatag.errors import NonFiniteScoreError
 from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args
 from sipe_fairseq.data.lm_dataset import task_placement
@@ -52,11 +54,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
     p.add_argument("--show-skipped", type=int_at_least(0), default=20, metavar="N",
                    help="log at most N skipped pairs (all are in --json) (default: %(default)s)")
+    add_shard_arguments(p)  # items: the pairs kept by --every, in file order
 
 
 def run(args: argparse.Namespace) -> int:
     """Prints the markdown table; 2 on a usage or input error (one line, no traceback), 1 when a model
     scored no pair."""
+    problem = shard_problem(args)
+    if problem:
+        logger.error("%s", problem)
+        return USAGE_ERROR
     try:
         args.tag_sources = args.tags  # checked by argparse; None: each model's default
         checkpoints = CheckpointSpecs.parse(args.path, args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
@@ -73,6 +80,12 @@ def _run(args: argparse.Namespace, checkpoints: CheckpointSpecs, pairs: List[Bli
     if args.threads:
         torch.set_num_threads(args.threads)
     sipe_fairseq.register()
+    shard = None
+    if args.num_shards is not None:  # this shard's pairs only; what they depend on, before any work
+        indices = shard_indices(len(pairs), args.num_shards, args.shard_id)
+        shard = (indices, len(pairs), fingerprint("blimp", args, checkpoints.paths(), args.data, blimp.blimp_files(args.blimp)))
+        pairs = [pairs[i] for i in indices]
+        logger.info("shard %d of %d: %d of %d pairs", args.shard_id, args.num_shards, len(pairs), shard[1])
     logger.info("%d pairs in %d paradigms", len(pairs), len({p.uid for p in pairs}))
     source = tree_source_from_args(args)
     encoder = SentenceEncoder(args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
@@ -90,6 +103,10 @@ def _run(args: argparse.Namespace, checkpoints: CheckpointSpecs, pairs: List[Bli
 
     try:
         options = structure_options(args)
+        if shard is not None:
+            columns = score_columns(one_at_a_time(), prepared, encoder.dictionary, args.batch_size,
+                                    joint=args.score == "joint", placements=placements, tags=args.tag_sources, options=options)
+            return _write_shard(args, checkpoints, prepared, pairs, shard, columns, options)
         report = evaluate_blimp(pairs, one_at_a_time(), prepared, encoder.dictionary, args.batch_size,
                                 joint=args.score == "joint", placements=placements, tags=args.tag_sources, options=options)
     except NonFiniteScoreError:  # not an input error: exit status 1 (sipe-eval's main), nothing written
@@ -97,10 +114,7 @@ def _run(args: argparse.Namespace, checkpoints: CheckpointSpecs, pairs: List[Bli
     except ValueError as e:  # e.g. --tags self with an encoder or a model without tag heads
         logger.error("%s", e)
         return USAGE_ERROR
-    add_metadata(report, prepared, args.score, checkpoints.paths(), args.data, args.blimp)
-    report["sample"] = args.sample
-    report["tags"] = list(args.tag_sources) if args.tag_sources else "default (given; GiLT: self)"
-    report["tag_width"] = width_of(options)
+    _settings(args, add_metadata(report, prepared, args.score, checkpoints.paths(), args.data, args.blimp), options)
     log_excluded(report, args.show_skipped)
     table = blimp_markdown(report) + width_line(args.tag_sources, report["tag_width"])
     print(table, end="")
@@ -109,3 +123,25 @@ def _run(args: argparse.Namespace, checkpoints: CheckpointSpecs, pairs: List[Bli
     if args.json:
         write_json(args.json, report, indent=2, ensure_ascii=False)
     return nothing_scored(report)
+
+
+def _settings(args: argparse.Namespace, report: dict, options) -> dict:
+    report["sample"] = args.sample
+    report["tags"] = list(args.tag_sources) if args.tag_sources else "default (given; GiLT: self)"
+    report["tag_width"] = width_of(options)
+    return report
+
+
+def _write_shard(args, checkpoints, prepared, pairs, shard, columns, options) -> int:
+    """A shard's file (eval/shards.py): its pairs' records and the run's settings; no table (``sipe-eval merge``)."""
+    indices, total, fp = shard
+    meta = _settings(args, add_metadata({}, prepared, args.score, checkpoints.paths(), args.data, args.blimp), options)
+    for key in ("sentences", "skipped_sentences"):  # the merge counts them over the run's distinct sentences
+        meta.pop(key)
+    write_json(args.json, {"format": FORMAT, "command": "blimp", "shard": shard_block(args.shard_id, args.num_shards,
+                                                                                      len(indices), total, fp),
+                           "settings": meta, "records": shard_records(indices, pairs, prepared, *columns)},
+               ensure_ascii=False)
+    logger.info("shard %d of %d: %d pairs written to %s (join the shards with sipe-eval merge)", args.shard_id,
+                args.num_shards, len(indices), args.json)
+    return 0

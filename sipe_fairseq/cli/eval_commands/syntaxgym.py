@@ -9,13 +9,17 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.checkpoints import CheckpointSpecs
-from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_dictionary_mismatch_argument, add_structure_arguments,
-                                      float_at_least, int_at_least, structure_options, width_line, width_of)
+from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_dictionary_mismatch_argument, add_shard_arguments,
+                                      add_structure_arguments, float_at_least, int_at_least, shard_problem,
+                                      structure_options, width_line, width_of)
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import syntaxgym
 from sipe_fairseq.eval.syntaxgym import (EQUALITY_ATOL, EQUALITY_RTOL, SyntaxGymError, evaluate_suites, merge_reports,
                                          prefix_tag_differences, read_suites, report_markdown, tag_source_columns,
-                                         tree_and_encode)
+                                         sentences_of, tree_and_encode)
+from sipe_fairseq.eval.shards import FORMAT, fingerprint, shard_block, shard_indices
+from sipe_fairseq.eval.syntaxgym.shards import item_count, shard_records, share_of
+from sipe_fairseq.eval.syntaxgym.suites import find_suites
 from sipe_fairseq.hexatag.errors import NonFiniteScoreError
 from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args, tree_source_stats
 from sipe_fairseq.structure.options import SUITE_WIDTH
@@ -48,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                  "unscored sentences) as JSON here")
     p.add_argument("--markdown", metavar="OUT", help="also write the markdown tables here")
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
+    add_shard_arguments(p)  # items: the suites' items, suite by suite in order
 
 
 def _checkpoints(specs: Iterable[str], data: Optional[str], allow_dictionary_mismatch: bool = False) -> CheckpointSpecs:
@@ -59,6 +64,10 @@ def _checkpoints(specs: Iterable[str], data: Optional[str], allow_dictionary_mis
 
 def run(args: argparse.Namespace) -> int:
     """Prints the markdown tables; 2 on a suite or usage error, 1 when a model scored no suite."""
+    problem = shard_problem(args)
+    if problem:
+        logger.error("%s", problem)
+        return 2
     try:
         return _run(args)
     except SyntaxGymError as e:
@@ -74,6 +83,14 @@ def _run(args: argparse.Namespace) -> int:
     options = structure_options(args)
     checkpoints = _checkpoints(args.path, args.data, args.allow_dictionary_mismatch)
     suites, sentences = read_suites(args.suites)  # fails fast on bad formulae and references
+    shard = None
+    if args.num_shards is not None:  # this shard's items only; what they depend on, before any work
+        indices = shard_indices(item_count(suites), args.num_shards, args.shard_id)
+        shard = (indices, item_count(suites), suites,
+                 fingerprint("syntaxgym", args, checkpoints.paths(), args.data, find_suites(args.suites)))
+        suites = share_of(suites, indices)
+        sentences = sentences_of(suites)
+        logger.info("shard %d of %d: %d of %d items", args.shard_id, args.num_shards, len(indices), shard[1])
     source = tree_source_from_args(args)
     encoder = SentenceEncoder(args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
     tree_and_encode(sentences, source, encoder)
@@ -94,6 +111,8 @@ def _run(args: argparse.Namespace) -> int:
                   tags=sources if sources else "default (given; GiLT: self)", tag_width=width_of(options))
     if sources is None or "given" in sources:
         report["prefix_tag_differences"] = prefix_tag_differences(suites, sentences)
+    if shard is not None:
+        return _write_shard(args, report, shard)
     table = report_markdown(report) + width_line(sources, report["tag_width"])
     print(table, end="")
     if args.markdown:
@@ -105,4 +124,15 @@ def _run(args: argparse.Namespace) -> int:
         logger.error("no suite scored by %s (%d suites; the unscored items are listed in --json): no accuracy",
                      ", ".join(empty), len(report["suites"]))
         return 1
+    return 0
+
+
+def _write_shard(args: argparse.Namespace, report: dict, shard) -> int:
+    """A shard's file (eval/shards.py): its items' rows and the run's settings; no table (``sipe-eval merge``)."""
+    indices, total, suites, fp = shard
+    write_json(args.json, {"format": FORMAT, "command": "syntaxgym",
+                           "shard": shard_block(args.shard_id, args.num_shards, len(indices), total, fp),
+                           "records": shard_records(suites, indices, report)}, ensure_ascii=False)
+    logger.info("shard %d of %d: %d items written to %s (join the shards with sipe-eval merge)", args.shard_id,
+                args.num_shards, len(indices), args.json)
     return 0

@@ -33,7 +33,9 @@ beam's running bound, :mod:`~sipe_fairseq.structure`); columns are named ``model
 before the critical region (the lowest region a prediction names) but get different parser tags
 on them are counted and listed (``prefix_tag_differences`` in the JSON): there the tags leak
 information from the critical region. ``sipe-eval syntaxgym`` (:mod:`sipe_fairseq.cli.eval_commands.syntaxgym`)
-runs it (exit status 0, or 2 on a usage, suite or formula error, logged without a traceback: one line naming the
+runs it; ``--num-shards N --shard-id I`` scores the items (numbered across the suites in order) whose index is ``I``
+modulo ``N``, for ``sipe-eval merge`` (:mod:`.shards`, docs/scaling.md) (exit status 0, or 2 on a usage, suite or formula
+error, ``--num-shards``/``--shard-id`` out of range or without ``--json``, logged without a traceback: one line naming the
 suite, item and prediction, plus the formula and a caret for a formula error).
 """
 from .formula import (EQUALITY_ATOL, EQUALITY_RTOL, MAX_DEPTH, BinOp, FormulaError, Neg, Node, Number,  # noqa: F401

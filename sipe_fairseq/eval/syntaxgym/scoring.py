@@ -77,8 +77,7 @@ def evaluate_suites(suites: Sequence[Suite], sentences: Sequence[SuiteSentence],
     for suite in suites:
         srow = {"path": suite.path, "items": len(suite.items), "predictions": [p.formula for p in suite.predictions],
                 "region_meta": suite.region_meta, "scores": {}}
-        counts = {n: {"passed": 0, "scored": 0, "unscored": [], "prediction_passed": [0] * len(suite.predictions)}
-                  for n in names}
+        rows = []
         for item in suite.items:
             keys = {c: index[(suite.name, item.number, c)] for c in item.conditions}
             irow = {"suite": suite.name, "item": item.number,
@@ -88,34 +87,52 @@ def evaluate_suites(suites: Sequence[Suite], sentences: Sequence[SuiteSentence],
                 surps, fails = per_model[name]
                 bad = {c: fails[k] for c, k in keys.items() if fails[k] is not None}
                 if bad:
-                    counts[name]["unscored"] += [{"item": item.number, "condition": c, "reason": r} for c, r in bad.items()]
                     irow["results"][name] = {"scored": False, "reasons": bad}
                     continue
                 values = {c: surps[k] for c, k in keys.items()}
                 preds = [evaluate_formula(p.node, values, atol, rtol) for p in suite.predictions]
-                ok = all(preds)
-                counts[name]["scored"] += 1
-                counts[name]["passed"] += int(ok)
-                for j, v in enumerate(preds):
-                    counts[name]["prediction_passed"][j] += int(v)
-                irow["results"][name] = {"scored": True, "pass": ok, "predictions": preds,
+                irow["results"][name] = {"scored": True, "pass": all(preds), "predictions": preds,
                                          "surprisals": {c: {str(r): v for r, v in regs.items()} for c, regs in values.items()}}
-            report["items"].append(irow)
-        for name in names:
-            c = counts[name]
-            n = c["scored"]
-            srow["scores"][name] = {
-                "accuracy": c["passed"] / n if n else None, "passed": c["passed"], "scored": n,
-                "unscored_items": len({u["item"] for u in c["unscored"]}), "unscored": c["unscored"],
-                "prediction_accuracy": [p / n if n else None for p in c["prediction_passed"]],
-                "predictions_evaluated": n * len(suite.predictions)}
+            rows.append(irow)
+        report["items"] += rows
+        srow["scores"] = suite_scores(rows, names, len(suite.predictions))
         report["suites"][suite.name] = srow
-    for name in names:
-        accs = [s["scores"][name]["accuracy"] for s in report["suites"].values()]
-        scored = [a for a in accs if a is not None]
-        report["overall"][name] = {"accuracy": sum(scored) / len(scored) if scored else None,
-                                   "suites": len(scored), "suites_unscored": len(accs) - len(scored)}
+    report["overall"] = overall_scores(report["suites"], names)
     return report
+
+
+def suite_scores(item_rows: Sequence[dict], names: Sequence[str], n_predictions: int) -> Dict[str, dict]:
+    """A suite's scores per column from its items' rows (``report["items"]``, in the suite's order): the share of
+    scored items that pass, per prediction, and the unscored items with their reasons. Used by
+    :func:`evaluate_suites` and by ``sipe-eval merge`` on shards' items."""
+    out = {}
+    for name in names:
+        passed, scored, unscored, prediction_passed = 0, 0, [], [0] * n_predictions
+        for irow in item_rows:
+            res = irow["results"][name]
+            if not res["scored"]:
+                unscored += [{"item": irow["item"], "condition": c, "reason": r} for c, r in res["reasons"].items()]
+                continue
+            scored += 1
+            passed += int(res["pass"])
+            for j, v in enumerate(res["predictions"]):
+                prediction_passed[j] += int(v)
+        out[name] = {"accuracy": passed / scored if scored else None, "passed": passed, "scored": scored,
+                     "unscored_items": len({u["item"] for u in unscored}), "unscored": unscored,
+                     "prediction_accuracy": [p / scored if scored else None for p in prediction_passed],
+                     "predictions_evaluated": scored * n_predictions}
+    return out
+
+
+def overall_scores(suites: Dict[str, dict], names: Sequence[str]) -> Dict[str, dict]:
+    """Per column the mean over the suites' accuracies (suites that scored no item left out, counted)."""
+    out = {}
+    for name in names:
+        accs = [s["scores"][name]["accuracy"] for s in suites.values()]
+        scored = [a for a in accs if a is not None]
+        out[name] = {"accuracy": sum(scored) / len(scored) if scored else None,
+                     "suites": len(scored), "suites_unscored": len(accs) - len(scored)}
+    return out
 
 
 def merge_reports(reports: Sequence[dict]) -> dict:
