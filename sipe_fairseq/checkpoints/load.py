@@ -187,7 +187,7 @@ def saved_data_dir(path: str, saved_task: dict) -> str:
 
 
 def load_lm(path: str, data: Optional[str] = None, context_window: int = 0,
-            allow_dictionary_mismatch: bool = False):
+            allow_dictionary_mismatch: bool = False, device: str = "cpu"):
     """(model, task) for a checkpoint, scored on ``data``: a ``hexatag_lm`` task for decoders
     (``hexatag_lm`` and stock ``language_modeling`` checkpoints; ``gilt_lm`` for GiLT ones), a ``hexatag_mlm`` task for
     masked-LM encoders (``hexatag_mlm`` and stock ``masked_lm`` ones, e.g. fairseq ``roberta``),
@@ -195,7 +195,8 @@ def load_lm(path: str, data: Optional[str] = None, context_window: int = 0,
     with ``<mask>`` appended, as in training. ``data`` None: the directory saved in the checkpoint
     (:func:`saved_data_dir`). The model is in eval mode. A checkpoint whose recorded data differs from
     ``data``'s (unless ``allow_dictionary_mismatch``) or whose weights do not fit its dictionary raises
-    :class:`CheckpointError`."""
+    :class:`CheckpointError`. ``device``: where the model is put (``cpu``, ``cuda``, ``cuda:1``, ``mps``: the
+    commands' ``--device``, checked by ``sipe_fairseq.cli.options.device_problem``)."""
     # lazy (heavy): importing sipe_fairseq.checkpoints stays light
     from fairseq import checkpoint_utils
     from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
@@ -221,7 +222,7 @@ def load_lm(path: str, data: Optional[str] = None, context_window: int = 0,
     task = task_cls.setup_task(cfg)
     models, _ = _load_models(path, lambda: checkpoint_utils.load_model_ensemble([path], arg_overrides=overrides,
                                                                                  task=task, state=state), data)
-    return models[0].eval(), task
+    return models[0].to(device).eval(), task
 
 
 def load_with_task(path: str, data: Optional[str] = None, state: Optional[dict] = None):

@@ -112,12 +112,13 @@ def _is_masked_lm(task) -> bool:
 
 
 def load_checkpoint(path: str, data: Optional[str] = None, allow_dictionary_mismatch: bool = False,
-                    context_window: int = 0, name: Optional[str] = None) -> LoadedCheckpoint:
+                    context_window: int = 0, name: Optional[str] = None, device: str = "cpu") -> LoadedCheckpoint:
     """``path`` loaded by :func:`~sipe_fairseq.checkpoints.load.load_lm` on ``data`` (None: the directory
     saved in the checkpoint), then :func:`check_dictionary`; ``name`` defaults to ``path``. A ``data`` that is
-    no data directory: :class:`~sipe_fairseq.hexatag.errors.DataError` (module docstring)."""
+    no data directory: :class:`~sipe_fairseq.hexatag.errors.DataError` (module docstring). ``device``: where the
+    model is put (the commands' ``--device``)."""
     check_data_directory(data)
-    model, task = load_lm(path, data, context_window, allow_dictionary_mismatch=allow_dictionary_mismatch)
+    model, task = load_lm(path, data, context_window, allow_dictionary_mismatch=allow_dictionary_mismatch, device=device)
     check_dictionary(path, _data_dir(data, task), task.source_dictionary.symbols, _is_masked_lm(task))
     return LoadedCheckpoint(path if name is None else name, path, model, task)
 
@@ -128,10 +129,11 @@ class CheckpointSpecs:
     when the iteration moves on or stops), :meth:`load` loads one by name (kept as long as the caller holds it)."""
 
     def __init__(self, paths: Mapping[str, str], data: Optional[str] = None, allow_dictionary_mismatch: bool = False,
-                 context_window: int = 0):
+                 context_window: int = 0, device: str = "cpu"):
         check_data_directory(data, require_dictionary=False)  # before any work: one DataError line (a ValueError)
         self._paths = OrderedDict(paths)
         self.data, self.allow_dictionary_mismatch, self.context_window = data, allow_dictionary_mismatch, context_window
+        self.device = device
 
     @classmethod
     def parse(cls, specs: Optional[Iterable[str]], data: Optional[str] = None, **options) -> "CheckpointSpecs":
@@ -153,7 +155,8 @@ class CheckpointSpecs:
 
     def load(self, name: str) -> LoadedCheckpoint:
         """The checkpoint ``name`` loaded and checked (:func:`load_checkpoint`); ``KeyError`` for another name."""
-        return load_checkpoint(self._paths[name], self.data, self.allow_dictionary_mismatch, self.context_window, name)
+        return load_checkpoint(self._paths[name], self.data, self.allow_dictionary_mismatch, self.context_window, name,
+                               self.device)
 
     def __iter__(self) -> Iterator[LoadedCheckpoint]:
         for name in self._paths:

@@ -38,7 +38,7 @@ import sipe_fairseq
 from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.allocator import keep_freed_memory
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, CheckpointSpecs, load_checkpoint
-from sipe_fairseq.cli.options import (add_progress_argument, add_shard_arguments, add_structure_arguments,
+from sipe_fairseq.cli.options import (add_device_argument, add_progress_argument, add_shard_arguments, add_structure_arguments,
                                       configure_progress, int_at_least, output_path_problem, shard_problem,
                                       structure_options)
 from sipe_fairseq.cli.output import write_json, write_text
@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 
 
 def evaluate_lm(path, data, split="valid", context_window=0, max_tokens=4096, batch_size=None, tags=None,
-                options=None, allow_dictionary_mismatch=False, shard=None):
+                options=None, allow_dictionary_mismatch=False, shard=None, device="cpu"):
     """:func:`~sipe_fairseq.eval.perplexity.score_split` of one checkpoint (loaded once by
     :func:`~sipe_fairseq.checkpoints.specs.load_checkpoint`: its dictionary checked against ``data``'s); with
     ``tags`` (tag sources), also ``tag_sources``: every sentence scored alone under each
@@ -65,7 +65,7 @@ def evaluate_lm(path, data, split="valid", context_window=0, max_tokens=4096, ba
     and the row keeps their per-sentence records (``tag_records``, for ``sipe-eval merge``) instead of
     ``tag_sources``; the split's own perplexity (one contiguous stream, which ``--context-window`` does not let
     divide into sentences) is computed whole by shard 0 alone, the other shards' rows hold only ``run``."""
-    loaded = load_checkpoint(path, data, allow_dictionary_mismatch, context_window)
+    loaded = load_checkpoint(path, data, allow_dictionary_mismatch, context_window, device=device)
     model, task = loaded.model, loaded.task
     if tags:  # a tag source that cannot fit the memory budget: refused before anything is scored
         check_sources_fit(model, task, split, tags, options)
@@ -73,7 +73,7 @@ def evaluate_lm(path, data, split="valid", context_window=0, max_tokens=4096, ba
     rows["run"] = run_record(model, task, data, split)  # what sipe-eval seeds checks before it averages
     if tags:
         if context_window:  # the tag sources score sentences alone: a task without the context-window shortening
-            loaded = load_checkpoint(path, data, allow_dictionary_mismatch)
+            loaded = load_checkpoint(path, data, allow_dictionary_mismatch, device=device)
             model, task = loaded.model, loaded.task
         try:
             if shard:
@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "DATA's, with a warning (default: refused, exit status 3)")
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads")
     add_structure_arguments(p, "none: no sentence scored alone (e.g. given,self,beam:4,mix:4)")
+    add_device_argument(p)
     add_shard_arguments(p)  # items: the sentences scored under --tags (needs --tags)
     add_progress_argument(p)
     return p
@@ -137,7 +138,8 @@ def main(argv=None):
         shard = None if args.num_shards is None else (args.num_shards, args.shard_id)
         fp = shard and fingerprint("eval-lm", args, paths, args.data, split=args.gen_subset)  # before any work
         results = {name: evaluate_lm(path, args.data, args.gen_subset, args.context_window, args.max_tokens,
-                                     args.batch_size, sources, options, args.allow_dictionary_mismatch, shard)
+                                     args.batch_size, sources, options, args.allow_dictionary_mismatch, shard,
+                                     args.device)
                    for name, path in paths.items()}  # one at a time
         if shard:
             return _write_shard(args, results, fp)

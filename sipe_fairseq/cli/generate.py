@@ -43,7 +43,7 @@ from typing import List, Optional, Sequence
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError, load_lm
 from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.allocator import keep_freed_memory
-from sipe_fairseq.cli.options import float_above, int_at_least
+from sipe_fairseq.cli.options import add_device_argument, float_above, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.hexatag.lines import read_lines
 from sipe_fairseq.hexatag.errors import InputError, NonFiniteScoreError
@@ -74,6 +74,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-dictionary-mismatch", action="store_true",
                    help="load a checkpoint whose recorded data (dict.txt, spm.model, tag dictionaries) differs from "
                         "--data's, with a warning (default: refused, exit status 3)")
+    add_device_argument(p)
     p.add_argument("--continue-word", action="store_true",
                    help="the first generated token may continue the prompt's last word (default: it starts a new word, "
                         "so the prompt's words stay whole)")
@@ -145,7 +146,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             logger.error(f"--prompt-tags {args.prompt_tags}: {e}")
             return CHECKPOINT_EXIT_STATUS
     try:
-        model, task = load_lm(args.path, args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
+        model, task = load_lm(args.path, args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch,
+                              device=args.device)
     except (CheckpointError, FileNotFoundError) as e:
         logger.error(str(e))
         return CHECKPOINT_EXIT_STATUS

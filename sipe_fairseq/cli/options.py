@@ -148,6 +148,43 @@ def add_data_argument(p) -> None:
                                                  "(its dict.txt and spm.model encode the sentences)")
 
 
+def device_problem(spec: str) -> Optional[str]:
+    """One line saying why ``spec`` is no device this process can score on (``cpu``, ``cuda``, ``cuda:N``, ``mps``;
+    a CUDA or MPS device this torch build or machine does not have), None when it is fine."""
+    import torch  # lazy (heavy): the options module is imported by every command before it needs torch
+
+    try:
+        device = torch.device(spec)
+    except (RuntimeError, ValueError) as e:
+        return f"--device {spec!r}: not a device ({str(e).splitlines()[0]}); expected cpu, cuda, cuda:N or mps"
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return f"--device {spec}: no CUDA device here (torch {torch.__version__}); use --device cpu"
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            count = torch.cuda.device_count()
+            return f"--device {spec}: only {count} CUDA devices here (cuda:0 .. cuda:{count - 1})"
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        return f"--device {spec}: no MPS device here; use --device cpu"
+    elif device.type not in ("cpu", "cuda", "mps"):
+        return f"--device {spec}: not a device the commands score on; expected cpu, cuda, cuda:N or mps"
+    return None
+
+
+def _device(text: str) -> str:
+    problem = device_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem.split(": ", 1)[1])  # argparse names the option
+    return text
+
+
+def add_device_argument(p) -> None:
+    """``--device``: where every checkpoint is put (the one loader, :mod:`sipe_fairseq.checkpoints.specs`); checked by
+    :func:`device_problem` before any work (exit status 2)."""
+    p.add_argument("--device", default="cpu", metavar="DEVICE", type=_device,
+                   help="cpu (default), cuda, cuda:N or mps: where the models run (the structure search and the "
+                        "scores follow the model's device)")
+
+
 DICTIONARY_MISMATCH_HELP = ("load a checkpoint whose recorded data (dict.txt and spm.model sha256, tag dictionaries) "
                             "differs from --data's, or a --data whose spm.model is missing, with a warning (default: "
                             "refused, exit status 3)")

@@ -48,7 +48,7 @@ from typing import Iterable, Iterator, Optional, Sequence, TextIO, Tuple
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.allocator import keep_freed_memory
-from sipe_fairseq.cli.options import (SPLIT_ONLY, add_dictionary_mismatch_argument, add_structure_arguments,
+from sipe_fairseq.cli.options import (add_device_argument, SPLIT_ONLY, add_dictionary_mismatch_argument, add_structure_arguments,
                                       output_path_problem, structure_options)
 from sipe_fairseq.data.dictionary import data_directory_problem
 from sipe_fairseq.cli.output import atomic_open
@@ -75,6 +75,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=None, metavar="DIR",
                    help="its sipe-preprocess directory (default: the one saved in the checkpoint)")
     add_dictionary_mismatch_argument(p)
+    add_device_argument(p)
     add_structure_arguments(p, "self for a model with structure, untagged for one without (an exact source)",
                             refuse=REFUSED)
     p.add_argument("--level", choices=("token", "word"), default="token", help="rows per token (</s> included) or word")
@@ -341,7 +342,8 @@ def _run(args, source: LineInput, sources: Sequence[str]) -> int:
         logger.error(str(e))
         return 2
     try:
-        lm = load(args.path, args.data, parser=args.parser, allow_dictionary_mismatch=args.allow_dictionary_mismatch,
+        lm = load(args.path, args.data, device=args.device, parser=args.parser,
+                  allow_dictionary_mismatch=args.allow_dictionary_mismatch,
                   **vars(structure_options(args)))
         check_measures(parse_measures(args.measures, args.level), sources or [lm.default_source])
         score_input(args, lm, source, fmt, sources or [lm.default_source])

@@ -9,7 +9,7 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json
 from sipe_fairseq.checkpoints import CheckpointSpecs
-from sipe_fairseq.cli.options import add_data_argument, add_dictionary_mismatch_argument, int_at_least
+from sipe_fairseq.cli.options import add_data_argument, add_device_argument, add_dictionary_mismatch_argument, int_at_least
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import attention
 from sipe_fairseq.eval.attention import (DIRECTIONS, AttentionAnalysisError, analyse, attention_markdown,
@@ -27,6 +27,7 @@ DESCRIPTION = attention.__doc__
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_data_argument(p)
     add_dictionary_mismatch_argument(p)
+    add_device_argument(p)
     p.add_argument("--conllu", required=True, help="parsed corpus (CoNLL-U): words, heads and DEPREL labels")
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
                    help="checkpoint (repeatable, one column each; the first is the reference of the comparison)")
@@ -56,7 +57,8 @@ def _run(args: argparse.Namespace) -> int:
     sipe_fairseq.register()
     layers = parse_layers(args.layers)
     try:
-        checkpoints = CheckpointSpecs.parse(args.path, args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
+        checkpoints = CheckpointSpecs.parse(args.path, args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch,
+                                            device=args.device)
     except ValueError as e:
         raise AttentionAnalysisError(str(e)) from e
     try:

@@ -9,9 +9,9 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.checkpoints import CheckpointSpecs
-from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_dictionary_mismatch_argument, add_shard_arguments,
-                                      add_structure_arguments, int_at_least, shard_problem, structure_options, width_line,
-                                      width_of)
+from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_device_argument,
+                                      add_dictionary_mismatch_argument, add_shard_arguments, add_structure_arguments,
+                                      int_at_least, shard_problem, structure_options, width_line, width_of)
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import blimp
 from sipe_fairseq.eval.blimp import (USAGE_ERROR, BlimpPair, add_metadata, blimp_markdown, evaluate_blimp, log_excluded,
@@ -31,6 +31,7 @@ DESCRIPTION = blimp.__doc__
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_data_argument(p)
     add_dictionary_mismatch_argument(p)
+    add_device_argument(p)
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
                    help="checkpoint to score (repeatable): decoders (hexatag_lm, stock language_modeling) or "
                         "masked-LM encoders (hexatag_mlm, stock masked_lm: pseudo-log-likelihood)")
@@ -66,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     try:
         args.tag_sources = args.tags  # checked by argparse; None: each model's default
-        checkpoints = CheckpointSpecs.parse(args.path, args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
+        checkpoints = CheckpointSpecs.parse(args.path, args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch,
+                                            device=args.device)
         read = read_blimp(args.blimp)
         pairs = blimp.every_nth(read, args.every)
         args.sample = {"every": args.every, "read": len(read), "kept": len(pairs)}

@@ -5,8 +5,8 @@ import argparse
 import logging
 
 from sipe_fairseq.cli.output import write_json, write_text
-from sipe_fairseq.cli.options import (DICTIONARY_MISMATCH_HELP, add_structure_arguments, float_at_least, int_at_least,
-                                      structure_options)
+from sipe_fairseq.cli.options import (DICTIONARY_MISMATCH_HELP, add_device_argument, add_structure_arguments,
+                                      float_at_least, int_at_least, structure_options)
 from sipe_fairseq.eval.reports import report as report_engine
 from sipe_fairseq.eval.reports.report import ReportError, ReportInputs, build_report, table2_markdown
 from sipe_fairseq.eval.syntaxgym import EQUALITY_ATOL, EQUALITY_RTOL, SyntaxGymError
@@ -23,6 +23,7 @@ def add_input_arguments(p: argparse.ArgumentParser, blimp_inputs: bool = True) -
     g = p.add_argument_group("checkpoints to score")
     g.add_argument("--data", help="the sipe-preprocess data directory the checkpoints were trained on")
     g.add_argument("--allow-dictionary-mismatch", action="store_true", help=DICTIONARY_MISMATCH_HELP)
+    add_device_argument(g)
     g.add_argument("--path", action="append", default=[], metavar="[NAME=]CKPT",
                    help="checkpoint (repeatable, one row each): hexatag_lm, gilt_lm or stock language_modeling; "
                         "loaded once")
@@ -85,7 +86,7 @@ def report_inputs(args: argparse.Namespace, paths=None, baseline=None, rows=None
         suites=args.suites, tree_source=lambda: tree_source_from_args(args), tags=args.tags,
         structure=structure_options(args), context_window=args.context_window, max_tokens=args.max_tokens,
         batch_size=args.batch_size, eq_atol=args.eq_atol, eq_rtol=args.eq_rtol, threads=args.threads,
-        allow_dictionary_mismatch=args.allow_dictionary_mismatch,
+        allow_dictionary_mismatch=args.allow_dictionary_mismatch, device=args.device,
         syntaxgym_json=args.syntaxgym_json, ppl_json=args.ppl_json, baseline=baseline, rows=rows,
         **(dict(blimp=args.blimp, blimp_score=args.blimp_score, blimp_json=args.blimp_json,
                 blimp_average=args.blimp_average) if blimp_inputs else {}))

@@ -9,9 +9,10 @@ import torch
 import sipe_fairseq
 from sipe_fairseq.cli.output import write_json, write_text
 from sipe_fairseq.checkpoints import CheckpointSpecs
-from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_dictionary_mismatch_argument, add_shard_arguments,
-                                      add_structure_arguments, float_at_least, int_at_least, shard_problem,
-                                      structure_options, width_line, width_of)
+from sipe_fairseq.cli.options import (SPLIT_ONLY, add_data_argument, add_device_argument,
+                                      add_dictionary_mismatch_argument, add_shard_arguments, add_structure_arguments,
+                                      float_at_least, int_at_least, shard_problem, structure_options, width_line,
+                                      width_of)
 from sipe_fairseq.data.encode import SentenceEncoder
 from sipe_fairseq.eval import syntaxgym
 from sipe_fairseq.eval.syntaxgym import (EQUALITY_ATOL, EQUALITY_RTOL, SyntaxGymError, evaluate_suites, merge_reports,
@@ -34,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``sipe-eval syntaxgym`` options (tree options shared with the other subcommands)."""
     add_data_argument(p)
     add_dictionary_mismatch_argument(p)
+    add_device_argument(p)
     p.add_argument("--path", action="append", required=True, metavar="[NAME=]CKPT",
                    help="checkpoint to evaluate (repeatable, one report column each): hexatag_lm or stock language_modeling")
     p.add_argument("--suites", nargs="+", action="extend", required=True, metavar="FILE_OR_DIR",
@@ -55,9 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_shard_arguments(p)  # items: the suites' items, suite by suite in order
 
 
-def _checkpoints(specs: Iterable[str], data: Optional[str], allow_dictionary_mismatch: bool = False) -> CheckpointSpecs:
+def _checkpoints(specs: Iterable[str], data: Optional[str], allow_dictionary_mismatch: bool = False,
+                 device: str = "cpu") -> CheckpointSpecs:
     try:
-        return CheckpointSpecs.parse(specs, data, allow_dictionary_mismatch=allow_dictionary_mismatch)
+        return CheckpointSpecs.parse(specs, data, allow_dictionary_mismatch=allow_dictionary_mismatch, device=device)
     except (ValueError, FileNotFoundError) as e:
         raise SyntaxGymError(str(e)) from e
 
@@ -81,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
     sipe_fairseq.register()
     sources = args.tags  # checked by argparse; None: each model's default
     options = structure_options(args)
-    checkpoints = _checkpoints(args.path, args.data, args.allow_dictionary_mismatch)
+    checkpoints = _checkpoints(args.path, args.data, args.allow_dictionary_mismatch, args.device)
     suites, sentences = read_suites(args.suites)  # fails fast on bad formulae and references
     shard = None
     if args.num_shards is not None:  # this shard's items only; what they depend on, before any work

@@ -108,6 +108,7 @@ class ReportInputs:
     eq_rtol: float = EQUALITY_RTOL
     threads: Optional[int] = None
     allow_dictionary_mismatch: bool = False  # load checkpoints whose recorded data differs from data's, with a warning
+    device: str = "cpu"  # where the checkpoints are put (--device)
     blimp_json: Sequence[str] = ()
     syntaxgym_json: Sequence[str] = ()
     ppl_json: Sequence[str] = ()
@@ -543,7 +544,7 @@ def score_checkpoints(inputs: ReportInputs, checkpoints: Dict[str, str], collect
                                  any("syntaxgym" in t for t in todo.values()))
     scores = _Scores(OrderedDict(), {}, {}, [], OrderedDict())
     loader = CheckpointSpecs(checkpoints, inputs.data, context_window=inputs.context_window,
-                             allow_dictionary_mismatch=inputs.allow_dictionary_mismatch)
+                             allow_dictionary_mismatch=inputs.allow_dictionary_mismatch, device=inputs.device)
     for name, path in checkpoints.items():
         if not todo[name]:
             collected.info[name].update({"checkpoint": path, **checkpoint_layer_info(path)})
