@@ -32,6 +32,7 @@ COMMANDS = {
     "sipe-eval report": lambda data, ck: [BIN / "sipe-eval", "report", "--data", data, "--path", ck, "--no-ppl"],
     "sipe-surprisal": lambda data, ck: [BIN / "sipe-surprisal", "--path", ck, "--data", data, "x.txt"],
     "sipe-generate": lambda data, ck: [BIN / "sipe-generate", "--path", ck, "--data", data, "x.txt"],
+    "sipe-eval reading-times": lambda data, ck: [BIN / "sipe-eval", "reading-times", "--rt", "x", "--path", ck],
 }
 
 

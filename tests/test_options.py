@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 import sipe_fairseq
 from sipe_fairseq.cli import eval as sipe_eval
 from sipe_fairseq.cli import eval_lm, surprisal
+from sipe_fairseq.cli.eval_commands import reading_times
 from sipe_fairseq.cli.options import SPLIT_ONLY, structure_options
 from sipe_fairseq.structure.options import SUITE_WIDTH, StructureOptions, command_line_fields
 
@@ -40,6 +41,8 @@ COMMANDS = {
     "sipe-eval report": (lambda: _subparser("report"), [], {}),
     "sipe-eval sweep-plot": (lambda: _subparser("sweep-plot"), ["--report", "r.json", "--out", "o.png"], {}),
     "sipe-surprisal": (surprisal.get_parser, ["--path", "ck.pt"], surprisal.REFUSED),
+    "sipe-eval reading-times": (lambda: _subparser("reading-times"), ["--rt", "R", "--path", "ck.pt"],
+                                reading_times.REFUSED),
 }
 SUITES = ("sipe-eval blimp", "sipe-eval syntaxgym")
 # a value other than the default for every command-line field

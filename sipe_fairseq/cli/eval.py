@@ -29,7 +29,7 @@ from sipe_fairseq.structure.memory import MemoryBudgetError
 
 SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot,
                "attention": attention, "seeds": seeds, "scale": scale, "glue": glue, "tagger": tagger,
-               "merge": merge, "reading-times": reading_times}
+               "reading-times": reading_times, "merge": merge}
 LONG_RUNNING = {"blimp", "syntaxgym", "report", "attention"}  # these get progress bars and --no-progress
 
 
