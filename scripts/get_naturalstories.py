@@ -24,16 +24,13 @@ line; nothing is written); 2 usage (a destination inside this repository); 130 i
 """
 import argparse
 import hashlib
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # fetchlib
-from fetchlib import git_dir, inside_repository  # noqa: E402
+from fetchlib import digest, git_dir, inside_repository, install  # noqa: E402
 
 REPO = "languageMIT/naturalstories"
 COMMIT = "4700daad696e942f5aba23c957a7423d0de66612"  # 2025-05: the SPR times realigned by one position
@@ -157,40 +154,6 @@ def check(files: dict, origin: str, pinned: bool) -> dict:
     if pinned and counts != PUBLISHED:
         raise CorpusError(f"{origin}: {counts}; published at {COMMIT[:7]}: {PUBLISHED}: a truncated or altered copy")
     return counts
-
-
-def install(dest: Path, files: dict) -> None:
-    """``files`` into ``dest`` through a temporary folder next to it (get_suites.py's rule)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp"))
-    aside = None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # a folder as mkdir makes it, not mkdtemp's private one
-        for path, content in files.items():
-            (tmp / path).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / path).write_bytes(content)
-        if dest.exists() or dest.is_symlink():
-            aside = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".old")) / dest.name
-            os.replace(dest, aside)
-        os.replace(tmp, dest)
-    except BaseException:
-        if aside is not None and aside.exists() and not dest.exists():
-            os.replace(aside, dest)
-        shutil.rmtree(tmp, ignore_errors=True)
-        if aside is not None:
-            shutil.rmtree(aside.parent, ignore_errors=True)
-        raise
-    if aside is not None:
-        shutil.rmtree(aside.parent, ignore_errors=True)
-
-
-def digest(files: dict) -> str:
-    h = hashlib.sha256()
-    for path in sorted(files):
-        h.update(path.encode() + b"\0" + hashlib.sha256(files[path]).digest())
-    return h.hexdigest()
 
 
 def main(argv=None) -> int:

@@ -22,19 +22,15 @@ failed, or a collection is refused (a corrupt file, a truncated copy, not the pu
 the file; nothing is written); 2 usage; 130 interrupted.
 """
 import argparse
-import hashlib
 import io
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # fetchlib
-from fetchlib import git_dir, github_tarball, inside_repository  # noqa: E402
+from fetchlib import digest, git_dir, github_tarball, inside_repository, install  # noqa: E402
 
 # (repository, commit, folder inside it, file suffix, expected file count)
 COLLECTIONS = {
@@ -130,40 +126,6 @@ def _suite_items(content: bytes, where: str) -> int:
     return len(items)
 
 
-def install(dest: Path, name: str, files: dict) -> Path:
-    """``files`` into ``dest/name``: written into a temporary folder next to it, then renamed into place; an old
-    ``dest/name`` is moved aside first and removed once the new one is in place (put back if the rename fails).
-    An error or Ctrl-C removes the temporary folder: ``dest/name`` is the old copy or the new one, whole."""
-    dest.mkdir(parents=True, exist_ok=True)
-    out = dest / name
-    tmp = Path(tempfile.mkdtemp(dir=dest, prefix=f".{name}.", suffix=".tmp"))
-    aside = None
-    try:
-        for fname, content in files.items():
-            (tmp / fname).write_bytes(content)
-        if out.exists() or out.is_symlink():
-            aside = Path(tempfile.mkdtemp(dir=dest, prefix=f".{name}.", suffix=".old")) / name
-            os.replace(out, aside)
-        os.replace(tmp, out)
-    except BaseException:
-        if aside is not None and aside.exists() and not out.exists():
-            os.replace(aside, out)
-        shutil.rmtree(tmp, ignore_errors=True)
-        if aside is not None:
-            shutil.rmtree(aside.parent, ignore_errors=True)
-        raise
-    if aside is not None:
-        shutil.rmtree(aside.parent, ignore_errors=True)
-    return out
-
-
-def digest(files: dict) -> str:
-    h = hashlib.sha256()
-    for fname in sorted(files):
-        h.update(fname.encode() + b"\0" + hashlib.sha256(files[fname]).digest())
-    return h.hexdigest()
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dest", help="folder to write blimp/ and syntaxgym/ into (created; outside this repository)")
@@ -180,7 +142,7 @@ def main(argv=None) -> int:
         if status:
             return status  # nothing written
         for name, (files, items) in checked.items():
-            out = install(dest, name, files)
+            out = install(dest / name, files)
             print(f"{name}: {len(files)} files, {items} items, sha256 {digest(files)[:16]} -> {out}")
     except OSError as e:
         print(f"get_suites: {e.filename or dest}: {e.strerror or e}", file=sys.stderr)

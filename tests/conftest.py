@@ -78,6 +78,33 @@ def tiny_transformer_lm(dictionary):
     return SiPETransformerLanguageModel.build_model(args, task)
 
 
+def tiny_decoder_lm(family: str):
+    """A tiny decoder LM built in process, random weights (seed 0), eval mode: SiPE (``"sipe"``: TXL, position
+    injection, tag heads) or GiLT (``"gilt"``); d 32 x 2 layers, 4 heads, 60 symbols, 128 positions."""
+    import torch
+
+    from sipe_fairseq.models.gilt_lm import GiltConfig, GiltDecoder, GiltLanguageModel
+    from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel
+
+    d = small_dictionary(60)
+    common = dict(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=4,
+                  dropout=0.0, tokens_per_sample=128, max_target_positions=128)
+    torch.manual_seed(0)
+    if family == "gilt":
+        return GiltLanguageModel(GiltDecoder(GiltConfig(**common), d)).eval()
+    cfg = SiPEDecoderConfig(sipe_injection="position", sipe_tag_heads="on", **common)
+    return SiPETransformerXLModel(SiPEDecoder(cfg, d)).eval()
+
+
+@pytest.fixture
+def share_every_prefix(monkeypatch):
+    """Beams that branch on short sentences: the KV cache shares prefixes from the first position
+    (modules/kv_cache.py; plain copies below SHARE_FROM are tested in test_incremental.py). Used by a module's
+    ``pytestmark = pytest.mark.usefixtures("share_every_prefix")``."""
+    from sipe_fairseq.modules import kv_cache
+    monkeypatch.setattr(kv_cache, "SHARE_FROM", 0)
+
+
 def shared_path(*parts) -> Path:
     """A path under ../shared, or skip the test with a reason when it is absent."""
     path = SHARED.joinpath(*parts)

@@ -43,10 +43,7 @@ class _Model(torch.nn.Module):
         self.decoder = decoder
 
 
-@pytest.fixture(autouse=True)
-def share_every_prefix(monkeypatch):
-    from sipe_fairseq.modules import kv_cache
-    monkeypatch.setattr(kv_cache, "SHARE_FROM", 0)
+pytestmark = pytest.mark.usefixtures("share_every_prefix")  # conftest.py
 
 
 def sipe_model(injection="position"):

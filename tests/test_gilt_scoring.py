@@ -42,12 +42,7 @@ class _Model(torch.nn.Module):
         self.decoder = decoder
 
 
-@pytest.fixture(autouse=True)
-def share_every_prefix(monkeypatch):
-    """The beams here branch on short sentences: share the KV cache from the first position
-    (modules/kv_cache.py; plain copies below SHARE_FROM are tested in test_incremental.py)."""
-    from sipe_fairseq.modules import kv_cache
-    monkeypatch.setattr(kv_cache, "SHARE_FROM", 0)
+pytestmark = pytest.mark.usefixtures("share_every_prefix")  # conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import BIN, ENV, ROOT, small_dictionary, txl
+from conftest import BIN, ENV, ROOT, tiny_decoder_lm, txl
 from sipe_fairseq.structure import memory
 
 GIB, MIB = 2 ** 30, 2 ** 20
@@ -113,20 +113,6 @@ def test_sipe_pairs_is_the_most_a_prefix_allows():
 
 
 # ------------------------------------------------------------------ the estimate bounds the tensors held
-def _tiny(family):
-    from sipe_fairseq.models.gilt_lm import GiltConfig, GiltDecoder, GiltLanguageModel
-    from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel
-
-    d = small_dictionary(60)
-    common = dict(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=4,
-                  dropout=0.0, tokens_per_sample=128, max_target_positions=128)
-    torch.manual_seed(0)
-    if family == "gilt":
-        return GiltLanguageModel(GiltDecoder(GiltConfig(**common), d)).eval()
-    cfg = SiPEDecoderConfig(sipe_injection="position", sipe_tag_heads="on", **common)
-    return SiPETransformerXLModel(SiPEDecoder(cfg, d)).eval()
-
-
 def _sentences(count, seed=1):
     from sipe_fairseq.structure.sentences import Sentence
 
@@ -157,7 +143,7 @@ def test_estimate_bounds_the_kv_cache(monkeypatch, family, source):
     from sipe_fairseq.structure.family import StructureOptions, structure_of
     from sipe_fairseq.structure.scoring import plan, score_sentences
 
-    model, sentences = _tiny(family), _sentences(24)
+    model, sentences = tiny_decoder_lm(family), _sentences(24)
     size, fam = memory.model_size(model), structure_of(model)
     longest = sorted(sentences, key=lambda s: s.n)[-3:]
     options = StructureOptions(max_memory=memory.estimate_bytes(size, memory.parse_source(source), longest, fam), workers=1)

@@ -7,6 +7,7 @@ cores, the batches and the budget; a worker's exception reaches the caller as it
 import pytest
 import torch
 
+from conftest import tiny_decoder_lm
 from sipe_fairseq.hexatag import encode
 from sipe_fairseq.structure import workers as workers_module
 from sipe_fairseq.structure.arcs import gold_graph
@@ -16,21 +17,6 @@ from sipe_fairseq.structure.sentences import PAIR_INDEX, Sentence
 from test_context_hub import lms  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not workers_module.can_fork(), reason="workers need the fork start method")
-
-
-def _tiny(family):
-    from conftest import small_dictionary
-    from sipe_fairseq.models.gilt_lm import GiltConfig, GiltDecoder, GiltLanguageModel
-    from sipe_fairseq.models.sipe_lm import SiPEDecoder, SiPEDecoderConfig, SiPETransformerXLModel
-
-    d = small_dictionary(60)
-    common = dict(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=2, decoder_attention_heads=4,
-                  dropout=0.0, tokens_per_sample=128, max_target_positions=128)
-    torch.manual_seed(0)
-    if family == "gilt":
-        return GiltLanguageModel(GiltDecoder(GiltConfig(**common), d)).eval()
-    cfg = SiPEDecoderConfig(sipe_injection="position", sipe_tag_heads="on", **common)
-    return SiPETransformerXLModel(SiPEDecoder(cfg, d)).eval()
 
 
 def _sentences(count, family, seed=3):
@@ -63,7 +49,7 @@ def one_thread():
 @pytest.mark.parametrize("family", ["sipe", "gilt"])
 @pytest.mark.parametrize("source", ["given", "self", "mix:4"])
 def test_workers_give_the_numbers_of_one_process(family, source):
-    model, sentences = _tiny(family), _sentences(23, family)
+    model, sentences = tiny_decoder_lm(family), _sentences(23, family)
     budget = 2 ** 40  # no budget cut: the same batches in every run
     one = score_sentences(model, sentences, source, StructureOptions(max_memory=budget, workers=1), batch_sentences=4)
     for n in (2, 3):
@@ -82,7 +68,7 @@ def test_workers_give_the_numbers_of_one_process(family, source):
 def test_a_split_budget_changes_the_batches_not_the_numbers():
     """Batches that do not fit half of the budget are planned again within it, for two workers: other batches,
     every sentence once, shortest first; the numbers as equal as any two batchings (float32)."""
-    model, sentences = _tiny("sipe"), _sentences(16, "sipe")
+    model, sentences = tiny_decoder_lm("sipe"), _sentences(16, "sipe")
     from sipe_fairseq.structure import memory
 
     size, src = memory.model_size(model), memory.parse_source("mix:4")
@@ -101,14 +87,14 @@ def test_a_split_budget_changes_the_batches_not_the_numbers():
 
 def test_batches_that_fit_the_share_are_kept():
     """A budget whose share holds every planned batch: the one-process batches, dealt as they are."""
-    model, sentences = _tiny("sipe"), _sentences(16, "sipe")
+    model, sentences = tiny_decoder_lm("sipe"), _sentences(16, "sipe")
     options = StructureOptions(max_memory=2 ** 40, workers=2)
     assert plan_workers(model, sentences, "mix:4", options, 4) == (plan(model, sentences, "mix:4", options, 4), 2)
 
 
 def test_workers_drop_until_a_sentence_fits_its_share():
     """A budget that one sentence fits whole but not halved: one worker, not a refusal."""
-    model, sentences = _tiny("sipe"), _sentences(6, "sipe")
+    model, sentences = tiny_decoder_lm("sipe"), _sentences(6, "sipe")
     from sipe_fairseq.structure import memory
 
     size = memory.model_size(model)
@@ -141,7 +127,7 @@ def test_cgroup_cpu_quota(tmp_path):
 
 def test_a_workers_error_reaches_the_caller():
     """A non-finite score found in a worker's batch is refused naming the sentence, as in one process."""
-    model, sentences = _tiny("sipe"), _sentences(8, "sipe")
+    model, sentences = tiny_decoder_lm("sipe"), _sentences(8, "sipe")
     with torch.no_grad():
         model.decoder.embed_tokens.weight[int(sentences[5].tokens[0])] = float("inf")
     from sipe_fairseq.hexatag.errors import NonFiniteScoreError
