@@ -239,3 +239,17 @@ def toy_lm_task(tmp_path, seed: int = 3, n_valid: int = 12, **options):
                            "data_buffer_size": 10, "tpu": False, "use_plasma_view": False, "plasma_path": "/tmp/plasma",
                            **options})
     return HexatagLanguageModelingTask.setup_task(cfg)
+
+
+@pytest.fixture(autouse=True)
+def interrupts_left_alone(request):
+    """No test leaves SIGINT ignored in the test process: a command it starts would inherit the ignored signal
+    (Python keeps SIGINT ignored when it starts with it ignored), and Ctrl-C in the Python interface would stop working."""
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is signal.SIG_IGN and before is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, before)
+        pytest.fail(f"{request.node.nodeid} left SIGINT ignored in the test process")

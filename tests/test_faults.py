@@ -857,8 +857,11 @@ def test_ctrl_c_ends_in_one_line_and_writes_nothing(case, faults_env, tmp_path):
     fifo, out = tmp_path / "input.fifo", tmp_path / "out.txt"
     os.mkfifo(fifo)
     cmd = [sys.executable, *(a.format(fifo=fifo, out=out, ck=faults_env["ck"]) for a in argv)]
+    # a shell's foreground command gets SIGINT at its default even when the suite runs as a background job (which
+    # a non-interactive shell starts with SIGINT ignored, and Python keeps it ignored at start-up)
     proc = launcher.popen(cmd, cwd=tmp_path, merge_stderr=False) if forked else \
-        _subprocess.Popen(cmd, cwd=tmp_path, stdout=_subprocess.PIPE, stderr=_subprocess.PIPE, text=True)
+        _subprocess.Popen(cmd, cwd=tmp_path, stdout=_subprocess.PIPE, stderr=_subprocess.PIPE, text=True,
+                          preexec_fn=lambda: _signal.signal(_signal.SIGINT, _signal.SIG_DFL))
     fd = _open_writer(str(fifo), proc)
     try:
         os.write(fd, fed.encode())

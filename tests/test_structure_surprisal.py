@@ -18,14 +18,14 @@ import random
 import pytest
 import torch
 
-from test_context_scoring import (EOS, FWD, TOL, _gilt_block, gilt_model, random_sentence, run,  # noqa: F401
-                                  share_every_prefix, sipe_model)
+from test_context_scoring import EOS, FWD, TOL, _gilt_block, gilt_model, random_sentence, run, sipe_model
 from sipe_fairseq.data.gilt.arcs import per_word
 from sipe_fairseq.data.tag_dictionary import FIRST_TAG_ID, NOTAG_ID
 from sipe_fairseq.hexatag import NONTERMINALS, TERMINALS
 from sipe_fairseq.hexatag.constrained import PAIRS
 from sipe_fairseq.structure.hexatags import pair_logprobs
 
+pytestmark = pytest.mark.usefixtures("share_every_prefix")  # conftest.py
 LN2 = math.log(2)
 KEYS = ("structure_surprisal", "structure_entropy", "posterior_entropy", "lexical_surprisal")
 
