@@ -83,7 +83,7 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
                 scores = search(policy, batch, src, eos, keep_trace, observe=observer.on_search if observer else None)
         return scores, (observer.collect(idx) if observer is not None and workers > 1 else None)
 
-    for idx, (scores, observed) in run_batches(score_batch, planned, workers):
+    for idx, (scores, observed) in run_batches(score_batch, planned, workers, lambda b: sum(sentences[i].n for i in b)):
         if observed is not None:
             observer.merge(idx, observed)
         for i, s in zip(idx, scores):

@@ -3,8 +3,9 @@
 :func:`~.scoring.score_sentences` plans its batches (shortest sentences first, each within the memory budget)
 and scores them one after the other. With ``N > 1`` workers it forks ``N`` processes after the model is
 loaded (the model's weights are shared copy-on-write, so loading is paid once) and deals them the planned
-batches in order; each worker runs one torch thread and returns its batch's scores, which the parent
-collects in the planned order and puts back in input order. A batch's numbers do not depend on the process
+batches, the most positions first (so that the longest is not left to run alone at the end); each worker runs
+one torch thread and returns its batch's scores, which the parent collects back in the planned order and puts in
+input order. A batch's numbers do not depend on the process
 that scores it: every per-sentence total is the one-process total (tests/test_workers.py, to 1e-12).
 
 * **Count.** ``0`` (the default of the commands and of the Python interface) is :func:`available_cores`:
@@ -97,20 +98,26 @@ def _run(batch: List[int]) -> list:
     return _JOB(batch)
 
 
-def run_batches(job: Callable[[List[int]], list], batches: Sequence[List[int]], workers: int
-                ) -> Iterator[Tuple[List[int], list]]:
+def run_batches(job: Callable[[List[int]], list], batches: Sequence[List[int]], workers: int,
+                cost: Optional[Callable[[List[int]], float]] = None) -> Iterator[Tuple[List[int], list]]:
     """``(batch, job(batch))`` for every batch, in the order of ``batches``: in this process when ``workers`` is 1,
     else in ``workers`` forked processes (``job`` and what it reads are inherited by the fork, not pickled; its
-    result is pickled back)."""
+    result is pickled back). ``cost``: the batches are handed out most costly first (so that the longest is not
+    left to run alone at the end) and their results put back in order as they come."""
     global _JOB
     if workers <= 1 or len(batches) <= 1:
         for b in batches:
             yield b, job(b)
         return
+    order = sorted(range(len(batches)), key=lambda k: -cost(batches[k])) if cost else list(range(len(batches)))
     _JOB = job
     try:
         with multiprocessing.get_context("fork").Pool(workers, initializer=_start) as pool:
-            for b, result in zip(batches, pool.imap(_run, batches, chunksize=1)):
-                yield b, result
+            done, following = {}, 0
+            for k, result in zip(order, pool.imap(_run, [batches[k] for k in order], chunksize=1)):
+                done[k] = result
+                while following in done:
+                    yield batches[following], done.pop(following)
+                    following += 1
     finally:
         _JOB = None
