@@ -2,7 +2,7 @@
 run that loads the checkpoints, scores the pairs and writes the reports."""
 import argparse
 import logging
-from typing import List
+from typing import List, Optional
 
 import torch
 
@@ -117,13 +117,19 @@ def _run(args: argparse.Namespace, checkpoints: CheckpointSpecs, pairs: List[Bli
         logger.error("%s", e)
         return USAGE_ERROR
     _settings(args, add_metadata(report, prepared, args.score, checkpoints.paths(), args.data, args.blimp), options)
-    log_excluded(report, args.show_skipped)
-    table = blimp_markdown(report) + width_line(args.tag_sources, report["tag_width"])
+    return publish_report(report, args.tag_sources, args.show_skipped, args.markdown, args.json)
+
+
+def publish_report(report: dict, tags, show_skipped: int, markdown: Optional[str], json_path: Optional[str]) -> int:
+    """A finished report out (a run's, or ``sipe-eval merge``'s of its shards): the skipped pairs logged, the table
+    printed and written, the JSON written; the exit status (1 when a model scored no pair)."""
+    log_excluded(report, show_skipped)
+    table = blimp_markdown(report) + width_line(tags, report["tag_width"])
     print(table, end="")
-    if args.markdown:
-        write_text(args.markdown, table)
-    if args.json:
-        write_json(args.json, report, indent=2, ensure_ascii=False)
+    if markdown:
+        write_text(markdown, table)
+    if json_path:
+        write_json(json_path, report, indent=2, ensure_ascii=False)
     return nothing_scored(report)
 
 

@@ -16,13 +16,11 @@ import argparse
 import json
 import logging
 
+from sipe_fairseq.cli.eval_commands import blimp, syntaxgym
 from sipe_fairseq.cli.eval_lm import report_results
-from sipe_fairseq.cli.output import write_json, write_text
-from sipe_fairseq.cli.options import width_line
-from sipe_fairseq.eval.blimp import USAGE_ERROR, blimp_markdown, log_excluded, merge_shard_records, nothing_scored
+from sipe_fairseq.eval.blimp import USAGE_ERROR, merge_shard_records
 from sipe_fairseq.eval.prefix_scores import merge_split_records, records_from_json, split_source_rows
 from sipe_fairseq.eval.shards import ShardError, check_shards, in_order, sum_counts
-from sipe_fairseq.eval.syntaxgym import report_markdown
 from sipe_fairseq.eval.syntaxgym.shards import merge_shard_records as merge_syntaxgym
 
 logger = logging.getLogger(__name__)
@@ -70,30 +68,14 @@ def _blimp(shards, args) -> int:
     settings = dict(shards[0]["settings"])
     settings["tree_source"] = sum_counts([s["settings"]["tree_source"] for s in shards])
     report.update(settings)
-    log_excluded(report, 20)
     tags = report.get("tags") if isinstance(report.get("tags"), list) else None
-    table = blimp_markdown(report) + width_line(tags, report["tag_width"])
-    print(table, end="")
-    if args.markdown:
-        write_text(args.markdown, table)
-    write_json(args.json, report, indent=2, ensure_ascii=False)
-    return nothing_scored(report)
+    return blimp.publish_report(report, tags, 20, args.markdown, args.json)
 
 
 def _syntaxgym(shards, args) -> int:
     report = merge_syntaxgym([s["records"] for s in shards])
     tags = report.get("tags") if isinstance(report.get("tags"), list) else None
-    table = report_markdown(report) + width_line(tags, report["tag_width"])
-    print(table, end="")
-    if args.markdown:
-        write_text(args.markdown, table)
-    write_json(args.json, report, indent=1, ensure_ascii=False)
-    empty = [n for n, row in report["overall"].items() if row.get("accuracy") is None]
-    if empty:
-        logger.error("no suite scored by %s (%d suites; the unscored items are listed in --json): no accuracy",
-                     ", ".join(empty), len(report["suites"]))
-        return 1
-    return 0
+    return syntaxgym.publish_report(report, tags, args.markdown, args.json)
 
 
 def _eval_lm(shards, args) -> int:

@@ -133,7 +133,6 @@ class _Scorer:
     def __init__(self, lm, context: str):
         params = inspect.signature(lm.score).parameters
         self.lm = lm
-        self.source_kw = "source" if "source" in params else "tags"
         self.can_context = context == "auto" and "context" in params
         self.kind = ""  # the kind of number of the last result (exact, conditional, bound)
         self.corrected = False  # the interface's word_surprisal has the beginning-of-word correction (word_surprisal_sum)
@@ -150,7 +149,7 @@ class _Scorer:
         return (list(sentence.words), list(sentence.heads)) if given else list(sentence.words)
 
     def _call(self, items, source, contexts) -> List[ScoredSentence]:
-        kw = {self.source_kw: source}
+        kw = {"tags": source}
         if contexts is not None:
             kw["context"] = contexts
         results = self.lm.score(items, **kw)

@@ -116,12 +116,18 @@ def _run(args: argparse.Namespace) -> int:
         report["prefix_tag_differences"] = prefix_tag_differences(suites, sentences)
     if shard is not None:
         return _write_shard(args, report, shard)
+    return publish_report(report, sources, args.markdown, args.json)
+
+
+def publish_report(report: dict, sources, markdown: Optional[str], json_path: Optional[str]) -> int:
+    """A finished report out (a run's, or ``sipe-eval merge``'s of its shards): the table printed and written, the
+    JSON written; the exit status (1 when a model scored no suite)."""
     table = report_markdown(report) + width_line(sources, report["tag_width"])
     print(table, end="")
-    if args.markdown:
-        write_text(args.markdown, table)
-    if args.json:
-        write_json(args.json, report, indent=1, ensure_ascii=False)
+    if markdown:
+        write_text(markdown, table)
+    if json_path:
+        write_json(json_path, report, indent=1, ensure_ascii=False)
     empty = [n for n, row in report["overall"].items() if row.get("accuracy") is None]
     if empty:  # every suite unscored (e.g. all sentences longer than the model's positions)
         logger.error("no suite scored by %s (%d suites; the unscored items are listed in --json): no accuracy",
