@@ -361,6 +361,19 @@ def _ir_file(name: str, data: bytes):
     return setup
 
 
+_IR_RT = ("-m", "sipe_fairseq.cli.eval", "reading-times", "--path", "{ck}", "--rt")
+
+
+def _ir_corpus(name: str, last_row: bytes):
+    """A row's set-up: a Natural Stories folder ``{tmp}/name`` whose word table's third line is ``last_row`` (the
+    parses are not reached: the word table is read first)."""
+    def setup(env):
+        root = _IrPath(env["tmp"]) / name / "naturalstories_RTS"
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "processed_wordinfo.tsv").write_bytes(b"word\tzone\titem\tmeanItemRT\nthe\t1\t1\t310\n" + last_row)
+    return setup
+
+
 INPUT_FAULTS = [
     # sipe-surprisal: text
     Fault("surprisal-not-utf8-last-line", (*_IR_SURPRISAL, "{tmp}/ir-latin1.txt", "--output", "{tmp}/ir-s1.tsv"), 2,
@@ -401,6 +414,23 @@ INPUT_FAULTS = [
           setup=_ir_file("ir-latin1.txt", _IR_LATIN1)),
     Fault("tag-empty-input", (*_IR_TAG, "-", "-o", "{tmp}/ir-t2.conllu"), 2, "<stdin>: empty input: no line to tag",
           stdin="", not_written=("{tmp}/ir-t2.conllu",)),
+    # sipe-eval reading-times: the corpus is read (by the one line reader) before any checkpoint is looked at
+    Fault("reading-times-no-corpus", (*_IR_RT, "{tmp}/ir-ns-missing", "--json", "{tmp}/ir-rt1.json"), 2,
+          "{tmp}/ir-ns-missing: no such directory",
+          not_written=("{tmp}/ir-rt1.json",)),
+    Fault("reading-times-not-utf8", (*_IR_RT, "{tmp}/ir-ns-latin1", "--json", "{tmp}/ir-rt2.json"), 2,
+          "{tmp}/ir-ns-latin1/naturalstories_RTS/processed_wordinfo.tsv:3: not UTF-8 (byte 0xe9 at column 1)",
+          not_written=("{tmp}/ir-rt2.json",), setup=_ir_corpus("ir-ns-latin1", b"\xe9te\t2\t1\t300\n")),
+    Fault("reading-times-short-row", (*_IR_RT, "{tmp}/ir-ns-short", "--json", "{tmp}/ir-rt3.json"), 2,
+          "{tmp}/ir-ns-short/naturalstories_RTS/processed_wordinfo.tsv:3: 3 fields, expected 4",
+          not_written=("{tmp}/ir-rt3.json",), setup=_ir_corpus("ir-ns-short", b"dog\t2\t1\n")),
+    Fault("reading-times-line-separator-inside", (*_IR_RT, "{tmp}/ir-ns-u2028", "--json", "{tmp}/ir-rt4.json"), 2,
+          "{tmp}/ir-ns-u2028/parses/ud/stories-aligned.conllx: no such file",  # the row was read whole: one line
+          not_written=("{tmp}/ir-rt4.json",), setup=_ir_corpus("ir-ns-u2028", "do\u2028g\t2\t1\t300\n".encode())),
+    # sipe-eval merge: what is not a shard file
+    Fault("merge-not-a-shard", ("-m", "sipe_fairseq.cli.eval", "merge", "{tmp}/ir-notshard.json", "--json",
+                                "{tmp}/ir-merged.json"), 2, "{tmp}/ir-notshard.json",
+          not_written=("{tmp}/ir-merged.json",), setup=_ir_file("ir-notshard.json", b'{"m": {"ppl": 3.0}}')),
 ]
 
 

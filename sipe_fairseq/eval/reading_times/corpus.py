@@ -16,11 +16,13 @@ for ``given``). A missing file, a malformed line, a zone the parses do not hold 
 has no reading time is :class:`ReadingTimesError`: one line naming the file and line (``sipe-eval
 reading-times``: exit status 2).
 """
-import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Tuple
+
+from ...hexatag.errors import InputError
+from ...hexatag.lines import iter_lines
 
 WORDINFO = "naturalstories_RTS/processed_wordinfo.tsv"
 PARSES = "parses/ud/stories-aligned.conllx"
@@ -73,35 +75,46 @@ def _fail(path, lineno, message):
     raise ReadingTimesError(f"{path}:{lineno}: {message}" if lineno else f"{path}: {message}")
 
 
+def _lines(path: Path):
+    """``(number, text)`` of every line, by the commands' one line reader (:func:`~sipe_fairseq.hexatag.lines.iter_lines`:
+    lines end at ``\n`` only; a line that is not UTF-8 is named ``FILE:LINE``)."""
+    try:
+        yield from iter_lines(str(path))
+    except InputError as e:
+        raise ReadingTimesError(str(e)) from None
+    except OSError as e:
+        _fail(path, 0, f"cannot read it ({e.strerror or e})")
+
+
 def read_wordinfo(path: Path) -> Dict[Tuple[int, int], Zone]:
     """The zones of ``processed_wordinfo.tsv`` by ``(item, zone)``."""
     if not path.is_file():
         _fail(path, 0, f"no such file (a Natural Stories folder holds {WORDINFO}: scripts/get_naturalstories.py)")
-    zones = {}
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-            header = next(rows, None)
-            missing = [c for c in WORDINFO_COLUMNS if header is None or c not in header]
+    zones, header = {}, None
+    for lineno, line in _lines(path):
+        row = line.split("\t")
+        if header is None:
+            header = row
+            missing = [c for c in WORDINFO_COLUMNS if c not in header]
             if missing:
                 _fail(path, 1, f"not a processed_wordinfo.tsv header: no column {', '.join(missing)}")
             col = {c: header.index(c) for c in WORDINFO_COLUMNS}
-            for lineno, row in enumerate(rows, 2):
-                if not row or row == [""]:
-                    continue
-                if len(row) != len(header):
-                    _fail(path, lineno, f"{len(row)} fields, expected {len(header)}")
-                try:
-                    item, zone, rt = int(row[col["item"]]), int(row[col["zone"]]), float(row[col["meanItemRT"]])
-                except ValueError:
-                    _fail(path, lineno, "item and zone must be whole numbers and meanItemRT a number")
-                if not math.isfinite(rt) or not row[col["word"]].strip():
-                    _fail(path, lineno, "an empty word or a reading time that is not finite")
-                if (item, zone) in zones:
-                    _fail(path, lineno, f"story {item} zone {zone} a second time")
-                zones[item, zone] = Zone(item, zone, row[col["word"]], rt)
-    except UnicodeDecodeError as e:
-        _fail(path, 0, f"not UTF-8 text ({e.reason} at byte {e.start})")
+            continue
+        if row == [""]:
+            continue
+        if len(row) != len(header):
+            _fail(path, lineno, f"{len(row)} fields, expected {len(header)}")
+        try:
+            item, zone, rt = int(row[col["item"]]), int(row[col["zone"]]), float(row[col["meanItemRT"]])
+        except ValueError:
+            _fail(path, lineno, "item and zone must be whole numbers and meanItemRT a number")
+        if not math.isfinite(rt) or not row[col["word"]].strip():
+            _fail(path, lineno, "an empty word or a reading time that is not finite")
+        if (item, zone) in zones:
+            _fail(path, lineno, f"story {item} zone {zone} a second time")
+        zones[item, zone] = Zone(item, zone, row[col["word"]], rt)
+    if header is None:
+        _fail(path, 1, f"not a processed_wordinfo.tsv header: no column {', '.join(WORDINFO_COLUMNS)}")
     if not zones:
         _fail(path, 0, "no reading times")
     return zones
@@ -121,11 +134,8 @@ def read_parses(path: Path) -> List[Sentence]:
     if not path.is_file():
         _fail(path, 0, f"no such file (a Natural Stories folder holds {PARSES}: scripts/get_naturalstories.py)")
     sentences, cur, first = [], [], 0
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        _fail(path, 0, f"not UTF-8 text ({e.reason} at byte {e.start})")
-    for lineno, line in enumerate(lines + [""], 1):
+    numbered = list(_lines(path))
+    for lineno, line in numbered + [(len(numbered) + 1, "")]:
         if line.startswith("#"):
             continue
         if not line.strip():
