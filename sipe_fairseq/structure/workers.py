@@ -98,6 +98,14 @@ def _run(batch: List[int]) -> list:
     return _JOB(batch)
 
 
+def dealing_order(batches: Sequence[List[int]], cost: Optional[Callable[[List[int]], float]] = None) -> List[int]:
+    """The order the workers are handed ``batches`` in (indices): the most costly first, ties in planned order;
+    the planned order without a ``cost``."""
+    if cost is None:
+        return list(range(len(batches)))
+    return sorted(range(len(batches)), key=lambda k: -cost(batches[k]))
+
+
 def run_batches(job: Callable[[List[int]], list], batches: Sequence[List[int]], workers: int,
                 cost: Optional[Callable[[List[int]], float]] = None) -> Iterator[Tuple[List[int], list]]:
     """``(batch, job(batch))`` for every batch, in the order of ``batches``: in this process when ``workers`` is 1,
@@ -109,7 +117,7 @@ def run_batches(job: Callable[[List[int]], list], batches: Sequence[List[int]], 
         for b in batches:
             yield b, job(b)
         return
-    order = sorted(range(len(batches)), key=lambda k: -cost(batches[k])) if cost else list(range(len(batches)))
+    order = dealing_order(batches, cost)
     _JOB = job
     try:
         with multiprocessing.get_context("fork").Pool(workers, initializer=_start) as pool:
