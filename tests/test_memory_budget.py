@@ -164,6 +164,39 @@ def test_estimate_bounds_the_kv_cache(monkeypatch, family, source):
         assert 0 < max(held) <= estimate <= options.max_memory, (max(held), estimate)
 
 
+@pytest.mark.parametrize("family,source", [("sipe", "self"), ("gilt", "self"), ("sipe", "mix:4")])
+def test_estimate_bounds_the_kv_cache_of_shared_contexts(monkeypatch, family, source):
+    """Texts after one long context (60 tokens, past the 48 positions where the cache shares prefixes): the search
+    runs the context once and copies its rows to each text (search.shared_forks), a reorder that repeats rows;
+    after every decoder step the KV cache's storages are within the estimate planned for sharing."""
+    from sipe_fairseq.structure import search as search_module
+    from sipe_fairseq.structure.family import StructureOptions, structure_of
+    from sipe_fairseq.structure.scoring import plan, score_sentences
+    from sipe_fairseq.structure.sentences import with_context
+
+    model = tiny_decoder_lm(family)
+    context = [s for s in _sentences(12, seed=3) if s.n < 30]
+    while sum(s.n for s in context) > 60:
+        context.pop()
+    texts = [with_context(t, context) for t in _sentences(10, seed=4) if t.n < 30]
+    size, fam = memory.model_size(model), structure_of(model)
+    options = StructureOptions(workers=1)
+    held, advance = [], search_module._Search.advance
+
+    def recording(self, t):
+        advance(self, t)
+        held.append(_cache_bytes(self.policy.state))
+
+    monkeypatch.setattr(search_module._Search, "advance", recording)
+    for b in plan(model, texts, source, options):
+        held.clear()
+        batch = [texts[i] for i in b]
+        scores = score_sentences(model, batch, source, options)
+        assert sum(1 for s in scores if s.extra.get("shared_positions")) == len(batch) - 1  # one run of the context
+        estimate = memory.estimate_bytes(size, memory.parse_source(source), batch, fam, shared=True)
+        assert 0 < max(held) <= estimate, (max(held), estimate)
+
+
 # ------------------------------------------------------------------ a real RLIMIT_AS
 _PEAK = textwrap.dedent("""
     import atexit, sys

@@ -216,8 +216,12 @@ class BatchEstimate:
 
     the peak is the largest sum, plus :data:`ALLOCATOR_SLACK` of it."""
 
-    def __init__(self, size: ModelSize, source: Source, family: str, top_pairs: int = 0, count_beam: int = DEFAULT_COUNT_BEAM):
+    def __init__(self, size: ModelSize, source: Source, family: str, top_pairs: int = 0, count_beam: int = DEFAULT_COUNT_BEAM,
+                 shared: bool = False):
         self.size, self.source, self.family = size, source, family
+        # the search shares the rows of sentences that begin alike (search.shared_forks): its first copy of a
+        # leader's rows is a reorder that repeats rows, after which the cache shares prefixes, as a beam's does
+        self.sharing = (source.branches or shared) and family != "none"
         self.top_pairs, self.count_beam = top_pairs, count_beam
         self.rows: List[int] = []
         self.prefixes: List[int] = []
@@ -237,8 +241,7 @@ class BatchEstimate:
             word.append(w if begins else 0)
             expanding.append(self._rows(w - 1) if begins else 0)
             rows.append(self._rows(max(w, 1)))
-        branching = self.source.branches and self.family != "none"
-        prefixes = [min(int(getattr(self.source, "k", 1)), r) if branching else 0 for r in rows]
+        prefixes = [min(int(getattr(self.source, "k", 1)), r) if self.sharing else 0 for r in rows]
         return SentenceLoad(rows, prefixes, expanding, word, len(starts))
 
     def sentence_rows(self, n: int, starts: Sequence[int]) -> List[int]:
@@ -281,7 +284,7 @@ class BatchEstimate:
         :data:`SHARED_ROW_GROWTH` x the most rows alive since, and the prefixes' buffers come besides: those made
         when it starts sharing (one per row alive then, at most) and the kept hypotheses'."""
         per = self.size.layers * 2 * self.size.dim * self.size.value_bytes  # one row-position, every layer
-        shares = self.source.branches and self.family != "none"
+        shares = self.sharing
         out, held, sharing = [], 0, 0
         for t, r in enumerate(rows):
             made = r * per * (TIGHT_ROOM * (t + 1) if tight[t] else cache_positions(t))
@@ -321,9 +324,10 @@ def _summed(a: Sequence[int], b: Sequence[int], width: int) -> List[int]:
 
 
 def estimate_bytes(size: ModelSize, source: Source, sentences: Sequence, family: str, top_pairs: int = 0,
-                   count_beam: int = DEFAULT_COUNT_BEAM) -> int:
-    """Peak bytes of one batch of sentences (``n`` tokens with ``</s>``, word ``starts``: :class:`.sentences.Sentence`)."""
-    batch = BatchEstimate(size, source, family, top_pairs, count_beam)
+                   count_beam: int = DEFAULT_COUNT_BEAM, shared: bool = False) -> int:
+    """Peak bytes of one batch of sentences (``n`` tokens with ``</s>``, word ``starts``: :class:`.sentences.Sentence`);
+    ``shared``: the search shares the rows of sentences that begin alike (:class:`BatchEstimate`)."""
+    batch = BatchEstimate(size, source, family, top_pairs, count_beam, shared)
     for s in sentences:
         batch.add(batch.sentence(s.n, s.starts))
     return batch.peak()
@@ -447,19 +451,19 @@ def human(n: float) -> str:
 
 
 def plan_batches(order: Sequence[int], sentences: Sequence, source: str, size: ModelSize, family: str,
-                 budget: Optional[int], max_sentences: int, top_pairs: int = 0, count_beam: int = DEFAULT_COUNT_BEAM
-                 ) -> Iterator[List[int]]:
+                 budget: Optional[int], max_sentences: int, top_pairs: int = 0, count_beam: int = DEFAULT_COUNT_BEAM,
+                 shared: bool = False) -> Iterator[List[int]]:
     """Consecutive index lists of ``order`` (shortest first), at most ``max_sentences`` each, whose
     estimated peak fits ``budget`` (None: no bound). Every batch is planned before the first is yielded:
     :class:`MemoryBudgetError` when a sentence alone does not fit, before anything is scored."""
     src = parse_source(source)
     batches, current = [], []
-    batch = BatchEstimate(size, src, family, top_pairs, count_beam)
+    batch = BatchEstimate(size, src, family, top_pairs, count_beam, shared)
     for i in order:
         load = batch.sentence(sentences[i].n, sentences[i].starts)
         if current and (len(current) >= max_sentences or (budget is not None and batch.peak(load) > budget)):
             batches.append(current)
-            current, batch = [], BatchEstimate(size, src, family, top_pairs, count_beam)
+            current, batch = [], BatchEstimate(size, src, family, top_pairs, count_beam, shared)
         if not current and budget is not None and batch.peak(load) > budget:
             s = sentences[i]
             raise MemoryBudgetError(

@@ -101,6 +101,11 @@ class StructureOptions:
                                          "one torch thread each, the memory budget split between them: "
                                          "sipe_fairseq/structure/workers.py); the numbers are those of one process. "
                                          "0: the cores available to this process")
+    share_prefixes: bool = structure_option(True, flag="--tags-no-shared-prefixes", negate=True,
+                                            help="self, beam:K and mix:K: run every input of each sentence, even where it "
+                                                 "begins as another sentence of its batch (a shared context, the two "
+                                                 "sentences of a minimal pair) and could take that sentence's hypotheses "
+                                                 "and KV cache instead (sipe_fairseq/structure/search.py shared_forks)")
     use_cache: bool = structure_option(True, help="SiPE: False runs the full prefix at every position (tests)")
 
     def __post_init__(self):

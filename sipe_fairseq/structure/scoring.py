@@ -61,11 +61,12 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
     refusal = src.applies_to(kind)
     if refusal:
         raise ValueError(refusal)
-    order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
-    planned, workers = plan_workers(model, sentences, src, options, batch_sentences, order)
     policy = None if kind == "none" else policy_for(model, options, needs_heads=src.chooses)
-    out: List[Optional[SentenceScore]] = [None] * len(sentences)
     full = policy is None or (src.full_forward and hasattr(policy, "forced_full") and not force_incremental)
+    share = sharing(options, src, full)
+    order = batch_order(sentences, share)
+    planned, workers = plan_workers(model, sentences, src, options, batch_sentences, order)
+    out: List[Optional[SentenceScore]] = [None] * len(sentences)
     if full:
         planned = list(_full_batches(order, sentences))
         workers = worker_count(options.workers, len(planned))
@@ -80,7 +81,8 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
             elif full:
                 scores = _given_full(policy, batch, src, eos, pad, observer)
             else:
-                scores = search(policy, batch, src, eos, keep_trace, observe=observer.on_search if observer else None)
+                scores = search(policy, batch, src, eos, keep_trace, observe=observer.on_search if observer else None,
+                                share=share)
         return scores, (observer.collect(idx) if observer is not None and workers > 1 else None)
 
     for idx, (scores, observed) in run_batches(score_batch, planned, workers, lambda b: sum(sentences[i].n for i in b)):
@@ -92,6 +94,21 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
         if progress is not None:
             progress(len(idx))
     return out
+
+
+def sharing(options: StructureOptions, source, full: bool = False) -> bool:
+    """Whether a search shares the rows of sentences that begin alike (:func:`~.search.shared_forks`): under a
+    source that chooses the structure from the prefix, run through the search, unless ``--tags-no-shared-prefixes``."""
+    return bool(options.share_prefixes) and not full and parse_source(source).chooses
+
+
+def batch_order(sentences: Sequence[Sentence], share: bool) -> List[int]:
+    """The order the sentences are cut into batches in: shortest first; when the search shares prefixes, by
+    their tokens (sentences that begin alike are neighbours, so in one batch: a context and its texts, the two
+    sentences of a minimal pair)."""
+    if share:
+        return sorted(range(len(sentences)), key=lambda i: sentences[i].tokens.tolist())
+    return sorted(range(len(sentences)), key=lambda i: sentences[i].n)
 
 
 def check_finite(score: SentenceScore, index: int, source) -> None:
@@ -139,7 +156,7 @@ def plan(model, sentences: Sequence[Sentence], source, options: Optional[Structu
     if budget is not None:
         budget //= max(1, workers)
     return list(plan_batches(order, sentences, src, model_size(model), structure_of(model),
-                             budget, batch_sentences, options.top_pairs, options.count_beam))
+                             budget, batch_sentences, options.top_pairs, options.count_beam, sharing(options, src)))
 
 
 def plan_workers(model, sentences: Sequence[Sentence], source, options: StructureOptions, batch_sentences: int = 256,
@@ -158,7 +175,8 @@ def plan_workers(model, sentences: Sequence[Sentence], source, options: Structur
     size, family = model_size(model), structure_of(model)
 
     def peak(batch):
-        return estimate_bytes(size, src, [sentences[i] for i in batch], family, options.top_pairs, options.count_beam)
+        return estimate_bytes(size, src, [sentences[i] for i in batch], family, options.top_pairs, options.count_beam,
+                              sharing(options, src))
 
     largest = max(peak(b) for b in single)
     while n > 1:

@@ -63,12 +63,15 @@ def _prefix_logp(per_token: Sequence[float], types: Sequence[str]) -> List[float
 
 @torch.no_grad()
 def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, eos: int,
-           keep_trace: bool = False, observe=None) -> List[SentenceScore]:
+           keep_trace: bool = False, observe=None, share: bool = False) -> List[SentenceScore]:
     """Score ``batch`` under ``source`` (module docstring); one :class:`SentenceScore` per sentence.
-    ``observe``: the toolkit's hook (:mod:`sipe_fairseq.hub.distributions`), see :attr:`_Search.observe`."""
+    ``observe``: the toolkit's hook (:mod:`sipe_fairseq.hub.distributions`), see :attr:`_Search.observe`.
+    ``share``: sentences that begin alike share their rows until they differ (:func:`shared_forks`; sources
+    that choose the structure from the prefix only)."""
     # longest first: the sentences that finish are the last rows, which a reorder drops without a copy
     desc = sorted(range(len(batch)), key=lambda i: -batch[i].n)
-    searcher = _Search(policy, [batch[i] for i in desc], source, eos, keep_trace)
+    searcher = _Search(policy, [batch[i] for i in desc], source, eos, keep_trace,
+                       share=share and source.chooses, observed=observe is not None)
     searcher.observe = observe
     out = searcher.run()
     back: List[Optional[SentenceScore]] = [None] * len(batch)
@@ -87,7 +90,8 @@ class _Search:
     # .distribution_sink`), before the rows' scores take target ``t``; nothing the search computes changes
     observe = None
 
-    def __init__(self, policy: StructurePolicy, batch: Sequence[Sentence], source: Source, eos: int, keep_trace: bool):
+    def __init__(self, policy: StructurePolicy, batch: Sequence[Sentence], source: Source, eos: int, keep_trace: bool,
+                 share: bool = False, observed: bool = False):
         self.policy, self.batch, self.source, self.keep_trace = policy, batch, source, keep_trace
         self.mode, self.k = source.mode, source.k
         self.branch = source.branches
@@ -132,9 +136,17 @@ class _Search:
         self.end_step = torch.zeros(S, dtype=torch.float64)
         self.traces: List[list] = [[] for _ in range(S)]
         self.results: List[Optional[SentenceScore]] = [None] * S
+        # shared prefixes: a sentence's rows are its leader's, copied at input ``fork`` (0: its own from the start)
+        self.fork, self.leader = shared_forks(self.inp, self.word_at, self.next_word, self.n,
+                                              [s.counted_from if observed else None for s in batch]) if share else (
+            torch.zeros(S, dtype=torch.long), torch.full((S,), -1, dtype=torch.long))
+        self.shared = torch.zeros(S, dtype=torch.long)  # positions a sentence took from its leader
+        if bool((self.fork > 0).any()):
+            self.reorder((self.fork == 0).nonzero().squeeze(1))  # the followers have no rows yet
 
     def run(self) -> List[SentenceScore]:
         for t in range(self.T):
+            self.spawn(t)
             self.boundaries(t)
             self.start_words(t)
             self.advance(t)
@@ -176,6 +188,33 @@ class _Search:
         return keep
 
     # ---------------------------------------------------------------- one input position
+    def spawn(self, t: int) -> None:
+        """The sentences whose rows start at input ``t`` (:func:`shared_forks`) take copies of their leaders' rows
+        (the same hypotheses, scores and KV cache: every input before ``t`` and every target before ``t - 1``
+        alike) and of their leaders' per-sentence numbers so far."""
+        if not t:
+            return
+        new = (self.fork == t).nonzero().squeeze(1).tolist()
+        if not new:
+            return
+        src, sent = [torch.arange(len(self.row_sent))], [self.row_sent]
+        for i in new:
+            j = int(self.leader[i])
+            rows = (self.row_sent == j).nonzero().squeeze(1)
+            src.append(rows)
+            sent.append(torch.full((len(rows),), i, dtype=torch.long))
+            for per in (self.z_last, self.running, self.mixed, self.positions, self.live, self.struct_step,
+                        self.struct_entropy, self.posterior_entropy):
+                per[i] = per[j]
+            self.traces[i] = list(self.traces[j])
+            self.shared[i] = self.positions[j]
+        src_, sent_ = torch.cat(src), torch.cat(sent)
+        perm = torch.sort(sent_, stable=True).indices  # rows stay grouped by sentence
+        order = src_[perm]
+        self.score, self.lm, self.cost = self.score[order], self.lm[order], self.cost[order]
+        self.row_sent = sent_[perm]
+        self.policy.reorder(order.to(self.policy.device))
+
     def boundaries(self, t: int) -> None:
         """Input ``t`` is a context's inner ``</s>`` in some sentences: their rows start a new structure."""
         at = self.next_word[self.row_sent, t]
@@ -290,10 +329,47 @@ class _Search:
             words = len(self.batch[s_].starts)
             result.extra.update(positions=int(self.positions[s_]),
                                 live_hypotheses=int(self.live[s_]) if self.branch else words)
+            if self.shared[s_]:
+                result.extra["shared_positions"] = int(self.shared[s_])
             self.results[s_] = result
         keep = (~ending[self.row_sent]).nonzero().squeeze(1)
         if len(keep) < len(self.row_sent):
             self.reorder(keep)
+
+
+MIN_SHARED = 2  # a sentence shares its leader's rows when they begin with at least this many identical inputs
+
+
+def shared_forks(inp: torch.Tensor, word_at: torch.Tensor, next_word: torch.Tensor, n: torch.Tensor,
+                 caps: Sequence[Optional[int]]):
+    """``(fork, leader)`` (S,) long: sentence ``i`` of a batch (in the search's order) begins with the same inputs,
+    word starts and sentence ends as an earlier one, ``leader[i]``, up to input ``fork[i]``; it then takes copies
+    of its leader's rows before input ``fork[i]`` (:meth:`_Search.spawn`) instead of running those inputs again
+    (0, -1: its own rows from the start). Under a source that chooses the structure from the prefix, every
+    number made before input ``f`` (the rows' hypotheses and scores, every target up to ``f - 1``, the running
+    bound and the mixture) reads only inputs ``0 .. f`` and word starts ``0 .. f``: two sentences alike there
+    have the same rows. The leader is the earlier sentence alike for the most inputs (ties: the first), and
+    one whose own rows exist by then (else its leader, alike at least as far). ``caps``: per sentence the
+    latest fork allowed (None: no limit; the toolkit's observer reads every counted target from the sentence's
+    own rows). A context before several texts (:func:`~.sentences.with_context`) is run once per batch; so is
+    the prefix two sentences of a minimal pair share."""
+    S, T = inp.shape
+    fork = torch.zeros(S, dtype=torch.long)
+    leader = torch.full((S,), -1, dtype=torch.long)
+    key = torch.stack([inp, word_at[:, :T], next_word[:, :T]], -1)  # (S, T, 3)
+    for i in range(1, S):
+        alike = (key[:i] == key[i]).all(-1).long().cumprod(1).sum(1)  # inputs alike from the start
+        f = torch.minimum(alike, torch.minimum(n[:i], n[i])) - 1  # every input 0 .. f alike, both live through f - 1
+        if caps[i] is not None:
+            f = f.clamp(max=caps[i])
+        best = int(f.max())
+        if best < MIN_SHARED:
+            continue
+        j = int(f.argmax())
+        while int(fork[j]) >= best:  # j's rows start at or after the fork: its leader's are alike as far
+            j = int(leader[j])
+        fork[i], leader[i] = best, j
+    return fork, leader
 
 
 def _result(policy, sentence: Sentence, source: Source, rows: List[int], lm, cost, score, running, z, trace, mixed,
