@@ -13,14 +13,22 @@ rounds (order rotated every round, ``benchlib.paired_runs``):
   the text, in both;
 * **predict**: ``predict(prefixes, k=5, word_budget=0)`` (the next-token distribution after each prefix) against
   ``score(prefixes)`` of the same prefixes (the prefixes: each sentence's first half of its words);
-* **measures**: ``score(texts, measures=("rank", "entropy"))`` against ``score(texts)``.
+* **measures**: ``score(texts, measures=("rank", "entropy"))`` against ``score(texts)``;
+* **one context**: every sentence after one common context (the first sentence), ``score(texts, context=first)``,
+  against ``score(texts)`` alone: the engine runs the context once per batch and copies it to each text
+  (``structure.search.shared_forks``); and the same call with the sharing off (``share_prefixes=False``, the
+  commands' ``--tags-no-shared-prefixes``), which feeds the context with every text;
+* **documents**: the sentences cut into documents of ``--document`` sentences, each after its document's
+  sentences before it (``sipe-surprisal --documents``), against ``score(texts)`` alone, with the sharing on and off.
 
 Columns: CPU seconds of this process (median over rounds), and the ratio, the median of the per-round ratios
 [min-max].
 """
 import argparse
+import copy
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +44,7 @@ def main(argv=None) -> int:
     p.add_argument("--tags", default="self")
     p.add_argument("--sentences", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--document", type=int, default=10, help="sentences per document of the documents comparison")
     p.add_argument("--json")
     a = p.parse_args(argv)
 
@@ -46,6 +55,8 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     lm = hub.load(a.path, data=a.data, workers=1)
+    unshared = copy.copy(lm)
+    unshared.options = replace(lm.options, share_prefixes=False)
     lines = (Path(a.data) / f"{a.split}.txt")
     if lines.exists():
         texts = [line.split() for line in lines.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -58,6 +69,10 @@ def main(argv=None) -> int:
     texts = [t for t in texts if len(t) >= 2][: a.sentences]
     previous, current = texts[:-1], texts[1:]
     prefixes = [t[: max(1, len(t) // 2)] for t in texts]
+    first, rest = (texts[0],), texts[1:]
+    documents = [[tuple(texts[d: k]) or None for k in range(d, min(d + a.document, len(texts)))]
+                 for d in range(0, len(texts), a.document)]
+    before = [c for doc in documents for c in doc]  # each sentence's document so far
     pairs = {
         "context": {"score(text, context=previous)": lambda: lm.score(current, a.tags, context=[[p] for p in previous]),
                     "score(previous + text)": lambda: lm.score([p + c for p, c in zip(previous, current)], a.tags)},
@@ -65,6 +80,16 @@ def main(argv=None) -> int:
                     "score(prefixes)": lambda: lm.score(prefixes, a.tags)},
         "measures": {"score(texts, measures=rank,entropy)": lambda: lm.score(texts, a.tags, ("rank", "entropy")),
                      "score(texts)": lambda: lm.score(texts, a.tags)},
+        "one context": {"score(texts, context=first)": lambda: lm.score(rest, a.tags, context=first),
+                        "score(texts)": lambda: lm.score(rest, a.tags)},
+        "one context, not shared": {"score(texts, context=first), not shared":
+                                    lambda: unshared.score(rest, a.tags, context=first),
+                                    "score(texts)": lambda: lm.score(rest, a.tags)},
+        "documents": {"score(texts, context=document so far)": lambda: lm.score(texts, a.tags, context=before),
+                      "score(texts)": lambda: lm.score(texts, a.tags)},
+        "documents, not shared": {"score(texts, context=document so far), not shared":
+                                  lambda: unshared.score(texts, a.tags, context=before),
+                                  "score(texts)": lambda: lm.score(texts, a.tags)},
     }
     rows, out = [], {}
     for name, fns in pairs.items():

@@ -74,7 +74,9 @@ def test_a_split_budget_changes_the_batches_not_the_numbers():
     size, src = memory.model_size(model), memory.parse_source("mix:4")
     order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
     budget = memory.estimate_bytes(size, src, [sentences[i] for i in order[-8:]], "hexatags")  # 8 of the longest
-    one_opts, two_opts = StructureOptions(max_memory=budget, workers=1), StructureOptions(max_memory=budget, workers=2)
+    # without shared prefixes: batches cut shortest first, each estimated without a shared prefix's copies
+    one_opts = StructureOptions(max_memory=budget, workers=1, share_prefixes=False)
+    two_opts = StructureOptions(max_memory=budget, workers=2, share_prefixes=False)
     single = plan(model, sentences, "mix:4", one_opts, 8)
     split, count = plan_workers(model, sentences, "mix:4", two_opts, 8)
     assert count == 2 and len(split) > len(single)  # each worker plans within half of the budget
@@ -99,7 +101,7 @@ def test_workers_drop_until_a_sentence_fits_its_share():
 
     size = memory.model_size(model)
     longest = max(sentences, key=lambda s: s.n)
-    budget = memory.estimate_bytes(size, memory.parse_source("mix:4"), [longest], "hexatags")
+    budget = memory.estimate_bytes(size, memory.parse_source("mix:4"), [longest], "hexatags", shared=True)
     batches, count = plan_workers(model, sentences, "mix:4", StructureOptions(max_memory=budget, workers=2), 1)
     assert count == 1 and len(batches) == len(sentences)
 

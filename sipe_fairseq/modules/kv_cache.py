@@ -238,6 +238,8 @@ def reorder(cache: Cache, new_order: torch.Tensor) -> Cache:
     if not is_shared(cache):
         if rows <= R_old and bool((new_order == torch.arange(rows, device=new_order.device)).all()):
             return {**cache, "k": cache["k"][:rows], "v": cache["v"][:rows]}  # the first rows, kept: views, no copy
+        if rows > R_old and bool((new_order[:R_old] == torch.arange(R_old, device=new_order.device)).all()):
+            return _append_rows(cache, new_order[R_old:], R_old, n)  # every row kept, copies of some appended
         branching = torch.bincount(new_order, minlength=R_old)[new_order] > 1
         if n < SHARE_FROM or not bool(branching.any()):
             out = {name: t for name, t in cache.items() if name == "r"}
@@ -250,6 +252,25 @@ def reorder(cache: Cache, new_order: torch.Tensor) -> Cache:
     else:
         branching = torch.bincount(new_order, minlength=R_old)[new_order] > 1
     return _reorder_shared(cache, new_order, branching, n)
+
+
+def _append_rows(cache: Cache, extra: torch.Tensor, R: int, n: int) -> Cache:
+    """A plain cache whose rows all stay in place, with copies of rows ``extra`` after them (the structure search's
+    shared prefixes: a sentence takes the rows of one that began alike, ``structure.search.shared_forks``): only
+    the copies are written, into the live buffer when it has room for them, else into a new one with room for
+    :data:`~sipe_fairseq.structure.memory.SHARED_ROW_GROWTH` x its rows (``_room``)."""
+    out = dict(cache)
+    rows = R + len(extra)
+    for name in ("k", "v"):
+        live, _ = _buffers(cache, name)
+        cur = cache[name]
+        buf = _room(live, cur, rows, n + 1)  # room for the next position too
+        if buf is not live:  # grown: the kept rows are copied once
+            buf[:R, :, :n] = cur
+            out[f"{name}_spare"] = None
+        torch.index_select(cur, 0, extra, out=buf[R:rows, :, :n])
+        out[name], out[f"{name}_buf"] = buf[:rows, :, :n], buf
+    return out
 
 
 def _reorder_shared(cache: Cache, new_order: torch.Tensor, branching: torch.Tensor, n: int) -> Cache:

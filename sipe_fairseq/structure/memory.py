@@ -222,6 +222,8 @@ class BatchEstimate:
         # the search shares the rows of sentences that begin alike (search.shared_forks): its first copy of a
         # leader's rows is a reorder that repeats rows, after which the cache shares prefixes, as a beam's does
         self.sharing = (source.branches or shared) and family != "none"
+        # ... and before that, a plain cache appends the copies to its buffers, whose rows grow 1.5 x at a time
+        self.appends = shared and family != "none"
         self.top_pairs, self.count_beam = top_pairs, count_beam
         self.rows: List[int] = []
         self.prefixes: List[int] = []
@@ -288,6 +290,8 @@ class BatchEstimate:
         out, held, sharing = [], 0, 0
         for t, r in enumerate(rows):
             made = r * per * (TIGHT_ROOM * (t + 1) if tight[t] else cache_positions(t))
+            if self.appends:
+                made *= SHARED_ROW_GROWTH
             held = max(held, made)
             kv = CACHE_GENERATIONS * held + (0 if tight[t] else made / (2 * self.size.layers))
             if shares and t >= SHARE_FROM:
