@@ -16,8 +16,8 @@ rounds (order rotated every round, ``benchlib.paired_runs``):
 * **measures**: ``score(texts, measures=("rank", "entropy"))`` against ``score(texts)``;
 * **one context**: every sentence after one common context (the first sentence), ``score(texts, context=first)``,
   against ``score(texts)`` alone: the engine runs the context once per batch and copies it to each text
-  (``structure.search.shared_forks``); and the same call with the sharing off (``share_prefixes=False``, the
-  commands' ``--tags-no-shared-prefixes``), which feeds the context with every text;
+  (``structure.search.shared_forks``); and the same call with the sharing off (``share_prefixes="none"``, the
+  commands' ``--tags-share-prefixes none``), which feeds the context with every text;
 * **documents**: the sentences cut into documents of ``--document`` sentences, each after its document's
   sentences before it (``sipe-surprisal --documents``), against ``score(texts)`` alone, with the sharing on and off.
 
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     lm = hub.load(a.path, data=a.data, workers=1)
     unshared = copy.copy(lm)
-    unshared.options = replace(lm.options, share_prefixes=False)
+    unshared.options = replace(lm.options, share_prefixes="none")
     lines = (Path(a.data) / f"{a.split}.txt")
     if lines.exists():
         texts = [line.split() for line in lines.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -48,9 +48,10 @@ SUITES = ("sipe-eval blimp", "sipe-eval syntaxgym")
 # a value other than the default for every command-line field
 OTHER = {"constrained": [], "top_pairs": ["3"], "abstain": ["0.25"], "mass": ["0.5"], "max_sentences": ["7"],
          "batch_sentences": ["9"], "count_beam": ["2"], "count_rule": ["allowed-then-top"], "max_memory": ["64M"],
-         "workers": ["3"]}
+         "workers": ["3"], "pair_mass": ["0.5"], "share_prefixes": ["all"]}
 WANT = {"constrained": False, "top_pairs": 3, "abstain": 0.25, "mass": 0.5, "max_sentences": 7, "batch_sentences": 9,
-        "count_beam": 2, "count_rule": "allowed-then-top", "max_memory": 64 * 2 ** 20, "workers": 3}
+        "count_beam": 2, "count_rule": "allowed-then-top", "max_memory": 64 * 2 ** 20, "workers": 3,
+        "pair_mass": 0.5, "share_prefixes": "all"}
 
 
 def test_every_structure_field_of_the_command_line_has_a_value_here():

@@ -1,14 +1,15 @@
 """Issues 49 (item 3) and 50 (speed): sentences of a batch that begin alike share their rows until they differ
-(``structure.search.shared_forks``): a context before several texts, and the prefix of a minimal pair, are run
-once. Sharing changes no number:
+(``structure.search.shared_forks``): a context before several texts (``--tags-share-prefixes contexts``, the
+default), and with ``all`` also the prefix of a minimal pair, are run once. Sharing changes no number:
 
 * every per-token log-probability, the sentence's total, its tags and the structure's own measures equal those of
-  the search without sharing (``--tags-no-shared-prefixes``), under ``self``, ``beam:K`` and ``mix:K``, SiPE and
+  the search without sharing (``--tags-share-prefixes none``), under ``self``, ``beam:K`` and ``mix:K``, SiPE and
   GiLT (float64 models: the same products in the same order, 1e-9);
 * the positions saved are counted exactly: after one context of ``c`` tokens, each text but the first takes the
   context's ``c`` positions from it (``extra["shared_positions"]``); ``extra["positions"]`` stays what the text
   alone costs;
-* ``given`` does not share (the parse of each sentence differs before the sentences do);
+* ``given`` does not share (the parse of each sentence differs before the sentences do); by default, sentences
+  without a context do not share (measured slower on a CPU, docs/benchmarks.md);
 * the batches put sentences that begin alike together, so a shuffled list of minimal pairs shares within each pair.
 """
 import random
@@ -67,12 +68,15 @@ def _close(a, b):
 def test_sharing_changes_no_number(family, source):
     model = tiny_decoder_lm(family).double()
     batch = _batch()
-    on = score_sentences(model, batch, source, StructureOptions(workers=1))
-    off = score_sentences(model, batch, source, StructureOptions(workers=1, share_prefixes=False))
-    for a, b in zip(on, off):
-        _close(a, b)
-    assert sum(s.extra.get("shared_positions", 0) for s in on) > 0
+    off = score_sentences(model, batch, source, StructureOptions(workers=1, share_prefixes="none"))
     assert all("shared_positions" not in s.extra for s in off)
+    for mode in ("contexts", "all"):
+        on = score_sentences(model, batch, source, StructureOptions(workers=1, share_prefixes=mode))
+        for a, b, s in zip(on, off, batch):
+            _close(a, b)
+            if mode == "contexts":  # at most the context's positions
+                assert a.extra.get("shared_positions", 0) <= s.context_end * (1 if source == "self" else 8 * 4)
+        assert sum(s.extra.get("shared_positions", 0) for s in on) > 0
 
 
 @pytest.mark.parametrize("family", ["sipe", "gilt"])
@@ -81,12 +85,14 @@ def test_beam_shares_minimal_pairs(family):
     model = tiny_decoder_lm(family).double()
     rng = random.Random(1)
     batch = [s for _ in range(4) for s in _pair(rng, 9)]
-    on = score_sentences(model, batch, "beam:4", StructureOptions(workers=1))
-    off = score_sentences(model, batch, "beam:4", StructureOptions(workers=1, share_prefixes=False))
+    on = score_sentences(model, batch, "beam:4", StructureOptions(workers=1, share_prefixes="all"))
+    off = score_sentences(model, batch, "beam:4", StructureOptions(workers=1, share_prefixes="none"))
     for a, b in zip(on, off):
         _close(a, b)
         assert [lab for lab, _ in a.extra["beam"]] == [lab for lab, _ in b.extra["beam"]]
     assert sum(1 for s in on if s.extra.get("shared_positions")) == 4  # the second of each pair
+    default = score_sentences(model, batch, "beam:4", StructureOptions(workers=1))  # contexts only: no context here
+    assert all("shared_positions" not in s.extra for s in default)
 
 
 def test_a_context_is_run_once_per_batch():
@@ -113,7 +119,7 @@ def test_given_does_not_share():
     batch = [s for _ in range(2) for s in _pair(rng, 6)]
     for s in batch:
         s.arcs = [([w - 1], []) for w in range(1, len(s.starts) + 1)]  # a chain: each word's head the one before
-    scores = score_sentences(model, batch, "given", StructureOptions(workers=1))
+    scores = score_sentences(model, batch, "given", StructureOptions(workers=1, share_prefixes="all"))
     assert all("shared_positions" not in s.extra for s in scores)
 
 
@@ -145,9 +151,9 @@ def test_batches_keep_alike_sentences_together():
     shuffled = list(range(len(flat)))
     rng.shuffle(shuffled)
     sentences = [flat[i] for i in shuffled]
-    order = batch_order(sentences, share=True)
+    order = batch_order(sentences, share="all")
     where = {i: k for k, i in enumerate(order)}
     for p in range(len(pairs)):  # the two sentences of each pair are neighbours
         a, b = shuffled.index(2 * p), shuffled.index(2 * p + 1)
         assert abs(where[a] - where[b]) == 1
-    assert batch_order(sentences, share=False) == sorted(range(len(sentences)), key=lambda i: sentences[i].n)
+    assert batch_order(sentences, share=None) == sorted(range(len(sentences)), key=lambda i: sentences[i].n)

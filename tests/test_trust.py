@@ -109,7 +109,7 @@ _MEASURE = textwrap.dedent("""
     sentences = load_split_sentences(task, "valid")[0] * 4
     d = task.source_dictionary
     # each sentence four times: with shared prefixes three copies would cost almost nothing (tests/test_shared_prefixes.py)
-    options = StructureOptions(max_memory=2 ** 40, workers=1, share_prefixes=False)
+    options = StructureOptions(max_memory=2 ** 40, workers=1, share_prefixes="none")
     score_sentences(model, sentences[:2], source, options, d.eos(), d.pad())  # warm-up: lazy allocations
     gc.collect()
     with open("/proc/self/clear_refs", "w") as f:

@@ -75,8 +75,8 @@ def test_a_split_budget_changes_the_batches_not_the_numbers():
     order = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
     budget = memory.estimate_bytes(size, src, [sentences[i] for i in order[-8:]], "hexatags")  # 8 of the longest
     # without shared prefixes: batches cut shortest first, each estimated without a shared prefix's copies
-    one_opts = StructureOptions(max_memory=budget, workers=1, share_prefixes=False)
-    two_opts = StructureOptions(max_memory=budget, workers=2, share_prefixes=False)
+    one_opts = StructureOptions(max_memory=budget, workers=1, share_prefixes="none")
+    two_opts = StructureOptions(max_memory=budget, workers=2, share_prefixes="none")
     single = plan(model, sentences, "mix:4", one_opts, 8)
     split, count = plan_workers(model, sentences, "mix:4", two_opts, 8)
     assert count == 2 and len(split) > len(single)  # each worker plans within half of the budget

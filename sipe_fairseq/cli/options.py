@@ -92,8 +92,12 @@ def memory_size(text: str) -> int:
 
 
 def width_of(options: StructureOptions) -> Dict[str, float]:
-    """How wide a report's ``beam:K`` and ``mix:K`` columns searched: ``mass`` and ``top_pairs``."""
-    return {"mass": options.mass, "top_pairs": options.top_pairs}
+    """How wide a report's ``beam:K`` and ``mix:K`` columns searched: ``mass`` and ``top_pairs``, and ``pair_mass``
+    when it prunes (``--tags-pair-mass`` below 1)."""
+    width = {"mass": options.mass, "top_pairs": options.top_pairs}
+    if options.pair_mass < 1:
+        width["pair_mass"] = options.pair_mass
+    return width
 
 
 def width_line(sources, width: Dict[str, float]) -> str:
@@ -102,7 +106,9 @@ def width_line(sources, width: Dict[str, float]) -> str:
         return ""
     pairs = "every allowed pair" if not width["top_pairs"] else f"the heads' {width['top_pairs']} best allowed pairs"
     return (f"\nbeam:K and mix:K columns: at most K hypotheses per word, kept until their share of the prefix mass "
-            f"reaches {width['mass']:g} (--tags-mass), each expanded with {pairs} (--tags-top-pairs).\n")
+            f"reaches {width['mass']:g} (--tags-mass), each expanded with {pairs} (--tags-top-pairs)"
+            + (f", of which the best are kept until their share of the word's expansions' mass reaches "
+               f"{width['pair_mass']:g} (--tags-pair-mass)" if width.get("pair_mass", 1) < 1 else "") + ".\n")
 
 
 def unwritable(path: str) -> Optional[str]:

@@ -193,8 +193,11 @@ def score_split_records(model, task, split: str, sources: Sequence[str], options
                   constrained=options.constrained, model=family.name)
     if family.predicts_arcs:
         common.update(count_beam=options.count_beam, count_rule=options.count_rule)
-    elif options.top_pairs:
-        common.update(top_pairs=options.top_pairs)
+    else:
+        if options.top_pairs:
+            common.update(top_pairs=options.top_pairs)
+        if options.pair_mass < 1.0:
+            common.update(pair_mass=options.pair_mass)
     if options.mass < 1.0:
         common.update(mass=options.mass)
     if family.reads_tags and options.abstain:

@@ -102,6 +102,7 @@ def policy_for(model, options: StructureOptions = None, needs_heads: bool = True
         policy = HexatagPolicy(model, options.placement, options.constrained, options.use_cache, options.top_pairs,
                                options.abstain)
         policy.mass = options.mass
+        policy.pair_mass = options.pair_mass
         if needs_heads and not policy.has_heads:
             raise ValueError("choosing tags from the prefix needs the model's tag heads (it was trained with "
                              "--sipe-tag-heads off)")

@@ -80,6 +80,11 @@ class StructureOptions:
     mass: float = structure_option(1.0, flag="--tags-mass", metavar="P", above=0.0, high=1.0,
                                    help="beam:K and mix:K: keep a word's best hypotheses until their share of the summed prefix "
                                         "probability reaches P (K is the cap; 1: keep K)")
+    pair_mass: float = structure_option(1.0, flag="--tags-pair-mass", metavar="Q", above=0.0, high=1.0,
+                                        help="SiPE, beam:K and mix:K: of the pairs that expand a sentence's hypotheses at a "
+                                             "word, keep the best until their share of the summed prefix probability of "
+                                             "all of them (each hypothesis's times its pair's) reaches Q, at least one "
+                                             "(after --tags-top-pairs; 1: keep every pair)")
     max_sentences: Optional[int] = structure_option(None, flag="--tags-max-sentences", metavar="N", low=1,
                                                     help="score the first N sentences of the split only under --tags")
     batch_sentences: int = structure_option(256, flag="--tags-batch-sentences", metavar="N", low=1,
@@ -101,11 +106,13 @@ class StructureOptions:
                                          "one torch thread each, the memory budget split between them: "
                                          "sipe_fairseq/structure/workers.py); the numbers are those of one process. "
                                          "0: the cores available to this process")
-    share_prefixes: bool = structure_option(True, flag="--tags-no-shared-prefixes", negate=True,
-                                            help="self, beam:K and mix:K: run every input of each sentence, even where it "
-                                                 "begins as another sentence of its batch (a shared context, the two "
-                                                 "sentences of a minimal pair) and could take that sentence's hypotheses "
-                                                 "and KV cache instead (sipe_fairseq/structure/search.py shared_forks)")
+    share_prefixes: str = structure_option(
+        "contexts", flag="--tags-share-prefixes", choices=("contexts", "all", "none"),
+        help="self, beam:K and mix:K: sentences of a batch that begin alike run their common inputs once, the others "
+             "taking copies of its hypotheses and KV cache (sipe_fairseq/structure/search.py shared_forks; the numbers "
+             "are the same): contexts, only a context fed before texts (a document's sentences, texts after one "
+             "context); all, any common beginning too (the two sentences of a minimal pair: fewer positions but "
+             "slower on a CPU, docs/benchmarks.md); none, every sentence alone")
     use_cache: bool = structure_option(True, help="SiPE: False runs the full prefix at every position (tests)")
 
     def __post_init__(self):

@@ -25,11 +25,13 @@ class StructurePolicy:
     next word starts, after every position that reads the word's structure has been scored (the
     look-ahead); ``False`` (GiLT): the children are ranked when they are made, by score plus the
     structure's cost (GiLT's count choice is made after the word's first subword is scored).
-    ``mass``: :class:`~.family.StructureOptions` ``mass`` (set by :func:`~.family.policy_for`)."""
+    ``mass``, ``pair_mass``: :class:`~.family.StructureOptions` ``mass`` and ``pair_mass`` (set by
+    :func:`~.family.policy_for`; ``pair_mass`` for SiPE only)."""
 
     prune_before = True
     use_cache = True
     mass = 1.0  # a beam's ranking keeps the best until their share of the prefix mass reaches this (top_per_group)
+    pair_mass = 1.0  # SiPE: a word's children kept until their share of the sentence's children's mass reaches this
     # the toolkit's hook (sipe_fairseq.hub.distributions): when set, :meth:`normalize` hands it the full
     # log-softmax (..., V) whose targets it gathers, before the gather; the numbers it returns are unchanged
     distribution_sink = None

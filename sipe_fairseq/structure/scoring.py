@@ -63,7 +63,7 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
         raise ValueError(refusal)
     policy = None if kind == "none" else policy_for(model, options, needs_heads=src.chooses)
     full = policy is None or (src.full_forward and hasattr(policy, "forced_full") and not force_incremental)
-    share = sharing(options, src, full)
+    share = sharing(options, src, full, sentences)
     order = batch_order(sentences, share)
     planned, workers = plan_workers(model, sentences, src, options, batch_sentences, order)
     out: List[Optional[SentenceScore]] = [None] * len(sentences)
@@ -96,16 +96,22 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
     return out
 
 
-def sharing(options: StructureOptions, source, full: bool = False) -> bool:
-    """Whether a search shares the rows of sentences that begin alike (:func:`~.search.shared_forks`): under a
-    source that chooses the structure from the prefix, run through the search, unless ``--tags-no-shared-prefixes``."""
-    return bool(options.share_prefixes) and not full and parse_source(source).chooses
+def sharing(options: StructureOptions, source, full: bool = False, sentences: Sequence[Sentence] = ()) -> Optional[str]:
+    """What a search shares (:func:`~.search.shared_forks`): ``"contexts"`` (the positions of a context fed before
+    texts, when ``sentences`` has any) or ``"all"`` (any common beginning), under a source that chooses the
+    structure from the prefix and runs through the search (``--tags-share-prefixes``); None: nothing."""
+    mode = options.share_prefixes
+    if mode == "none" or full or not parse_source(source).chooses:
+        return None
+    if mode == "contexts" and sentences and not any(s.context_end for s in sentences):
+        return None
+    return mode
 
 
-def batch_order(sentences: Sequence[Sentence], share: bool) -> List[int]:
+def batch_order(sentences: Sequence[Sentence], share: Optional[str]) -> List[int]:
     """The order the sentences are cut into batches in: shortest first; when the search shares prefixes, by
-    their tokens (sentences that begin alike are neighbours, so in one batch: a context and its texts, the two
-    sentences of a minimal pair)."""
+    their tokens (sentences that begin alike are neighbours, so in one batch: a context and its texts, a
+    document's sentences, the two sentences of a minimal pair)."""
     if share:
         return sorted(range(len(sentences)), key=lambda i: sentences[i].tokens.tolist())
     return sorted(range(len(sentences)), key=lambda i: sentences[i].n)
@@ -156,7 +162,7 @@ def plan(model, sentences: Sequence[Sentence], source, options: Optional[Structu
     if budget is not None:
         budget //= max(1, workers)
     return list(plan_batches(order, sentences, src, model_size(model), structure_of(model),
-                             budget, batch_sentences, options.top_pairs, options.count_beam, sharing(options, src)))
+                             budget, batch_sentences, options.top_pairs, options.count_beam, sharing(options, src) is not None))
 
 
 def plan_workers(model, sentences: Sequence[Sentence], source, options: StructureOptions, batch_sentences: int = 256,
@@ -176,7 +182,7 @@ def plan_workers(model, sentences: Sequence[Sentence], source, options: Structur
 
     def peak(batch):
         return estimate_bytes(size, src, [sentences[i] for i in batch], family, options.top_pairs, options.count_beam,
-                              sharing(options, src))
+                              sharing(options, src) is not None)
 
     largest = max(peak(b) for b in single)
     while n > 1:

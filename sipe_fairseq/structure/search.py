@@ -24,7 +24,12 @@ input that is word ``w``'s first subword, each row of that sentence gets word ``
 The policy's ``mass`` P < 1 (``--tags-mass``) makes every ranking adaptive: per sentence the best
 hypotheses until their share of the ranked ones' summed ``p(x_<t, S)`` reaches P, at least one, at
 most K (:func:`~.policy.top_per_group`); the ranking still reads only the prefix, so ``mix:K`` stays
-normalized. Each result's ``extra`` counts the work: ``positions`` (decoder positions run: its rows,
+normalized. SiPE's ``pair_mass`` Q < 1 (``--tags-pair-mass``) prunes the children a word's expansion
+makes the same way (:func:`keep_by_mass`): per sentence the best children by ``p(x_<t, S)`` times their
+pair's probability, until their share of the sentence's children's summed mass reaches Q, at least one, in
+place of (or after) a fixed M pairs per hypothesis (``--tags-top-pairs``); it reads the prefix only too and
+is not recorded in the running bound (``beam:K`` charges the pruned mass to the word's first target, with
+the pairs' costs). Each result's ``extra`` counts the work: ``positions`` (decoder positions run: its rows,
 summed over steps) and ``live_hypotheses`` (the hypotheses kept at each word's ranking, summed over
 its words: SiPE ranks word w's at word w+1's first subword or after ``</s>``, GiLT when they are made).
 
@@ -63,15 +68,16 @@ def _prefix_logp(per_token: Sequence[float], types: Sequence[str]) -> List[float
 
 @torch.no_grad()
 def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, eos: int,
-           keep_trace: bool = False, observe=None, share: bool = False) -> List[SentenceScore]:
+           keep_trace: bool = False, observe=None, share: Optional[str] = None) -> List[SentenceScore]:
     """Score ``batch`` under ``source`` (module docstring); one :class:`SentenceScore` per sentence.
     ``observe``: the toolkit's hook (:mod:`sipe_fairseq.hub.distributions`), see :attr:`_Search.observe`.
     ``share``: sentences that begin alike share their rows until they differ (:func:`shared_forks`; sources
-    that choose the structure from the prefix only)."""
+    that choose the structure from the prefix only): ``"all"``, as far as they are alike; ``"contexts"``, at most
+    a sentence's context (:func:`~.sentences.with_context`); None: nothing is shared."""
     # longest first: the sentences that finish are the last rows, which a reorder drops without a copy
     desc = sorted(range(len(batch)), key=lambda i: -batch[i].n)
     searcher = _Search(policy, [batch[i] for i in desc], source, eos, keep_trace,
-                       share=share and source.chooses, observed=observe is not None)
+                       share=share if source.chooses else None, observed=observe is not None)
     searcher.observe = observe
     out = searcher.run()
     back: List[Optional[SentenceScore]] = [None] * len(batch)
@@ -91,11 +97,12 @@ class _Search:
     observe = None
 
     def __init__(self, policy: StructurePolicy, batch: Sequence[Sentence], source: Source, eos: int, keep_trace: bool,
-                 share: bool = False, observed: bool = False):
+                 share: Optional[str] = None, observed: bool = False):
         self.policy, self.batch, self.source, self.keep_trace = policy, batch, source, keep_trace
         self.mode, self.k = source.mode, source.k
         self.branch = source.branches
         self.mass = float(getattr(policy, "mass", 1.0)) if self.branch else 1.0
+        self.pair_mass = float(getattr(policy, "pair_mass", 1.0)) if self.branch and policy.prune_before else 1.0
         S = self.S = len(batch)
         self.n = torch.tensor([s.n for s in batch])
         self.T, W = int(self.n.max()), max(len(s.starts) for s in batch)
@@ -137,10 +144,13 @@ class _Search:
         self.traces: List[list] = [[] for _ in range(S)]
         self.results: List[Optional[SentenceScore]] = [None] * S
         # shared prefixes: a sentence's rows are its leader's, copied at input ``fork`` (0: its own from the start)
-        self.fork, self.leader = shared_forks(self.inp, self.word_at, self.next_word, self.n,
-                                              [s.counted_from if observed else None for s in batch]) if share else (
+        caps = [_fork_cap(s, share, observed) for s in batch]
+        self.fork, self.leader = shared_forks(self.inp, self.word_at, self.next_word, self.n, caps) if share else (
             torch.zeros(S, dtype=torch.long), torch.full((S,), -1, dtype=torch.long))
         self.shared = torch.zeros(S, dtype=torch.long)  # positions a sentence took from its leader
+        # the rows are grouped by sentence in the order of their slots: a sentence's index, a follower's after
+        # every sentence there is when its rows are made (so that its copies are appended, not interleaved)
+        self.slot, self.next_slot = torch.arange(S), S
         if bool((self.fork > 0).any()):
             self.reorder((self.fork == 0).nonzero().squeeze(1))  # the followers have no rows yet
 
@@ -208,11 +218,12 @@ class _Search:
                 per[i] = per[j]
             self.traces[i] = list(self.traces[j])
             self.shared[i] = self.positions[j]
-        src_, sent_ = torch.cat(src), torch.cat(sent)
-        perm = torch.sort(sent_, stable=True).indices  # rows stay grouped by sentence
-        order = src_[perm]
+        for i in new:  # the new sentences' rows come after every row (the cache appends their copies)
+            self.slot[i] = self.next_slot
+            self.next_slot += 1
+        order = torch.cat(src)
         self.score, self.lm, self.cost = self.score[order], self.lm[order], self.cost[order]
-        self.row_sent = sent_[perm]
+        self.row_sent = torch.cat(sent)
         self.policy.reorder(order.to(self.policy.device))
 
     def boundaries(self, t: int) -> None:
@@ -247,9 +258,11 @@ class _Search:
         pick = torch.arange(len(child))
         if self.branch and not policy.prune_before:
             pick = self.rank(child, self.score[child] + c, t - 1, events)
+        elif self.pair_mass < 1.0:  # SiPE: the children by their share of the sentence's children's mass
+            pick = keep_by_mass(row_sent[child], self.score[child] + c, self.pair_mass)
         rest = (~is_ev).nonzero().squeeze(1)
         src = torch.cat([rest, child[pick]])
-        perm = torch.sort(row_sent[src], stable=True).indices  # rows stay grouped by sentence
+        perm = torch.sort(self.slot[row_sent[src]], stable=True).indices  # rows stay grouped by sentence
         self.reorder(src[perm])
         new = (perm >= len(rest)).nonzero().squeeze(1)  # the children's new rows
         chosen = pick[perm[new] - len(rest)]
@@ -332,12 +345,44 @@ class _Search:
             if self.shared[s_]:
                 result.extra["shared_positions"] = int(self.shared[s_])
             self.results[s_] = result
-        keep = (~ending[self.row_sent]).nonzero().squeeze(1)
-        if len(keep) < len(self.row_sent):
-            self.reorder(keep)
+        self.drop_finished(t)
+
+    def drop_finished(self, t: int) -> None:
+        """The rows of the sentences that have ended by target ``t`` leave the batch: the last rows at once (the cache
+        keeps the first rows as views, no copy); rows elsewhere (a shared prefix's copies come after the sentences
+        that were there, :meth:`spawn`, and may outlive them) stay, their results made and nothing read from them,
+        until they are more than :data:`DEAD_ROWS` of the rows: a reorder that drops them copies every other row's
+        cache, which costs about what a decoder step over them does."""
+        dead = (self.n - 1 <= t)[self.row_sent]
+        count = int(dead.sum())
+        if not count:
+            return
+        rows = len(self.row_sent)
+        trailing = rows - int((~dead).nonzero().max()) - 1 if count < rows else rows
+        if count > DEAD_ROWS * rows:
+            self.reorder((~dead).nonzero().squeeze(1))
+        elif trailing:
+            self.reorder(torch.arange(rows - trailing))
 
 
+def keep_by_mass(group: torch.Tensor, value: torch.Tensor, q: float) -> torch.Tensor:
+    """The pair-mass pruning (``--tags-pair-mass`` Q): positions of the entries kept, in their given order (a
+    word's children stay grouped by parent), when each ``group`` (a sentence) keeps its best ``value`` (log
+    ``p(x_<t, S)`` of a child, its pair's cost included) until their share of the group's summed
+    ``exp(value)`` reaches ``q``, at least one (:func:`~.policy.top_per_group` with no cap on the count)."""
+    return torch.sort(top_per_group(group, value, len(value), q)).values
+
+
+DEAD_ROWS = 0.25  # _Search.drop_finished: the share of rows of ended sentences a batch carries before it drops them
 MIN_SHARED = 2  # a sentence shares its leader's rows when they begin with at least this many identical inputs
+
+
+def _fork_cap(sentence: Sentence, share: Optional[str], observed: bool) -> Optional[int]:
+    """The latest input a sentence may take from another (:func:`shared_forks`): under ``"contexts"`` its context's
+    end; with the toolkit's observer its first counted target (the observer reads every counted target from the
+    sentence's own rows); None: no limit."""
+    caps = ([sentence.context_end] if share == "contexts" else []) + ([sentence.counted_from] if observed else [])
+    return min(caps) if caps else None
 
 
 def shared_forks(inp: torch.Tensor, word_at: torch.Tensor, next_word: torch.Tensor, n: torch.Tensor,
