@@ -130,6 +130,7 @@ def command_line_fields():
 
 # the suites' (sipe-eval blimp, sipe-eval syntaxgym) own defaults for the width of their beam:K and mix:K columns,
 # where they differ from the declarations above: on the whole EWT test split, mix:16 at P = 0.99 and M = 4 stays
-# within 0.2% of the exact mix:16's perplexity on every walkthrough checkpoint (docs/benchmarks.md, "The default
-# of the suites"); --tags-mass 1 --tags-top-pairs 0 runs the exact mixture
+# within 0.2% of the exact mix:16's perplexity on the word-aware SiPE and the GiLT walkthrough checkpoints, and is
+# +2.3% on a first-subword-head position checkpoint (docs/benchmarks.md, "The default of the suites", "Pruning a
+# word's expansions by mass"); --tags-mass 1 --tags-top-pairs 0 runs the exact mixture
 SUITE_WIDTH = {"mass": 0.99, "top_pairs": 4}
