@@ -157,3 +157,18 @@ def test_batches_keep_alike_sentences_together():
         a, b = shuffled.index(2 * p), shuffled.index(2 * p + 1)
         assert abs(where[a] - where[b]) == 1
     assert batch_order(sentences, share=None) == sorted(range(len(sentences)), key=lambda i: sentences[i].n)
+
+
+def test_contexts_group_only_what_shares_a_context():
+    """Under ``contexts`` the texts after one context, and a document's sentences, are neighbours; texts each after
+    a context of their own keep the shortest-first order (grouping them would only mix lengths in a batch)."""
+    rng = random.Random(5)
+    one = [_sentence(rng, 6)]
+    texts = [_sentence(rng, rng.randrange(2, 12)) for _ in range(12)]
+    own = [with_context(t, [_sentence(rng, 5)]) for t in texts[:6]]
+    shared = [with_context(t, one) for t in texts[6:]]
+    sentences = own + shared
+    order = batch_order(sentences, share="contexts")
+    spots = sorted(order.index(i) for i in range(6, 12))
+    assert spots == list(range(spots[0], spots[0] + 6))  # the texts after one context: one run
+    assert [i for i in order if i < 6] == sorted(range(6), key=lambda i: sentences[i].n)

@@ -358,6 +358,21 @@ class LanguageModel:
                 **_context_fields(score)))
         return out
 
+    def _context_sentences(self, entries) -> dict:
+        """Every distinct context sentence of ``entries`` encoded once, in one call (a document's sentences are
+        the context of every later one): :func:`_item_key` -> its :class:`Sentence`. Empty when one of them cannot
+        be encoded (too long, malformed): each is then encoded where it is fed, which says which."""
+        unique = {}
+        try:
+            for entry in entries:
+                if entry:
+                    for item in self._words_and_heads(entry, False):
+                        unique.setdefault(_item_key(item), item)
+            encoded = self._sentences(list(unique.values()))[0] if unique else []
+        except ValueError:
+            return {}
+        return dict(zip(unique, encoded))
+
     def _in_context(self, sentences: List[Sentence], context) -> List[Sentence]:
         """``sentences`` (the texts) after their contexts (:meth:`score`), or each after its prefix in the same
         sentence (:class:`_Prefixes`, :meth:`conditional_score`)."""
@@ -365,6 +380,7 @@ class LanguageModel:
         entries = _context_entries(context.value if prefix else context, len(sentences))
         limit = self.max_positions()
         out = []
+        encoded = {} if prefix else self._context_sentences(entries)
         for i, (s, entry) in enumerate(zip(sentences, entries)):
             if not entry:
                 out.append(s)
@@ -379,7 +395,8 @@ class LanguageModel:
                     kept, older = [], 0
                     for item in items:  # a sentence longer than the positions ends the context that can be fed
                         try:
-                            kept += self._sentences([item])[0]
+                            key = _item_key(item)
+                            kept += [encoded[key]] if key in encoded else self._sentences([item])[0]
                         except ValueError as e:
                             if "positions" not in str(e):
                                 raise
@@ -604,6 +621,12 @@ class _Prefixes:
 
     def __init__(self, value):
         self.value = value
+
+
+def _item_key(item) -> tuple:
+    """A context sentence's identity for encoding it once: its words and heads."""
+    _, words, heads = item
+    return tuple(words), None if heads is None else tuple(heads)
 
 
 def _context_entries(context, n: int) -> List[list]:

@@ -109,12 +109,36 @@ def sharing(options: StructureOptions, source, full: bool = False, sentences: Se
 
 
 def batch_order(sentences: Sequence[Sentence], share: Optional[str]) -> List[int]:
-    """The order the sentences are cut into batches in: shortest first; when the search shares prefixes, by
-    their tokens (sentences that begin alike are neighbours, so in one batch: a context and its texts, a
-    document's sentences, the two sentences of a minimal pair)."""
-    if share:
-        return sorted(range(len(sentences)), key=lambda i: sentences[i].tokens.tolist())
-    return sorted(range(len(sentences)), key=lambda i: sentences[i].n)
+    """The order the sentences are cut into batches in: shortest first. When the search shares prefixes, sentences
+    that begin alike (:func:`alike`) are neighbours, so in one batch (a context and its texts, a document's sentences,
+    under ``"all"`` the two sentences of a minimal pair): groups of them, shortest longest sentence first."""
+    by_length = sorted(range(len(sentences)), key=lambda i: sentences[i].n)
+    if not share or not sentences:
+        return by_length
+    lex = sorted(range(len(sentences)), key=lambda i: sentences[i].tokens.tolist())
+    groups, current = [], [lex[0]]
+    for a, b in zip(lex, lex[1:]):
+        if alike(sentences[a], sentences[b], share):
+            current.append(b)
+        else:
+            groups.append(current)
+            current = [b]
+    groups.append(current)
+    groups.sort(key=lambda g: max(sentences[i].n for i in g))
+    return [i for g in groups for i in g]
+
+
+def alike(a: Sentence, b: Sentence, share: str) -> bool:
+    """Whether two sentences begin alike enough to share a batch (:func:`batch_order`): under ``"contexts"`` their
+    common tokens cover the shorter of their contexts (texts after one context, a document's sentences); under
+    ``"all"`` at least half of the shorter sentence (a minimal pair)."""
+    m = min(a.n, b.n)
+    differ = (a.tokens[:m] != b.tokens[:m]).nonzero()
+    common = int(differ[0]) if len(differ) else m
+    if share == "contexts":
+        context = min(a.context_end, b.context_end)
+        return context > 0 and common >= context
+    return 2 * common >= m
 
 
 def check_finite(score: SentenceScore, index: int, source) -> None:
