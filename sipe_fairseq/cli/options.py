@@ -295,21 +295,22 @@ def structure_options(args: argparse.Namespace, **code_set) -> StructureOptions:
     return StructureOptions(**values, **code_set)
 
 
-def add_shard_arguments(p: argparse.ArgumentParser) -> None:
+def add_shard_arguments(p: argparse.ArgumentParser, output: str = "json") -> None:
     """``--num-shards N --shard-id I`` (as ``fairseq-generate``): score the items whose 0-based index ``i`` has
-    ``i % N == I`` (:mod:`sipe_fairseq.eval.shards`) and write a shard file for ``sipe-eval merge`` with ``--json``.
-    Checked by :func:`shard_problem` (one line, exit status 2)."""
+    ``i % N == I`` (:mod:`sipe_fairseq.eval.shards`) and write a shard file for ``sipe-eval merge`` with ``--json``
+    (``output``: the option naming the shard file). Checked by :func:`shard_problem` (one line, exit status 2)."""
     p.add_argument("--num-shards", type=int, default=None, metavar="N",
                    help="score a share of the items on this machine: those whose 0-based index i has i %% N == "
-                        "--shard-id (round-robin); --json then writes a shard file, joined by sipe-eval merge "
+                        f"--shard-id (round-robin); --{output} then writes a shard file, joined by sipe-eval merge "
                         "(docs/scaling.md) (default: no sharding)")
     p.add_argument("--shard-id", type=int, default=None, metavar="I", help="this shard, 0 <= I < N (with --num-shards)")
 
 
-def shard_problem(args: argparse.Namespace) -> Optional[str]:
+def shard_problem(args: argparse.Namespace, output: str = "json") -> Optional[str]:
     """One line naming what is wrong with a command's ``--num-shards``/``--shard-id`` (None: fine or not sharded):
-    one without the other, a value out of range, or a sharded run without ``--json`` (its shard file) or with
-    ``--markdown`` (the merge writes the table)."""
+    one without the other, a value out of range, or a sharded run without its shard file (the option ``output``:
+    ``--json``, or ``--output`` for ``sipe-surprisal``, whose ``--json`` is a flag) or with ``--markdown`` (the merge
+    writes the table)."""
     n, i = getattr(args, "num_shards", None), getattr(args, "shard_id", None)
     if n is None and i is None:
         return None
@@ -319,8 +320,8 @@ def shard_problem(args: argparse.Namespace) -> Optional[str]:
         check_shard(n, i)
     except ValueError as e:
         return str(e)
-    if not getattr(args, "json", None):
-        return "--num-shards: a shard needs --json (its shard file, for sipe-eval merge)"
+    if not getattr(args, output, None):
+        return f"--num-shards: a shard needs --{output} (its shard file, for sipe-eval merge)"
     if getattr(args, "markdown", None):
         return "--markdown: a shard writes no table (sipe-eval merge --markdown writes the joined one)"
     return None

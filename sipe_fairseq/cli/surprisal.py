@@ -31,16 +31,25 @@ model's positions; then the sentences are scored in chunks (4 batches of ``--tag
 their rows written as they come, so that memory does not grow with the input (stdin is copied to a temporary file to be
 read again). ``--output`` is replaced only when everything was written; stdout is streamed.
 
+``--num-shards N --shard-id I`` (as ``sipe-eval-lm --tags``; docs/scaling.md): score the sentences whose 0-based
+index ``i`` has ``i % N == I`` (with ``--documents``: the documents, each whole, so that every sentence keeps its
+context) and write to ``--output`` (required) a shard file (:mod:`sipe_fairseq.eval.shards`: the ``shard`` block and
+fingerprint, and each scored sentence's TSV rows, or ``--json`` records, under its id in the whole input);
+``sipe-eval merge SHARD... --output OUT`` joins the shards into the output one run would have written.
+
 Exit status: 0 ok, 1 a score that is not finite (the model's forward pass overflows: one line naming the
 sentence; ``--output`` not written, stdout has the rows of the chunks before it) or an output that cannot be
 written (disk full, file too large, a closed pipe: one line naming it), 2 usage or input error (an option, an
 unreadable or empty input, a line that is not UTF-8, an empty line, a sentence longer than the model's
-positions: never cut), 3 the checkpoint or the parser cannot be loaded.
+positions: never cut; ``--num-shards``/``--shard-id`` out of range, one without the other, a shard without
+``--output``), 3 the checkpoint or the parser cannot be loaded.
 """
 import argparse
 import contextlib
+import hashlib
 import json
 import logging
+import os
 import sys
 import textwrap
 from typing import Iterable, Iterator, Optional, Sequence, TextIO, Tuple
@@ -48,9 +57,10 @@ from typing import Iterable, Iterator, Optional, Sequence, TextIO, Tuple
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS, CheckpointError
 from sipe_fairseq.cli import logs
 from sipe_fairseq.cli.allocator import keep_freed_memory
-from sipe_fairseq.cli.options import (add_device_argument, SPLIT_ONLY, add_dictionary_mismatch_argument, add_structure_arguments,
-                                      output_path_problem, structure_options)
+from sipe_fairseq.cli.options import (add_device_argument, SPLIT_ONLY, add_dictionary_mismatch_argument, add_shard_arguments,
+                                      add_structure_arguments, output_path_problem, shard_problem, structure_options)
 from sipe_fairseq.data.dictionary import data_directory_problem
+from sipe_fairseq.eval.shards import FORMAT, ShardError, fingerprint, shard_block
 from sipe_fairseq.cli.output import atomic_open
 from sipe_fairseq.hub.interface import load, surprisal_rows
 from sipe_fairseq.hexatag.errors import DataError, NonFiniteScoreError
@@ -95,6 +105,7 @@ def get_parser() -> argparse.ArgumentParser:
                    help="parser of text input for given: spacy[:MODEL] or hexatagger:CHECKPOINT (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="write every field of the scores as JSON instead of the TSV")
     p.add_argument("--output", default=None, metavar="FILE", help="write here instead of stdout")
+    add_shard_arguments(p, output="output")  # items: the sentences (the documents with --documents)
     return p
 
 
@@ -206,23 +217,45 @@ def check_lengths(lm, source: LineInput, fmt: str, size: int) -> None:
         first += len(chunk)
 
 
+def item_index(sentence_id: int, sentence, fmt: str) -> int:
+    """The 0-based index of the item a sentence belongs to, which ``--num-shards`` shares out: the sentence itself,
+    or its document with ``--documents`` (a document stays whole, so that each sentence keeps its context)."""
+    return sentence.document - 1 if fmt == DOCUMENTS else sentence_id - 1
+
+
+def numbered(source: LineInput, fmt: str, shard: Optional[Tuple[int, int]] = None) -> Iterator[Tuple[int, object]]:
+    """``(sentence_id, sentence)`` of every sentence (ids 1-based, in the whole input), or with ``shard``
+    ``(num_shards, shard_id)`` of those whose item (:func:`item_index`) is in the shard's share."""
+    for sid, (_, sentence) in enumerate(sentences(source, fmt), 1):
+        if shard is None or item_index(sid, sentence, fmt) % shard[0] == shard[1]:
+            yield sid, sentence
+
+
+def count_items(source: LineInput, fmt: str) -> Tuple[int, int]:
+    """``(items, sentences)``: the number of items :func:`item_index` numbers (sentences, or documents with
+    ``--documents``) and of sentences."""
+    items = count = 0
+    for count, (_, sentence) in enumerate(sentences(source, fmt), 1):
+        items = item_index(count, sentence, fmt) + 1
+    return items, count
+
+
 def scored_chunks(lm, source: LineInput, fmt: str, sources: Sequence[str], size: int,
-                  measures: Sequence[str] = ()) -> Iterator[Tuple[int, list]]:
-    """``(id of the chunk's first sentence, [results per source])``, chunk by chunk; ``measures``: the per-token ones
-    (:data:`TOKEN_MEASURES`) the scores carry."""
-    first = 1
+                  measures: Sequence[str] = (), shard: Optional[Tuple[int, int]] = None) -> Iterator[Tuple[list, list]]:
+    """``([the chunk's sentence ids], [results per source])``, chunk by chunk; ``measures``: the per-token ones
+    (:data:`TOKEN_MEASURES`) the scores carry; ``shard``: only the share's sentences (:func:`numbered`), under the
+    ids of the whole input."""
     measures = tuple(m for m in measures if m in TOKEN_MEASURES)
-    for chunk in chunks(sentences(source, fmt), size):
-        texts = [sentence for _, sentence in chunk]
+    for chunk in chunks(numbered(source, fmt, shard), size):
+        ids, texts = [sid for sid, _ in chunk], [sentence for _, sentence in chunk]
         if fmt == DOCUMENTS:  # each sentence after its document's earlier ones
             results = [lm.score(texts, tags, measures, context=[t.context for t in texts]) for tags in sources]
             for per_source in results:
                 for t, r in zip(texts, per_source):
                     r.document, r.context_dropped = t.document, r.context_dropped + t.older
-            yield first, results
+            yield ids, results
         else:
-            yield first, [lm.score(texts, tags, measures) for tags in sources]
-        first += len(texts)
+            yield ids, [lm.score(texts, tags, measures) for tags in sources]
 
 
 def tsv_header(sources: Sequence[str], level: str = "token", measures: Sequence[str] = ("surprisal",),
@@ -240,10 +273,12 @@ def tsv_header(sources: Sequence[str], level: str = "token", measures: Sequence[
                      + (["context_dropped"] if documents else [])) + "\n"
 
 
-def tsv_rows(results: Sequence[Sequence], level: str, first: int = 1, measures: Sequence[str] = ("surprisal",),
+def tsv_rows(results: Sequence[Sequence], level: str, first=1, measures: Sequence[str] = ("surprisal",),
              documents: bool = False) -> str:
-    """lm-zoo's rows of a chunk whose first sentence is ``first``; one surprisal column per source (the rows of
-    every source are the same units), then each source's kind of number (:func:`tsv_header`'s columns)."""
+    """lm-zoo's rows of a chunk whose first sentence is ``first`` (or whose sentences' ids are the list ``first``);
+    one surprisal column per source (the rows of every source are the same units), then each source's kind of
+    number (:func:`tsv_header`'s columns)."""
+    ids = first if isinstance(first, (list, tuple, range)) else range(first, first + len(results[0]))
     columns = [surprisal_rows(r, level) for r in results]
     kinds = [[r.kind for r in per_source] for per_source in results]
     lines = []
@@ -260,7 +295,7 @@ def tsv_rows(results: Sequence[Sequence], level: str, first: int = 1, measures: 
                 values = [getattr(r, f"token_{c}") for r in scored]
                 structure += [str(v[tid - 1]) if c == "rank" else f"{v[tid - 1]:.6f}" for v in values]
         doc = [str(scored[0].document)] if documents else []
-        lines.append("\t".join(doc + [str(sid + first - 1), str(tid), unit] + [f"{r[3]:.6f}" for r in row] + structure
+        lines.append("\t".join(doc + [str(ids[sid - 1]), str(tid), unit] + [f"{r[3]:.6f}" for r in row] + structure
                                + [k[sid - 1] for k in kinds]
                                + ([str(scored[0].context_dropped)] if documents else [])) + "\n")
     return "".join(lines)
@@ -270,10 +305,16 @@ def write_tsv(out: TextIO, lm, source: LineInput, fmt: str, sources: Sequence[st
               measures: Sequence[str] = ("surprisal",)) -> None:
     """The TSV chunk by chunk; the header with the first chunk's rows (a chunk that fails leaves nothing)."""
     documents = fmt == DOCUMENTS
-    for first, results in scored_chunks(lm, source, fmt, sources, size, measures):
-        out.write((tsv_header(sources, level, measures, documents) if first == 1 else "")
-                  + tsv_rows(results, level, first, measures, documents))
+    for first, (ids, results) in enumerate(scored_chunks(lm, source, fmt, sources, size, measures)):
+        out.write((tsv_header(sources, level, measures, documents) if first == 0 else "")
+                  + tsv_rows(results, level, ids, measures, documents))
         out.flush()
+
+
+def json_record(r, sentence_id: int, fmt: str) -> str:
+    """One record of :func:`write_json` (a sentence under one source), as written: indented by one space."""
+    return textwrap.indent(json.dumps(dict(r.to_dict(), sentence_id=sentence_id, **(
+        {"document_id": r.document} if fmt == DOCUMENTS else {})), indent=1), " ")
 
 
 def write_json(out: TextIO, lm, source: LineInput, fmt: str, sources: Sequence[str], size: int, level: str,
@@ -282,25 +323,98 @@ def write_json(out: TextIO, lm, source: LineInput, fmt: str, sources: Sequence[s
     under the next (the input read once per source)."""
     opened = False
     for tags in sources:
-        for first, (results,) in scored_chunks(lm, source, fmt, [tags], size, measures):
-            items = [textwrap.indent(json.dumps(dict(r.to_dict(), sentence_id=i, **(
-                {"document_id": r.document} if fmt == DOCUMENTS else {})), indent=1), " ")
-                     for i, r in enumerate(results, first)]
+        for ids, (results,) in scored_chunks(lm, source, fmt, [tags], size, measures):
+            items = [json_record(r, i, fmt) for i, r in zip(ids, results)]
             out.write((",\n" if opened else "[\n") + ",\n".join(items))
             out.flush()
             opened = True
     out.write("\n]\n")
 
 
+# --------------------------------------------------------------------------------------------- shards
+SHARD_COMMAND = "surprisal"  # the shard file's command (sipe-eval merge)
+NOT_FINGERPRINTED = ("input", "output", "json")  # paths (the input compared by content), the output's form (its own key)
+
+
+def input_sha256(source: LineInput) -> str:
+    """The sha256 of the input's lines as read (each with its ``\\n``): its content wherever it is, stdin too."""
+    digest = hashlib.sha256()
+    for _, text in source.lines(errors="surrogateescape"):
+        digest.update(text.encode("utf-8", "surrogateescape") + b"\n")
+    return digest.hexdigest()
+
+
+def shard_fingerprint(args, lm, source: LineInput) -> dict:
+    """What a shard's rows depend on (:func:`sipe_fairseq.eval.shards.fingerprint`): the checkpoint, the data
+    directory (``--data`` or the checkpoint's), the input's content (named by its file name, or ``<stdin>``), the
+    output's form (TSV or ``--json``) and every other option."""
+    options = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in NOT_FINGERPRINTED},
+                                 output_form="json" if args.json else "tsv")
+    fp = fingerprint(SHARD_COMMAND, options, {"path": args.path}, lm.data)
+    fp["inputs"] = [[os.path.basename(source.name), input_sha256(source)]]
+    return fp
+
+
+def write_shard(out: TextIO, lm, source: LineInput, fmt: str, sources: Sequence[str], size: int, level: str,
+                measures: Sequence[str], as_json: bool, shard: Tuple[int, int], block: dict, sentences_total: int) -> None:
+    """A shard file (:mod:`sipe_fairseq.eval.shards`), streamed: the ``shard`` block, the output's form and the TSV
+    header, then per scored sentence ``[sentence_id, rows]``: its TSV rows as one string (the lines one run writes
+    for it), or with ``--json`` its records as written, one per source; :func:`merge_shards` joins them."""
+    documents = fmt == DOCUMENTS
+    head = {"format": FORMAT, "command": SHARD_COMMAND, "shard": block, "output": "json" if as_json else "tsv",
+            "header": None if as_json else tsv_header(sources, level, measures, documents),
+            "sources": list(sources), "sentences_total": sentences_total}
+    out.write(json.dumps(head, indent=1)[:-2] + ',\n "sentences": [')
+    opened = False
+    for ids, results in scored_chunks(lm, source, fmt, sources, size, measures, shard):
+        for k, sid in enumerate(ids):
+            if as_json:
+                rows = [json_record(per_source[k], sid, fmt) for per_source in results]
+            else:
+                rows = tsv_rows([[per_source[k]] for per_source in results], level, [sid], measures, documents)
+            out.write((",\n  " if opened else "\n  ") + json.dumps([sid, rows]))
+            opened = True
+    out.write("\n ]\n}\n")
+
+
+def merge_shards(shards: Sequence[dict]) -> str:
+    """The output one run would have written, from its shard files (checked by
+    :func:`~sipe_fairseq.eval.shards.check_shards`, in any order): every sentence's rows in input order.
+    :class:`~sipe_fairseq.eval.shards.ShardError` unless the shards hold each sentence of the input exactly once."""
+    total = shards[0]["sentences_total"]
+    scored = sorted(((sid, rows) for s in shards for sid, rows in s["sentences"]), key=lambda item: item[0])
+    ids = [sid for sid, _ in scored]
+    if ids != list(range(1, total + 1)):  # the item counts agree (check_shards): a file edited by hand
+        twice = next((a for a, b in zip(ids, ids[1:]) if a == b), None)
+        what = f"sentence {twice} twice" if twice is not None else f"{len(ids)} sentences, ids out of range"
+        raise ShardError(f"the shards do not hold the {total} sentences of the input once each ({what})")
+    if shards[0]["output"] == "json":
+        records = [rows[k] for k in range(len(shards[0]["sources"])) for _, rows in scored]
+        return "[\n" + ",\n".join(records) + "\n]\n"
+    return shards[0]["header"] + "".join(rows for _, rows in scored)
+
+
 def score_input(args, lm, source: LineInput, fmt: str, sources: Sequence[str]) -> None:
     """Check every sentence's length, then score in chunks of :data:`CHUNK_BATCHES` batches and write as they come
-    (``--output``: replaced only once everything was written; stdout: streamed)."""
+    (``--output``: replaced only once everything was written; stdout: streamed). A shard (``--num-shards``) scores
+    its share and writes its shard file to ``--output``."""
     size = lm.options.batch_sentences * CHUNK_BATCHES
     check_lengths(lm, source, fmt, size)
+    measures = parse_measures(args.measures, args.level)
+    shard = None if args.num_shards is None else (args.num_shards, args.shard_id)
+    if shard:
+        fp = shard_fingerprint(args, lm, source)
+        total, count = count_items(source, fmt)
+        items = len(range(args.shard_id, total, args.num_shards))
+        block = shard_block(args.shard_id, args.num_shards, items, total, fp)
+        with atomic_open(args.output) as out:
+            write_shard(out, lm, source, fmt, sources, size, args.level, measures, args.json, shard, block, count)
+        logger.info("shard %d of %d: %d of %d %s written to %s (join the shards with sipe-eval merge)", args.shard_id,
+                    args.num_shards, items, total, "documents" if fmt == DOCUMENTS else "sentences", args.output)
+        return
     with contextlib.ExitStack() as files:
         out = files.enter_context(atomic_open(args.output)) if args.output else sys.stdout
-        (write_json if args.json else write_tsv)(out, lm, source, fmt, sources, size, args.level,
-                                                  parse_measures(args.measures, args.level))
+        (write_json if args.json else write_tsv)(out, lm, source, fmt, sources, size, args.level, measures)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -308,7 +422,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     keep_freed_memory()
     logs.configure("WARNING", "sipe-surprisal: %(levelname)s: %(message)s", plugin_level=logging.WARNING)
     sources = args.tags  # None: the model's default source (hub: LanguageModel.default_source), once it is loaded
-    problem = output_path_problem(args, ("output",))
+    problem = output_path_problem(args, ("output",)) or shard_problem(args, output="output")
     if problem:
         logger.error(problem)
         return 2

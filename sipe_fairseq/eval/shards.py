@@ -5,15 +5,16 @@ score the items whose 0-based index ``i`` in the command's item list satisfies `
 share, so that every shard gets items of every length and of every paradigm or suite (a contiguous share would
 give one shard all the long sentences of a sorted file). The items: the non-empty sentences of the split for
 ``sipe-eval-lm --tags`` (after ``--tags-max-sentences``), the pairs for ``sipe-eval blimp`` (after ``--every``),
-the items of the suites (in suite order, then item order) for ``sipe-eval syntaxgym``.
+the items of the suites (in suite order, then item order) for ``sipe-eval syntaxgym``, the input's sentences for
+``sipe-surprisal`` (its documents with ``--documents``: a sentence keeps its context).
 
-A shard writes, with ``--json``, a shard file (``format`` :data:`FORMAT`): the per-item records a merge needs and
-a ``shard`` block ``{id, of, items, total, fingerprint}``. The fingerprint says what the numbers depend on: the
-command, each checkpoint's name and file sha256, the data directory's fingerprint
-(:func:`~sipe_fairseq.data.fingerprint.data_fingerprint`, without its path), the input files' sha256 (the split's
-files, the BLiMP files, the suites, a ``--trees`` file) and every other option of the command line. Paths are
-recorded but not compared: another machine may hold the same files elsewhere. ``sipe-eval merge`` joins the shards
-(:func:`check_shards`) into the report one run would have written.
+A shard writes, with ``--json`` (``sipe-surprisal``: ``--output``), a shard file (``format`` :data:`FORMAT`):
+the per-item records a merge needs and a ``shard`` block ``{id, of, items, total, fingerprint}``. The fingerprint
+says what the numbers depend on: the command, each checkpoint's name and file sha256, the data directory's
+fingerprint (:func:`~sipe_fairseq.data.fingerprint.data_fingerprint`, without its path), the input files' sha256
+(the split's files, the BLiMP files, the suites, a ``--trees`` file, ``sipe-surprisal``'s input) and every other
+option of the command line. Paths are recorded but not compared: another machine may hold the same files
+elsewhere. ``sipe-eval merge`` joins the shards (:func:`check_shards`) into the report one run would have written.
 """
 import os
 from typing import Dict, List, Optional, Sequence

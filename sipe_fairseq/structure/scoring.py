@@ -185,8 +185,9 @@ def plan(model, sentences: Sequence[Sentence], source, options: Optional[Structu
     budget = budget_from(options.max_memory)
     if budget is not None:
         budget //= max(1, workers)
+    shared = sharing(options, src, False, sentences) is not None
     return list(plan_batches(order, sentences, src, model_size(model), structure_of(model),
-                             budget, batch_sentences, options.top_pairs, options.count_beam, sharing(options, src) is not None))
+                             budget, batch_sentences, options.top_pairs, options.count_beam, shared))
 
 
 def plan_workers(model, sentences: Sequence[Sentence], source, options: StructureOptions, batch_sentences: int = 256,
@@ -206,7 +207,7 @@ def plan_workers(model, sentences: Sequence[Sentence], source, options: Structur
 
     def peak(batch):
         return estimate_bytes(size, src, [sentences[i] for i in batch], family, options.top_pairs, options.count_beam,
-                              sharing(options, src) is not None)
+                              sharing(options, src, False, sentences) is not None)
 
     largest = max(peak(b) for b in single)
     while n > 1:
