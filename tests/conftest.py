@@ -96,6 +96,20 @@ def tiny_decoder_lm(family: str):
     return SiPETransformerXLModel(SiPEDecoder(cfg, d)).eval()
 
 
+def random_words_sentence(rng, words: int):
+    """A structure-engine :class:`~sipe_fairseq.structure.sentences.Sentence` of ``words`` words of one or two
+    random tokens (4-59) each, ``</s>`` (2) last: the sentences of the tiny models' engine tests."""
+    import torch
+
+    from sipe_fairseq.structure.sentences import Sentence
+
+    tokens, starts = [], []
+    for _ in range(words):
+        starts.append(len(tokens))
+        tokens += [rng.randrange(4, 60) for _ in range(rng.choice([1, 1, 2]))]
+    return Sentence(torch.tensor(tokens + [2]), starts)
+
+
 @pytest.fixture
 def share_every_prefix(monkeypatch):
     """Beams that branch on short sentences: the KV cache shares prefixes from the first position

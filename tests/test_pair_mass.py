@@ -21,7 +21,7 @@ import torch
 
 import fairseq  # noqa: F401
 import sipe_fairseq  # noqa: F401
-from conftest import tiny_decoder_lm
+from conftest import random_words_sentence, tiny_decoder_lm
 from sipe_fairseq.structure.family import StructureOptions, policy_for
 from sipe_fairseq.structure.scoring import score_sentences
 from sipe_fairseq.structure.search import keep_by_mass
@@ -30,12 +30,7 @@ from sipe_fairseq.structure.sentences import Sentence
 TOL = 1e-9  # float64 model; a sum of 64 probabilities
 
 
-def _sentence(rng, words):
-    tokens, starts = [], []
-    for _ in range(words):
-        starts.append(len(tokens))
-        tokens += [rng.randrange(4, 60) for _ in range(rng.choice([1, 1, 2]))]
-    return Sentence(torch.tensor(tokens + [2]), starts)
+_sentence = random_words_sentence
 
 
 def _batch(seed=0, n=8):

@@ -19,7 +19,7 @@ import torch
 
 import fairseq  # noqa: F401
 import sipe_fairseq  # noqa: F401
-from conftest import tiny_decoder_lm
+from conftest import random_words_sentence, tiny_decoder_lm
 from sipe_fairseq.structure.family import StructureOptions
 from sipe_fairseq.structure.scoring import batch_order, score_sentences
 from sipe_fairseq.structure.search import MIN_SHARED, shared_forks
@@ -29,12 +29,7 @@ TOL = 1e-9  # float64 models: the shared rows are copies, the same numbers up to
 MEASURES = ("structure_surprisal", "structure_entropy", "posterior_entropy", "lexical_surprisal")
 
 
-def _sentence(rng, words):
-    tokens, starts = [], []
-    for _ in range(words):
-        starts.append(len(tokens))
-        tokens += [rng.randrange(4, 60) for _ in range(rng.choice([1, 1, 2]))]
-    return Sentence(torch.tensor(tokens + [2]), starts)
+_sentence = random_words_sentence
 
 
 def _pair(rng, words):
