@@ -854,6 +854,69 @@ def test_the_fault_rows_would_pass_on_sound_input(faults_env, tmp_path):
     assert set(_json.loads(out.read_text())["groups"]) == {"own", "none"}
 
 
+# ---------------------------------------------------------------- shards and workers (issue 49)
+# The shard options are checked before any input is read or checkpoint loaded (``{tmp}/absent.pt`` is never
+# reached); a merge refuses shards that overlap or leave a share out. The shard files are written by a real run.
+_SH_SURPRISAL = ("-m", "sipe_fairseq.cli.surprisal", "--data", "{data}")
+_SH_MERGE = ("-m", "sipe_fairseq.cli.eval", "merge")
+
+
+def _surprisal_shards(*ids):
+    """A setup: ``{tmp}/sh-I.json``, shard I of 2 of sipe-surprisal on two sentences, for each I in ``ids``."""
+    def setup(env):
+        tmp = _Path(env["tmp"])
+        (tmp / "sh-in.txt").write_text("the dog sleeps .\nsome owls sing .\n")
+        for i in ids:
+            if not (tmp / f"sh-{i}.json").exists():
+                argv = [sys.executable, *(fill(a, env) for a in _SH_SURPRISAL), "--path", env["ck"], "--workers", "1",
+                        "--num-shards", "2", "--shard-id", str(i), "--output", str(tmp / f"sh-{i}.json"),
+                        str(tmp / "sh-in.txt")]
+                proc = launcher.run(argv, cwd=env["tmp"])
+                assert proc.returncode == 0, proc.stderr[-2000:]
+    return setup
+
+
+SHARD_FAULTS = [
+    Fault("surprisal-shard-id-out-of-range", (*_SH_SURPRISAL, "--path", "{tmp}/absent.pt", "--num-shards", "2",
+                                              "--shard-id", "2", "--output", "{tmp}/sh-a.json", "{tmp}/sh-in.txt"),
+          2, "--shard-id 2: expected 0 <= --shard-id < --num-shards (2)", not_written=("{tmp}/sh-a.json",),
+          setup=_ir_file("sh-in.txt", b"the dog sleeps .\n")),
+    Fault("surprisal-no-shards", (*_SH_SURPRISAL, "--path", "{tmp}/absent.pt", "--num-shards", "0", "--shard-id",
+                                  "0", "--output", "{tmp}/sh-b.json", "{tmp}/sh-in.txt"),
+          2, "--num-shards 0: expected an integer >= 1", not_written=("{tmp}/sh-b.json",),
+          setup=_ir_file("sh-in.txt", b"the dog sleeps .\n")),
+    Fault("surprisal-shard-without-output", (*_SH_SURPRISAL, "--path", "{tmp}/absent.pt", "--num-shards", "2",
+                                             "--shard-id", "1", "{tmp}/sh-in.txt"),
+          2, "a shard needs --output", setup=_ir_file("sh-in.txt", b"the dog sleeps .\n")),
+    Fault("blimp-negative-shard-id", ("-m", "sipe_fairseq.cli.eval", "blimp", "--data", "{data}", "--path",
+                                      "{tmp}/absent.pt", "--blimp", "{tmp}/absent-blimp", "--num-shards", "2",
+                                      "--shard-id", "-1", "--json", "{tmp}/sh-c.json"),
+          2, "--shard-id -1: expected 0 <= --shard-id < --num-shards (2)", not_written=("{tmp}/sh-c.json",)),
+    Fault("merge-surprisal-shard-twice", (*_SH_MERGE, "{tmp}/sh-0.json", "{tmp}/sh-0.json", "--output",
+                                          "{tmp}/sh-d.tsv"),
+          2, "{tmp}/sh-0.json: shard 0 of 2 overlaps {tmp}/sh-0.json", not_written=("{tmp}/sh-d.tsv",),
+          setup=_surprisal_shards(0)),
+    Fault("merge-surprisal-shard-missing", (*_SH_MERGE, "{tmp}/sh-1.json", "--output", "{tmp}/sh-e.tsv"),
+          2, "shard 0 of 2 missing", not_written=("{tmp}/sh-e.tsv",), setup=_surprisal_shards(1)),
+]
+
+
+@pytest.mark.parametrize("fault", SHARD_FAULTS, ids=lambda f: f.id)
+def test_shard_faults(fault, faults_env):
+    run_fault(fault, faults_env)
+
+
+def test_the_shard_rows_would_pass_on_sound_input(faults_env, tmp_path):
+    """Both shards merge (exit 0) into one row per token of both sentences: the merge rows fail for what they name."""
+    _surprisal_shards(0, 1)(faults_env)
+    out = tmp_path / "merged.tsv"
+    proc = launcher.run([sys.executable, *(fill(a, faults_env) for a in _SH_MERGE), f"{faults_env['tmp']}/sh-0.json",
+                         f"{faults_env['tmp']}/sh-1.json", "--output", str(out)], cwd=faults_env["tmp"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = out.read_text().splitlines()
+    assert rows[0].startswith("sentence_id\t") and {r.split("\t")[0] for r in rows[1:]} == {"1", "2"}, rows[:3]
+
+
 # ---------------------------------------------------------------- Ctrl-C: one line, status 130, nothing written
 def _open_writer(fifo: str, proc, timeout: float = 120.0) -> int:
     """The FIFO's write end, once the command has opened it for reading (so its set-up, the error hook
