@@ -325,3 +325,42 @@ def test_get_naturalstories_checks_the_published_counts_at_the_pinned_commit(tmp
         mod.check(files, "here", pinned=True)  # the excerpt is not the corpus at the pinned commit
     with pytest.raises(mod.CorpusError, match="LICENSE.txt is missing"):
         mod.check({p: c for p, c in files.items() if p != "LICENSE.txt"}, "here", pinned=False)
+
+
+def test_kept_scores_are_read_back_and_keyed_by_what_changes_a_number(checkpoints, tmp_path):
+    """``--scores DIR``: a first run keeps one file per checkpoint and source (one for the model without structure);
+    a second run reads them (nothing scored: the same report), and a kept file whose numbers are changed by hand
+    changes the report as predicted (its perplexity per word doubles when every surprisal gains one bit); a file
+    that does not carry its own key is scored again, warned and replaced; another --tags-mass is another key."""
+    kept = tmp_path / "kept"
+    argv = ["--rt", SYNTHETIC, "--path", f"none-s1={checkpoints['none']}", "--path", f"sipe-s1={checkpoints['position']}",
+            "--tags", "self,given", "--baseline", "none", "--bootstrap", 100, "--scores", kept]
+    first = _eval(*argv, "--json", tmp_path / "a.json")
+    assert first.returncode == 0, first.stderr[-3000:]
+    files = sorted(kept.glob("*.json"))
+    assert len(files) == 3 and first.stderr.count("scoring 21 sentences") == 3, first.stderr[-3000:]
+    second = _eval(*argv, "--json", tmp_path / "b.json")
+    assert second.returncode == 0 and "scoring 21 sentences" not in second.stderr, second.stderr[-3000:]
+    assert second.stderr.count("read from") == 3
+    a, b = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json"))
+    assert [r["stored_scores"] for r in b["rows"]] == [r["stored_scores"] for r in a["rows"]]
+    assert [r["analysis"] for r in b["rows"]] == [r["analysis"] for r in a["rows"]] and b["paired"] == a["paired"]
+    # the file of sipe-s1 under self, its surprisals one bit higher: perplexity per word x2, read back as kept
+    row = next(r for r in a["rows"] if (r["checkpoint"], r["source"]) == ("sipe-s1", "self"))
+    record = json.loads(Path(row["stored_scores"]).read_text())
+    for s in record["sentences"]:
+        s["surprisal"] = [v + 1.0 for v in s["surprisal"]]
+    Path(row["stored_scores"]).write_text(json.dumps(record))
+    none_row = next(r for r in a["rows"] if r["checkpoint"] == "none-s1")
+    broken = json.loads(Path(none_row["stored_scores"]).read_text())
+    Path(none_row["stored_scores"]).write_text(json.dumps({**broken, "key": "0" * 64}))
+    third = _eval(*argv, "--json", tmp_path / "c.json")
+    assert third.returncode == 0, third.stderr[-3000:]
+    c = {(r["checkpoint"], r["source"]): r for r in json.loads((tmp_path / "c.json").read_text())["rows"]}
+    assert c[("sipe-s1", "self")]["perplexity_per_word"] == pytest.approx(2 * row["perplexity_per_word"], rel=1e-9)
+    assert c[("none-s1", "self")]["perplexity_per_word"] == pytest.approx(none_row["perplexity_per_word"], rel=1e-12)
+    assert third.stderr.count("stored scores not used") == 1 and third.stderr.count("scoring 21 sentences") == 1
+    assert json.loads(Path(none_row["stored_scores"]).read_text())["key"] == Path(none_row["stored_scores"]).stem
+    fourth = _eval(*argv, "--tags-mass", 0.5, "--json", tmp_path / "d.json")
+    assert fourth.returncode == 0 and fourth.stderr.count("scoring 21 sentences") == 3, fourth.stderr[-3000:]
+    assert len(list(kept.glob("*.json"))) == 6

@@ -18,6 +18,7 @@ from sipe_fairseq.eval.reading_times import (AlignmentError, ReadingTimesError, 
 from sipe_fairseq.eval.reading_times.analysis import (compare_groups, design_of, markdown_paired,
                                                       structure_fields_present)
 from sipe_fairseq.eval.reading_times.predictors import EXCLUSIONS, RT_RANGE, STRUCTURE_FIELDS
+from sipe_fairseq.eval.reading_times import store
 from sipe_fairseq.eval.reading_times.regression import FOLDS, REPLICATES
 from sipe_fairseq.hexatag.errors import NonFiniteScoreError
 from sipe_fairseq.structure.sources import parse_source, parse_sources
@@ -71,6 +72,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "source: the paired difference of ΔLL of surprisal, seed s with seed s, its intervals over items "
                         "and over seeds and the verdict (the rule of sipe-eval seeds); with --structural, every "
                         "group's structural ΔLL over its seeds too")
+    p.add_argument("--scores", metavar="DIR",
+                   help="keep each checkpoint's scores of the stories under each source in DIR, keyed by the "
+                        "checkpoint's bytes, its data, the source, the options that change a number, the device and "
+                        "the corpus; a later run with the same DIR reads them instead of scoring again (add "
+                        "checkpoints, change --baseline, --structural or the bootstrap without re-scoring; "
+                        "sipe_fairseq/eval/reading_times/store.py) (default: scores are not kept)")
     p.add_argument("--json", metavar="OUT", help="write every number (and every unaligned word) as JSON here")
     p.add_argument("--markdown", metavar="OUT", help="also write the markdown table here")
     p.add_argument("--plot", metavar="OUT", help="also draw ΔLL of surprisal against perplexity per word on the stories "
@@ -242,6 +249,8 @@ def _evaluate(args, corpus, specs, sources):
     from sipe_fairseq import hub  # lazy (heavy): torch, fairseq
 
     rows, counts, designs = [], None, {}
+    corpus_digest = store.corpus_sha256(corpus) if args.scores else None
+    numbers = dict(vars(structure_options(args)))
     for name, path in specs:
         lm = hub.load(path, data=args.data, device=args.device, allow_dictionary_mismatch=args.allow_dictionary_mismatch,
                       **vars(structure_options(args)))
@@ -253,9 +262,8 @@ def _evaluate(args, corpus, specs, sources):
         for source in sources:
             key = source if lm.reads_structure else "-"
             if key not in cache:
-                logger.info("%s: scoring %d sentences under %s (%s)", name, len(corpus.sentences), source,
-                            scorer.scoring(source))
-                scored, kind = scorer.score(corpus, source)
+                scored, kind, kept_at = _scores(args, corpus, corpus_digest, numbers, name, path, lm, scorer, source,
+                                                 key)
                 zscores, alignment = zone_scores(corpus, scored)
                 check_alignment(alignment, f"{name} under {source}")
                 structural = has_fields.get(source, False)
@@ -267,18 +275,38 @@ def _evaluate(args, corpus, specs, sources):
                 if args.baseline or structural:  # the regression data of the comparisons over seeds
                     kept = {"surprisal": design_of(corpus, zscores, counts),
                             "structural": design_of(corpus, zscores, counts, True) if structural else None}
-                cache[key] = (scored, kind, alignment, structural, analysis, kept)
-            scored, kind, alignment, structural, analysis, kept = cache[key]
+                cache[key] = (scored, kind, alignment, structural, analysis, kept, kept_at)
+            scored, kind, alignment, structural, analysis, kept, kept_at = cache[key]
             designs[(name, source)] = kept
             rows.append({"checkpoint": name, "path": path, "source": source, "kind": kind, "scoring": scorer.scoring(source),
                          "word_surprisal": WORD_SURPRISAL[scorer.corrected], "reads_structure": bool(lm.reads_structure),
-                         "structure_scores": structural,
+                         "structure_scores": structural, "stored_scores": kept_at,
                          "perplexity_per_word": perplexity(scored), "alignment": alignment,
                          "context_dropped": {"sentences": sum(1 for r in scored if r.context_dropped),
                                              "context_sentences": sum(r.context_dropped for r in scored)},
                          "analysis": analysis})
         del lm
     return rows, counts, designs
+
+
+def _scores(args, corpus, corpus_digest, numbers, name, path, lm, scorer, source, kept_as):
+    """``(scored, kind, stored)``: the checkpoint's scores of the corpus under ``source``, read from ``--scores``
+    when kept there (``stored``: the file, else None), else scored (and kept there with ``--scores``);
+    ``kept_as``: the source in the key ("-" for a model without structure, scored once under any source)."""
+    key = what = None
+    if args.scores:
+        key, what = store.score_key(path, lm.data, kept_as, numbers, scorer.scoring(source), args.device, corpus_digest)
+        hit = store.load(args.scores, key)
+        if hit is not None:
+            scored, kind, scorer.corrected = hit
+            logger.info("%s: %d sentences under %s read from %s", name, len(scored), source,
+                        store.path_of(args.scores, key))
+            return scored, kind, store.path_of(args.scores, key)
+    logger.info("%s: scoring %d sentences under %s (%s)", name, len(corpus.sentences), source, scorer.scoring(source))
+    scored, kind = scorer.score(corpus, source)
+    if key is not None:
+        return scored, kind, store.save(args.scores, key, what, name, scored, kind, scorer.corrected)
+    return scored, kind, None
 
 
 def _structure_sources(args, corpus, name, lm, scorer, sources) -> Dict[str, bool]:
