@@ -204,10 +204,11 @@ def plan_workers(model, sentences: Sequence[Sentence], source, options: Structur
     if n == 1 or budget is None:
         return single, n
     size, family = model_size(model), structure_of(model)
+    shared = sharing(options, src, False, sentences) is not None  # one scan of the sentences, not one per batch
 
     def peak(batch):
         return estimate_bytes(size, src, [sentences[i] for i in batch], family, options.top_pairs, options.count_beam,
-                              sharing(options, src, False, sentences) is not None)
+                              shared)
 
     largest = max(peak(b) for b in single)
     while n > 1:
