@@ -108,7 +108,8 @@ def width_line(sources, width: Dict[str, float]) -> str:
     return (f"\nbeam:K and mix:K columns: at most K hypotheses per word, kept until their share of the prefix mass "
             f"reaches {width['mass']:g} (--tags-mass), each expanded with {pairs} (--tags-top-pairs)"
             + (f", of which the best are kept until their share of the word's expansions' mass reaches "
-               f"{width['pair_mass']:g} (--tags-pair-mass)" if width.get("pair_mass", 1) < 1 else "") + ".\n")
+               f"{width['pair_mass']:g} (--tags-pair-mass)" if width.get("pair_mass", 1) < 1 else "")
+            + " (the pairs: SiPE checkpoints only).\n")
 
 
 def unwritable(path: str) -> Optional[str]:
