@@ -185,3 +185,31 @@ def test_batches_are_dealt_most_costly_first_and_come_back_in_order():
     assert workers_module.dealing_order(batches) == [0, 1, 2, 3, 4]
     got = list(workers_module.run_batches(lambda batch: [i * 10 for i in batch], batches, 2, cost=len))
     assert [b for b, _ in got] == batches and [r for _, r in got] == [[i * 10 for i in b] for b in batches]
+
+
+def _touch(mib):
+    """A job whose batch ``[k]`` holds ``mib * k`` MiB, every page written, while it runs."""
+    def job(batch):
+        block = bytearray(mib * batch[0] * 2 ** 20)
+        block[::4096] = b"\x01" * len(block[::4096])  # every page resident
+        return [len(block)]
+    return job
+
+
+@pytest.mark.skipif(workers_module._reset_peak() is None, reason="the resident peak cannot be reset here")
+def test_each_workers_peak_is_measured_and_logged(caplog):
+    """Two workers, batches that hold 48 and 96 MiB: the logged peaks above the forked parent are at least what
+    each worker held, the larger at least 96 MiB, and not far above (Python's and the allocator's slack)."""
+    import logging
+    import re
+
+    with caplog.at_level(logging.INFO, logger=workers_module.logger.name):
+        got = list(workers_module.run_batches(_touch(48), [[1], [2]], 2))
+    assert [r for _, r in got] == [[48 * 2 ** 20], [96 * 2 ** 20]]
+    [line] = [r.getMessage() for r in caplog.records if "peak resident memory" in r.getMessage()]
+    sizes = [int(x.replace(",", "")) for x in re.search(r"per worker: ([\d, ]+) MB", line).group(1).split(", ")]
+    total = int(re.search(r"sum ([\d,]+) MB", line).group(1).replace(",", ""))
+    assert len(sizes) in (1, 2) and total == pytest.approx(sum(sizes), abs=len(sizes))
+    assert 96 <= sizes[0] <= 96 + 32, line  # one worker may have run both: its peak is the larger batch's
+    if len(sizes) == 2:
+        assert 48 <= sizes[1] <= 48 + 32, line

@@ -89,13 +89,52 @@ def worker_count(requested: int, batches: int) -> int:
     return n
 
 
+def _status_kb(field: str) -> Optional[int]:
+    """A ``/proc/self/status`` size in kB (``VmRSS``, ``VmHWM``: the resident set and its peak); None where there is
+    no such file (not Linux)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _reset_peak() -> Optional[int]:
+    """Resets this process's resident peak to its resident set (``/proc/self/clear_refs``, ``5``) and returns that
+    set in kB; None where the peak cannot be reset (it would be the parent's, inherited by the fork)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return None
+    return _status_kb("VmRSS")
+
+
+_BASE_KB: List[Optional[int]] = [None]  # a worker's resident set when it started (after the fork)
+
+
 def _start() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates the workers
     torch.set_num_threads(1)
+    _BASE_KB[0] = _reset_peak()
 
 
-def _run(batch: List[int]) -> list:
-    return _JOB(batch)
+def _run(batch: List[int]) -> Tuple[int, Optional[int], list]:
+    """``(pid, peak growth in bytes since the worker started or None, the batch's result)``."""
+    result = _JOB(batch)
+    peak = _status_kb("VmHWM")
+    growth = None if peak is None or _BASE_KB[0] is None else max(0, peak - _BASE_KB[0]) * 1024
+    return os.getpid(), growth, result
+
+
+def peak_line(peaks: dict) -> str:
+    """One line of the workers' peak resident growth (each worker's largest, bytes by pid), in MB."""
+    if not peaks or any(v is None for v in peaks.values()):
+        return f"{len(peaks)} workers (their peak memory is not measured on this platform)"
+    sizes = sorted(peaks.values(), reverse=True)
+    return (f"{len(sizes)} workers, peak resident memory above the forked model per worker: "
+            f"{', '.join(f'{v / 2 ** 20:,.0f}' for v in sizes)} MB (sum {sum(sizes) / 2 ** 20:,.0f} MB)")
 
 
 def dealing_order(batches: Sequence[List[int]], cost: Optional[Callable[[List[int]], float]] = None) -> List[int]:
@@ -121,11 +160,13 @@ def run_batches(job: Callable[[List[int]], list], batches: Sequence[List[int]], 
     _JOB = job
     try:
         with multiprocessing.get_context("fork").Pool(workers, initializer=_start) as pool:
-            done, following = {}, 0
-            for k, result in zip(order, pool.imap(_run, [batches[k] for k in order], chunksize=1)):
+            done, following, peaks = {}, 0, {}
+            for k, (pid, growth, result) in zip(order, pool.imap(_run, [batches[k] for k in order], chunksize=1)):
+                peaks[pid] = growth if growth is None or peaks.get(pid) is None else max(growth, peaks[pid])
                 done[k] = result
                 while following in done:
                     yield batches[following], done.pop(following)
                     following += 1
+        logger.info("%s", peak_line(peaks))
     finally:
         _JOB = None
