@@ -207,8 +207,8 @@ def test_each_workers_peak_is_measured_and_logged(caplog):
         got = list(workers_module.run_batches(_touch(48), [[1], [2]], 2))
     assert [r for _, r in got] == [[48 * 2 ** 20], [96 * 2 ** 20]]
     [line] = [r.getMessage() for r in caplog.records if "peak resident memory" in r.getMessage()]
-    sizes = [int(x.replace(",", "")) for x in re.search(r"per worker: ([\d, ]+) MB", line).group(1).split(", ")]
-    total = int(re.search(r"sum ([\d,]+) MB", line).group(1).replace(",", ""))
+    sizes = [int(x.replace(",", "")) for x in re.search(r"per worker: ([\d, ]+) MiB", line).group(1).split(", ")]
+    total = int(re.search(r"sum ([\d,]+) MiB", line).group(1).replace(",", ""))
     assert len(sizes) in (1, 2) and total == pytest.approx(sum(sizes), abs=len(sizes))
     assert 96 <= sizes[0] <= 96 + 32, line  # one worker may have run both: its peak is the larger batch's
     if len(sizes) == 2:

@@ -129,12 +129,12 @@ def _run(batch: List[int]) -> Tuple[int, Optional[int], list]:
 
 
 def peak_line(peaks: dict) -> str:
-    """One line of the workers' peak resident growth (each worker's largest, bytes by pid), in MB."""
+    """One line of the workers' peak resident growth (each worker's largest, bytes by pid), in MiB."""
     if not peaks or any(v is None for v in peaks.values()):
         return f"{len(peaks)} workers (their peak memory is not measured on this platform)"
     sizes = sorted(peaks.values(), reverse=True)
     return (f"{len(sizes)} workers, peak resident memory above the forked model per worker: "
-            f"{', '.join(f'{v / 2 ** 20:,.0f}' for v in sizes)} MB (sum {sum(sizes) / 2 ** 20:,.0f} MB)")
+            f"{', '.join(f'{v / 2 ** 20:,.0f}' for v in sizes)} MiB (sum {sum(sizes) / 2 ** 20:,.0f} MiB)")
 
 
 def dealing_order(batches: Sequence[List[int]], cost: Optional[Callable[[List[int]], float]] = None) -> List[int]:
