@@ -188,11 +188,19 @@ def test_batches_are_dealt_most_costly_first_and_come_back_in_order():
 
 
 def _touch(mib):
-    """A job whose batch ``[k]`` holds ``mib * k`` MiB, every page written, while it runs."""
+    """A job whose batch ``[k]`` holds ``mib * k`` MiB of fresh pages, every page written, while it runs: an anonymous
+    mapping of its own (a heap block could reuse freed pages the fork inherited, already resident)."""
+    import mmap
+
     def job(batch):
-        block = bytearray(mib * batch[0] * 2 ** 20)
-        block[::4096] = b"\x01" * len(block[::4096])  # every page resident
-        return [len(block)]
+        size = mib * batch[0] * 2 ** 20
+        block = mmap.mmap(-1, size)
+        try:
+            for offset in range(0, size, mmap.PAGESIZE):
+                block[offset] = 1
+        finally:
+            block.close()
+        return [size]
     return job
 
 

@@ -305,7 +305,7 @@ def _scores(args, corpus, corpus_digest, numbers, name, path, lm, scorer, source
     logger.info("%s: scoring %d sentences under %s (%s)", name, len(corpus.sentences), source, scorer.scoring(source))
     scored, kind = scorer.score(corpus, source)
     if key is not None:
-        return scored, kind, store.save(args.scores, key, what, name, scored, kind, scorer.corrected)
+        return scored, kind, store.keep(args.scores, key, what, name, scored, kind, scorer.corrected)
     return scored, kind, None
 
 

@@ -81,7 +81,7 @@ def load(folder: str, key: str) -> Optional[Tuple[List[ScoredSentence], str, boo
         return None
 
 
-def save(folder: str, key: str, what: dict, name: str, scored: List[ScoredSentence], kind: str,
+def keep(folder: str, key: str, what: dict, name: str, scored: List[ScoredSentence], kind: str,
          corrected: bool) -> str:
     """Keeps ``scored`` under ``key`` (atomically: a run stopped part way leaves no file); its path."""
     os.makedirs(folder, exist_ok=True)
