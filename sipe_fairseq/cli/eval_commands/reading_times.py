@@ -18,6 +18,7 @@ from sipe_fairseq.eval.reading_times import (AlignmentError, ReadingTimesError, 
 from sipe_fairseq.eval.reading_times.analysis import (compare_groups, design_of, markdown_paired,
                                                       structure_fields_present)
 from sipe_fairseq.eval.reading_times.predictors import EXCLUSIONS, RT_RANGE, STRUCTURE_FIELDS
+from sipe_fairseq.data.writers import sha256_file
 from sipe_fairseq.eval.reading_times import store
 from sipe_fairseq.eval.reading_times.regression import FOLDS, REPLICATES
 from sipe_fairseq.hexatag.errors import NonFiniteScoreError
@@ -253,7 +254,8 @@ def _evaluate(args, corpus, specs, sources):
     numbers = dict(vars(structure_options(args)))
     for name, path in specs:
         lm = hub.load(path, data=args.data, device=args.device, allow_dictionary_mismatch=args.allow_dictionary_mismatch,
-                      **vars(structure_options(args)))
+                      **numbers)
+        checkpoint_sha = sha256_file(path) if args.scores else None  # once per checkpoint, for every source's key
         if counts is None:
             counts = training_counts(lm)
         scorer = _Scorer(lm, args.context)
@@ -262,8 +264,8 @@ def _evaluate(args, corpus, specs, sources):
         for source in sources:
             key = source if lm.reads_structure else "-"
             if key not in cache:
-                scored, kind, kept_at = _scores(args, corpus, corpus_digest, numbers, name, path, lm, scorer, source,
-                                                 key)
+                scored, kind, kept_at = _scores(args, corpus, corpus_digest, numbers, name, checkpoint_sha, lm, scorer,
+                                                 source, key)
                 zscores, alignment = zone_scores(corpus, scored)
                 check_alignment(alignment, f"{name} under {source}")
                 structural = has_fields.get(source, False)
@@ -289,13 +291,13 @@ def _evaluate(args, corpus, specs, sources):
     return rows, counts, designs
 
 
-def _scores(args, corpus, corpus_digest, numbers, name, path, lm, scorer, source, kept_as):
+def _scores(args, corpus, corpus_digest, numbers, name, checkpoint_sha, lm, scorer, source, kept_as):
     """``(scored, kind, stored)``: the checkpoint's scores of the corpus under ``source``, read from ``--scores``
     when kept there (``stored``: the file, else None), else scored (and kept there with ``--scores``);
     ``kept_as``: the source in the key ("-" for a model without structure, scored once under any source)."""
     key = what = None
     if args.scores:
-        key, what = store.score_key(path, lm.data, kept_as, numbers, scorer.scoring(source), args.device, corpus_digest)
+        key, what = store.score_key(checkpoint_sha, lm.data, kept_as, numbers, scorer.scoring(source), args.device, corpus_digest)
         hit = store.load(args.scores, key)
         if hit is not None:
             scored, kind, scorer.corrected = hit

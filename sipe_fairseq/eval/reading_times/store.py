@@ -23,7 +23,7 @@ from dataclasses import asdict
 from typing import List, Optional, Tuple
 
 from sipe_fairseq.data.fingerprint import data_fingerprint
-from sipe_fairseq.data.writers import atomic_open, sha256_file
+from sipe_fairseq.data.writers import atomic_open
 
 from .analysis import ScoredSentence
 from .corpus import Corpus
@@ -41,12 +41,13 @@ def corpus_sha256(corpus: Corpus) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def score_key(checkpoint: str, data: str, source: str, options: dict, context: str, device: str,
+def score_key(checkpoint_sha256: str, data: str, source: str, options: dict, context: str, device: str,
               corpus_digest: str) -> Tuple[str, dict]:
-    """``(key, what)``: the hex key of one checkpoint's scores under ``source`` and the material it hashes."""
+    """``(key, what)``: the hex key of one checkpoint's scores under ``source`` (``checkpoint_sha256``: its file's
+    sha256, :func:`~sipe_fairseq.data.writers.sha256_file`, hashed once per checkpoint) and the material it hashes."""
     data_fp = dict(data_fingerprint(data) or {})
     data_fp.pop("data", None)
-    what = {"format": FORMAT, "version": _version(), "checkpoint_sha256": sha256_file(checkpoint), "data": data_fp,
+    what = {"format": FORMAT, "version": _version(), "checkpoint_sha256": checkpoint_sha256, "data": data_fp,
             "source": source, "options": {k: v for k, v in sorted(options.items()) if k not in WORK_ONLY},
             "context": context, "device": str(device or "cpu"), "corpus_sha256": corpus_digest}
     key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode("utf-8")).hexdigest()
