@@ -27,8 +27,16 @@ two batches are planned and every batch the budget allows is full.
 
 The estimate of a refused source is the largest one-sentence estimate among its sentences (the refusal names
 the first sentence over the budget, shortest first).
+
+Real sentences (``--path CKPT --data DATA --text FILE``, one sentence a line, e.g. the sentences of the SyntaxGym
+suites): a trained checkpoint (through ``sipe_fairseq.hub``, the commands' loader) scores the file's sentences at
+the suites' width (``--tags-mass 0.99 --tags-top-pairs 4`` unless given), where the posterior, not the
+synthetic table's full width, decides the rows. Two rows per source and budget: every planned batch run alone in
+a forked child (its peak above the fork, against that batch's own estimate: the estimate's error), and the whole
+plan in one forked child (the run a command makes: the budget's bound, the kept heap across batches included).
 """
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -130,9 +138,106 @@ def child(args) -> dict:
     return out
 
 
-def run_child(argv_tail) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    proc = subprocess.run([sys.executable, __file__, "--child", *argv_tail], capture_output=True, text=True, env=env)
+def load_real(args):
+    """The checkpoint and the file's sentences (module docstring, real sentences) as the engine takes them."""
+    from sipe_fairseq import hub
+
+    lm = hub.load(args.path, args.data)
+    lines = [line.strip() for line in Path(args.text).read_text().splitlines() if line.strip()]
+    if args.limit:
+        lines = lines[:args.limit]
+    sentences = lm._sentences([(t, t.split(), None) for t in lines])[0]
+    return lm.model, lm.dictionary, sentences, lm.options
+
+
+def forked_peak(fn) -> int:
+    """Bytes the resident size of a forked child rose above its start while it ran ``fn()`` (no timeout: the
+    bench waits)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: reset the high-water mark, run, report, leave without Python's cleanup
+        os.close(r)
+        code = 0
+        try:
+            benchlib.reset_hwm()
+            before = status("VmRSS")
+            fn()
+            os.write(w, str(status("VmHWM") - before).encode())
+        except BaseException:  # noqa: BLE001  reported as a failed row, never raised into the parent's loop
+            code = 1
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        text = f.read()
+    _, status_code = os.waitpid(pid, 0)
+    if status_code != 0 or not text:
+        raise RuntimeError(f"forked child failed (status {status_code})")
+    return int(text)
+
+
+def real_child(args) -> dict:
+    """Real sentences (module docstring): per-batch peaks against their estimates, then the whole plan."""
+    from sipe_fairseq.cli.allocator import keep_freed_memory
+
+    kept = keep_freed_memory()
+    import torch
+    from sipe_fairseq.structure import memory
+    from sipe_fairseq.structure.family import structure_of
+    from sipe_fairseq.structure.scoring import plan, score_sentences, sharing
+    from sipe_fairseq.structure.sources import parse_source
+
+    torch.set_num_threads(1)
+    model, d, sentences, loaded = load_real(args)
+    src, budget = parse_source(args.source), memory.parse_size(args.budget)
+    options = dataclasses.replace(loaded, max_memory=budget, workers=1, mass=args.tags_mass,
+                                  top_pairs=args.tags_top_pairs)
+    with torch.no_grad():
+        score_sentences(model, sentences[:2], "self", options, d.eos(), d.pad())  # warm-up: lazy allocations
+        size, family = memory.model_size(model), structure_of(model)
+        shared = sharing(options, src, False, sentences) is not None
+        batches = plan(model, sentences, src, options)
+        gc.collect()
+        out = {"allocator_kept": kept, "sentences": len(sentences), "budget": budget, "batches": len(batches),
+               "per_batch": []}
+        for b in batches:
+            est = memory.estimate_bytes(size, src, [sentences[i] for i in b], family, options.top_pairs,
+                                        options.count_beam, shared)
+            peak = forked_peak(lambda b=b: score_sentences(model, [sentences[i] for i in b], src, options, d.eos(),
+                                                           d.pad()))
+            out["per_batch"].append([len(b), est, peak])
+        out["whole"] = forked_peak(lambda: score_sentences(model, sentences, src, options, d.eos(), d.pad()))
+    return out
+
+
+def real_rows(args) -> list:
+    rows = []
+    for source in args.sources.split(","):
+        for budget in args.budgets.split(","):
+            for allocator in ("kept", "system"):
+                env = dict(os.environ, SIPE_MALLOC="system" if allocator == "system" else "")
+                got = run_child(["--real-child", source, budget, "--path", args.path, "--data", args.data,
+                                 "--text", args.text, "--limit", str(args.limit), "--tags-mass", str(args.tags_mass),
+                                 "--tags-top-pairs", str(args.tags_top_pairs)], env)
+                benchlib.log(f"{source} {budget} {allocator}: {json.dumps(got)[:400]}")
+                if "error" in got:
+                    rows.append([source, budget, allocator, "failed: " + got["error"][:100]] + ["-"] * 5)
+                    continue
+                per = got["per_batch"]
+                worst = max(per, key=lambda x: x[2] / max(1, x[1]))
+                rows.append([source, budget, allocator, f"{got['batches']} / {got['sentences']}",
+                             mib(max(x[1] for x in per)), mib(max(x[2] for x in per)),
+                             f"{worst[2] / worst[1]:.2f} ({worst[0]} sentences)", mib(got["whole"]),
+                             f"{got['whole'] / got['budget']:.2f}"])
+    return rows
+
+
+REAL_HEADER = ["source", "budget", "allocator", "batches / sentences", "largest estimate", "largest batch peak",
+               "worst batch peak / its estimate", "whole plan peak", "whole / budget"]
+
+
+def run_child(argv_tail, env=None) -> dict:
+    env = dict(env or os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    proc = subprocess.run([sys.executable, __file__, *argv_tail], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -165,8 +270,25 @@ def main(argv=None) -> int:
     p.add_argument("--ks", default="4,16,64,256,1000")
     p.add_argument("--budgets", default="300M,1G")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--path", help="real sentences: a trained checkpoint (module docstring)")
+    p.add_argument("--data", help="real sentences: its data directory")
+    p.add_argument("--text", help="real sentences: a file of them, one a line")
+    p.add_argument("--limit", type=int, default=0, help="real sentences: the first N only (0: all)")
+    p.add_argument("--sources", default="mix:16", help="real sentences: the tag sources")
+    p.add_argument("--tags-mass", type=float, default=0.99)
+    p.add_argument("--tags-top-pairs", type=int, default=4)
     p.add_argument("--child", nargs=3, metavar=("FAMILY", "SOURCE", "BUDGET"), help=argparse.SUPPRESS)
+    p.add_argument("--real-child", nargs=2, metavar=("SOURCE", "BUDGET"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.real_child:
+        args.source, args.budget = args.real_child
+        print(json.dumps(real_child(args)))
+        return 0
+    if args.path:
+        rows = real_rows(args)
+        print(f"\n{Path(args.text).name}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
+        print(benchlib.markdown_table(REAL_HEADER, rows, "llllrrrrr"))
+        return 0
     if args.child:
         args.family, args.source, args.budget = args.child
         print(json.dumps(child(args)))
@@ -177,7 +299,7 @@ def main(argv=None) -> int:
             for k in args.ks.split(","):
                 for budget in args.budgets.split(","):
                     source = f"{kind}:{k}"
-                    got = run_child([family, source, budget, "--size", args.size, "--seed", str(args.seed)])
+                    got = run_child(["--child", family, source, budget, "--size", args.size, "--seed", str(args.seed)])
                     benchlib.log(f"{family} {source} {budget}: {json.dumps(got)}")
                     rows.append(row_cells(family, source, budget, got))
     print(f"\n`--size {args.size}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")

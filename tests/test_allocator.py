@@ -47,3 +47,54 @@ def test_freed_blocks_are_reused_without_new_page_faults():
     assert min(system["faults"][1:]) > pages // 2
     # kept: after the first round the blocks mostly come back from the heap, already faulted in
     assert sum(kept["faults"][1:]) < sum(system["faults"][1:]) // 3
+
+
+RELEASE = r"""
+import json
+import torch
+from sipe_fairseq.cli.allocator import keep_freed_memory
+from sipe_fairseq.structure.memory import release_freed
+
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) * 1024
+
+keep_freed_memory()
+start = rss()
+blocks = [torch.ones(mib * 2 ** 18) for mib in (16, 48, 64)]  # a batch's tensors, written, then freed
+del blocks
+kept = rss()
+called = release_freed()
+print(json.dumps({"start": start, "kept": kept, "released": rss(), "called": called}))
+"""
+
+
+@glibc
+def test_freed_heap_is_given_back_between_batches():
+    """The kept heap holds a batch's freed blocks (resident); ``memory.release_freed`` (called after every batch)
+    gives their pages back, so the next batch starts from what the process holds."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("SIPE_MALLOC", None)
+    proc = subprocess.run([sys.executable, "-c", RELEASE], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    mib = 2 ** 20
+    assert got["called"] is True
+    assert got["kept"] - got["start"] > 100 * mib  # 128 MiB freed, still resident in the kept heap
+    assert got["released"] - got["start"] < 16 * mib  # given back: at most a few pages' worth stays
+
+
+def test_every_batch_gives_its_freed_memory_back(monkeypatch):
+    """score_sentences calls ``release_freed`` once after each planned batch."""
+    from conftest import tiny_decoder_lm
+    from sipe_fairseq.structure import scoring
+    from sipe_fairseq.structure.family import StructureOptions
+    from test_memory_budget import _sentences
+
+    calls, finished = [], []
+    monkeypatch.setattr(scoring, "release_freed", lambda: calls.append(1) or True)
+    model = tiny_decoder_lm("sipe")
+    options = StructureOptions(workers=1)
+    scoring.score_sentences(model, _sentences(7), "beam:4", options, 2, 1, batch_sentences=3,
+                            progress=finished.append)
+    assert sorted(finished) == [1, 3, 3] and len(calls) == 3

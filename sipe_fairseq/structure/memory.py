@@ -28,7 +28,8 @@ sum of terms, each the tensors of one piece of code, named beside its constant:
   subword;
 * the allocator: the kept heap of ``cli/allocator.py`` holds freed blocks that a larger one cannot reuse: the
   transients of the last step once more (:data:`FREED_TRANSIENTS`), and a share of the whole
-  (:data:`ALLOCATOR_SLACK`), measured, not derived (docs/benchmarks.md).
+  (:data:`ALLOCATOR_SLACK`), measured, not derived (docs/benchmarks.md). What a batch frees is given back to
+  the system when it ends (:func:`release_freed`), so the estimate is of one batch, not of the batches before it.
 
 CPU tensors are plain ``malloc`` blocks (torch keeps no caching allocator on the CPU), so nothing else is held.
 
@@ -40,6 +41,8 @@ budget) when one sentence alone does not fit. The estimate bounds the KV cache's
 (tests/test_memory_budget.py), and the measured peak resident growth of SiPE and GiLT beams against the budget
 is in docs/benchmarks.md ("A memory budget that bounds", scripts/bench_memory.py).
 """
+import ctypes
+import ctypes.util
 import re
 import resource
 from dataclasses import dataclass
@@ -479,6 +482,26 @@ def plan_batches(order: Sequence[int], sentences: Sequence, source: str, size: M
     if current:
         batches.append(current)
     return iter(batches)
+
+
+def release_freed() -> bool:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing): called after every
+    batch, so that a batch starts from what the process holds, not from the pages earlier batches freed. Within a
+    batch the kept heap (``cli/allocator.py``) still reuses its blocks; across batches of changing shapes its free
+    blocks do not fit the next batch's tensors, and without this the resident size grew past the budget
+    (docs/benchmarks.md, "Where the budget does not bound"). True when the call was made."""
+    if not _TRIM:
+        try:
+            _TRIM.append(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim)
+        except (OSError, AttributeError):
+            _TRIM.append(None)
+    if _TRIM[0] is None:
+        return False
+    _TRIM[0](0)
+    return True
+
+
+_TRIM: list = []  # glibc's malloc_trim, looked up once (None: this C library has none)
 
 
 def budget_from(max_memory: Optional[int]) -> Optional[int]:

@@ -22,7 +22,7 @@ import torch
 from ..hexatag.errors import NonFiniteScoreError
 from .family import StructureOptions, masked_lm, policy_for, structure_of
 from .arcs import gold_graph
-from .memory import MemoryBudgetError, budget_from, estimate_bytes, model_size, plan_batches
+from .memory import MemoryBudgetError, budget_from, estimate_bytes, model_size, plan_batches, release_freed
 from .record import SentenceScore, position_types
 from .search import _prefix_logp, plain_scores, search
 from .sentences import Sentence, max_positions, sentence_of
@@ -83,6 +83,7 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
             else:
                 scores = search(policy, batch, src, eos, keep_trace, observe=observer.on_search if observer else None,
                                 share=share)
+        release_freed()  # the next batch starts from what is held, not from this one's freed pages
         return scores, (observer.collect(idx) if observer is not None and workers > 1 else None)
 
     for idx, (scores, observed) in run_batches(score_batch, planned, workers, lambda b: sum(sentences[i].n for i in b)):
