@@ -31,19 +31,24 @@ the first sentence over the budget, shortest first).
 Real sentences (``--path CKPT --data DATA --text FILE``, one sentence a line, e.g. the sentences of the SyntaxGym
 suites): a trained checkpoint (through ``sipe_fairseq.hub``, the commands' loader) scores the file's sentences at
 the suites' width (``--tags-mass 0.99 --tags-top-pairs 4`` unless given), where the posterior, not the
-synthetic table's full width, decides the rows. Two rows per source and budget: every planned batch run alone in
-a forked child (its peak above the fork, against that batch's own estimate: the estimate's error), and the whole
-plan in one forked child (the run a command makes: the budget's bound, the kept heap across batches included).
+synthetic table's full width, decides the rows. One row per source, budget and allocator (the commands' kept heap,
+``SIPE_MALLOC=system``): every planned batch run alone in a forked child (its peak above the fork, against that
+batch's own estimate: the estimate's error); the whole plan in one forked child (the run a command makes: the
+budget's bound, what the batches leave behind included); and the whole plan once more with
+``memory.release_freed`` disabled (the heap each batch freed kept for the next, as before it was called): the peak,
+and the CPU time and minor page faults of the two whole runs (the price of giving the heap back).
 """
 import argparse
 import dataclasses
 import gc
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib
 import benchlib  # noqa: E402
@@ -150,9 +155,9 @@ def load_real(args):
     return lm.model, lm.dictionary, sentences, lm.options
 
 
-def forked_peak(fn) -> int:
-    """Bytes the resident size of a forked child rose above its start while it ran ``fn()`` (no timeout: the
-    bench waits)."""
+def forked_peak(fn) -> Tuple[int, float, int]:
+    """``(bytes, CPU seconds, minor page faults)``: how far the resident size of a forked child rose above its start
+    while it ran ``fn()``, and what that took (no timeout: the bench waits)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: reset the high-water mark, run, report, leave without Python's cleanup
@@ -160,9 +165,11 @@ def forked_peak(fn) -> int:
         code = 0
         try:
             benchlib.reset_hwm()
-            before = status("VmRSS")
+            before, cpu, faults = status("VmRSS"), time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             fn()
-            os.write(w, str(status("VmHWM") - before).encode())
+            got = [status("VmHWM") - before, time.process_time() - cpu,
+                   resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults]
+            os.write(w, json.dumps(got).encode())
         except BaseException:  # noqa: BLE001  reported as a failed row, never raised into the parent's loop
             code = 1
         os._exit(code)
@@ -172,7 +179,8 @@ def forked_peak(fn) -> int:
     _, status_code = os.waitpid(pid, 0)
     if status_code != 0 or not text:
         raise RuntimeError(f"forked child failed (status {status_code})")
-    return int(text)
+    peak, cpu, faults = json.loads(text)
+    return int(peak), float(cpu), int(faults)
 
 
 def real_child(args) -> dict:
@@ -181,7 +189,7 @@ def real_child(args) -> dict:
 
     kept = keep_freed_memory()
     import torch
-    from sipe_fairseq.structure import memory
+    from sipe_fairseq.structure import memory, scoring
     from sipe_fairseq.structure.family import structure_of
     from sipe_fairseq.structure.scoring import plan, score_sentences, sharing
     from sipe_fairseq.structure.sources import parse_source
@@ -203,9 +211,14 @@ def real_child(args) -> dict:
             est = memory.estimate_bytes(size, src, [sentences[i] for i in b], family, options.top_pairs,
                                         options.count_beam, shared)
             peak = forked_peak(lambda b=b: score_sentences(model, [sentences[i] for i in b], src, options, d.eos(),
-                                                           d.pad()))
+                                                           d.pad()))[0]
             out["per_batch"].append([len(b), est, peak])
         out["whole"] = forked_peak(lambda: score_sentences(model, sentences, src, options, d.eos(), d.pad()))
+
+        def unreleased():  # the whole plan as before each batch gave its freed heap back
+            scoring.release_freed = lambda: False
+            score_sentences(model, sentences, src, options, d.eos(), d.pad())
+        out["unreleased"] = forked_peak(unreleased)
     return out
 
 
@@ -220,19 +233,23 @@ def real_rows(args) -> list:
                                  "--tags-top-pairs", str(args.tags_top_pairs)], env)
                 benchlib.log(f"{source} {budget} {allocator}: {json.dumps(got)[:400]}")
                 if "error" in got:
-                    rows.append([source, budget, allocator, "failed: " + got["error"][:100]] + ["-"] * 5)
+                    rows.append([source, budget, allocator, "failed: " + got["error"][:100]] + ["-"] * 7)
                     continue
                 per = got["per_batch"]
-                worst = max(per, key=lambda x: x[2] / max(1, x[1]))
+                over = [x[2] - x[1] for x in per if x[2] > x[1]]
+                whole, kept = got["whole"], got["unreleased"]
                 rows.append([source, budget, allocator, f"{got['batches']} / {got['sentences']}",
                              mib(max(x[1] for x in per)), mib(max(x[2] for x in per)),
-                             f"{worst[2] / worst[1]:.2f} ({worst[0]} sentences)", mib(got["whole"]),
-                             f"{got['whole'] / got['budget']:.2f}"])
+                             f"{len(over)} ({mib(max(over))} at most)" if over else "0",
+                             f"{mib(whole[0])} ({whole[0] / got['budget']:.2f})",
+                             f"{mib(kept[0])} ({kept[0] / got['budget']:.2f})",
+                             f"{whole[1] / kept[1]:.3f}", f"{whole[2]:,} / {kept[2]:,}"])
     return rows
 
 
 REAL_HEADER = ["source", "budget", "allocator", "batches / sentences", "largest estimate", "largest batch peak",
-               "worst batch peak / its estimate", "whole plan peak", "whole / budget"]
+               "batches above their estimate", "whole plan peak (/ budget)",
+               "whole plan peak, freed heap kept (/ budget)", "CPU: released / kept", "page faults: released / kept"]
 
 
 def run_child(argv_tail, env=None) -> dict:
@@ -287,7 +304,7 @@ def main(argv=None) -> int:
     if args.path:
         rows = real_rows(args)
         print(f"\n{Path(args.text).name}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
-        print(benchlib.markdown_table(REAL_HEADER, rows, "llllrrrrr"))
+        print(benchlib.markdown_table(REAL_HEADER, rows, "llllrrrrrrr"))
         return 0
     if args.child:
         args.family, args.source, args.budget = args.child
