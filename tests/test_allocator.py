@@ -98,3 +98,35 @@ def test_every_batch_gives_its_freed_memory_back(monkeypatch):
     scoring.score_sentences(model, _sentences(7), "beam:4", options, 2, 1, batch_sentences=3,
                             progress=finished.append)
     assert sorted(finished) == [1, 3, 3] and len(calls) == 3
+
+
+@pytest.mark.parametrize("family,source", [("sipe", "mix:4"), ("gilt", "beam:4")])
+def test_a_batch_kv_cache_is_freed_before_the_heap_is_given_back(monkeypatch, family, source):
+    """When a batch ends and its freed heap is given back, none of its KV cache's tensors is alive any more
+    (a cache held until the next batch's begin would stay resident through the trim)."""
+    import weakref
+
+    from conftest import tiny_decoder_lm
+    from sipe_fairseq.structure import scoring
+    from sipe_fairseq.structure import search as search_module
+    from sipe_fairseq.structure.family import StructureOptions
+    from test_memory_budget import _sentences
+
+    refs, alive_at_release, advance = [], [], search_module._Search.advance
+
+    def recording(self, t):
+        advance(self, t)
+        for layer in self.policy.state.values():
+            refs.extend(weakref.ref(x) for x in (layer.values() if isinstance(layer, dict) else ()) if torch.is_tensor(x))
+
+    def release():
+        alive_at_release.append(sum(r() is not None for r in refs))
+        refs.clear()
+        return True
+
+    import torch
+    monkeypatch.setattr(search_module._Search, "advance", recording)
+    monkeypatch.setattr(scoring, "release_freed", release)
+    model = tiny_decoder_lm(family)
+    scoring.score_sentences(model, _sentences(6), source, StructureOptions(workers=1), 2, 1, batch_sentences=3)
+    assert len(alive_at_release) == 2 and all(n == 0 for n in alive_at_release), alive_at_release

@@ -50,6 +50,12 @@ class StructurePolicy:
         self.first = torch.ones(rows, dtype=torch.long)  # per row: the number (1-based) of its sentence's first word
         self.decision: Optional[torch.Tensor] = None  # after expand: per expanded row its decision's log-probs (E, D)
 
+    def end(self) -> None:
+        """The batch is over: drop its KV cache (the largest thing a batch holds) and its last decision, so that
+        their memory is free before the next batch (:func:`.memory.release_freed` gives it back); the next
+        :meth:`begin` makes new ones."""
+        self.state, self.decision = {}, None
+
     def boundary(self, rows: torch.Tensor, next_word: torch.Tensor) -> None:
         """Rows ``rows`` read an inner ``</s>`` (a context's sentence ended, :mod:`.sentences`): their next
         word, number ``next_word`` (1-based, over the whole input), starts a new sentence and a new structure.

@@ -79,7 +79,10 @@ def search(policy: StructurePolicy, batch: Sequence[Sentence], source: Source, e
     searcher = _Search(policy, [batch[i] for i in desc], source, eos, keep_trace,
                        share=share if source.chooses else None, observed=observe is not None)
     searcher.observe = observe
-    out = searcher.run()
+    try:
+        out = searcher.run()
+    finally:
+        policy.end()  # the batch's KV cache is freed here, not at the next batch's begin
     back: List[Optional[SentenceScore]] = [None] * len(batch)
     for j, i in enumerate(desc):
         back[i] = out[j]
