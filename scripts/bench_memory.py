@@ -35,7 +35,8 @@ synthetic table's full width, decides the rows. One row per source, budget and a
 ``SIPE_MALLOC=system``): every planned batch run alone in a forked child (its peak above the fork, against that
 batch's own estimate: the estimate's error); the whole plan in one forked child (the run a command makes: the
 budget's bound, what the batches leave behind included); and the whole plan once more with
-``memory.release_freed`` disabled (the heap each batch freed kept for the next, as before it was called): the peak,
+``memory.release_freed`` disabled (the heap each batch freed kept for the next, as before it was called; the
+:class:`~sipe_fairseq.structure.memory.HeapGuard` releases it only when the budget needs it): the peak,
 and the CPU time and minor page faults of the two whole runs (the price of giving the heap back).
 """
 import argparse
@@ -189,7 +190,7 @@ def real_child(args) -> dict:
 
     kept = keep_freed_memory()
     import torch
-    from sipe_fairseq.structure import memory, scoring
+    from sipe_fairseq.structure import memory
     from sipe_fairseq.structure.family import structure_of
     from sipe_fairseq.structure.scoring import plan, score_sentences, sharing
     from sipe_fairseq.structure.sources import parse_source
@@ -216,7 +217,7 @@ def real_child(args) -> dict:
         out["whole"] = forked_peak(lambda: score_sentences(model, sentences, src, options, d.eos(), d.pad()))
 
         def unreleased():  # the whole plan as before each batch gave its freed heap back
-            scoring.release_freed = lambda: False
+            memory.release_freed = lambda: False
             score_sentences(model, sentences, src, options, d.eos(), d.pad())
         out["unreleased"] = forked_peak(unreleased)
     return out
@@ -231,7 +232,7 @@ def real_rows(args) -> list:
                 got = run_child(["--real-child", source, budget, "--path", args.path, "--data", args.data,
                                  "--text", args.text, "--limit", str(args.limit), "--tags-mass", str(args.tags_mass),
                                  "--tags-top-pairs", str(args.tags_top_pairs)], env)
-                benchlib.log(f"{source} {budget} {allocator}: {json.dumps(got)[:400]}")
+                benchlib.log(f"{source} {budget} {allocator}: {json.dumps(got)}")
                 if "error" in got:
                     rows.append([source, budget, allocator, "failed: " + got["error"][:100]] + ["-"] * 7)
                     continue

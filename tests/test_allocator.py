@@ -71,8 +71,8 @@ print(json.dumps({"start": start, "kept": kept, "released": rss(), "called": cal
 
 @glibc
 def test_freed_heap_is_given_back_between_batches():
-    """The kept heap holds a batch's freed blocks (resident); ``memory.release_freed`` (called after every batch)
-    gives their pages back, so the next batch starts from what the process holds."""
+    """The kept heap holds a batch's freed blocks (resident); ``memory.release_freed`` (called between batches when
+    the budget needs it) gives their pages back, so the next batch starts from what the process holds."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("SIPE_MALLOC", None)
     proc = subprocess.run([sys.executable, "-c", RELEASE], env=env, capture_output=True, text=True, timeout=300)
@@ -84,26 +84,51 @@ def test_freed_heap_is_given_back_between_batches():
     assert got["released"] - got["start"] < 16 * mib  # given back: at most a few pages' worth stays
 
 
-def test_every_batch_gives_its_freed_memory_back(monkeypatch):
-    """score_sentences calls ``release_freed`` once after each planned batch."""
+def test_the_heap_is_given_back_only_when_the_budget_needs_it(monkeypatch):
+    """HeapGuard: after a batch, the freed heap is released when what the process holds above its resident set
+    before its first batch, plus the largest batch's estimate, is over the budget; not otherwise."""
+    from sipe_fairseq.structure import memory
+
+    rss, calls = [1000], []
+    monkeypatch.setattr(memory, "resident_bytes", lambda: rss[0])
+    monkeypatch.setattr(memory, "release_freed", lambda: calls.append(rss[0]) or True)
+    guard = memory.HeapGuard(budget=100, need=60)
+    guard.before()  # the base: 1000
+    rss[0] = 1040  # 40 held + 60 needed = the budget: kept
+    assert guard.after() is False
+    guard.before()  # a later batch does not move the base
+    rss[0] = 1041  # 41 + 60 > 100: released
+    assert guard.after() is True and calls == [1041] and guard.released == 1
+    assert memory.HeapGuard(None, 60).after() is False and len(calls) == 1  # no budget, no bound
+
+
+def test_a_search_releases_under_a_tight_budget_and_not_under_a_loose_one(monkeypatch):
+    """Through score_sentences: a budget that the batches fill releases after batches; a budget far above them never."""
     from conftest import tiny_decoder_lm
-    from sipe_fairseq.structure import scoring
+    from sipe_fairseq.structure import memory, scoring
     from sipe_fairseq.structure.family import StructureOptions
     from test_memory_budget import _sentences
 
-    calls, finished = [], []
-    monkeypatch.setattr(scoring, "release_freed", lambda: calls.append(1) or True)
-    model = tiny_decoder_lm("sipe")
-    options = StructureOptions(workers=1)
-    scoring.score_sentences(model, _sentences(7), "beam:4", options, 2, 1, batch_sentences=3,
-                            progress=finished.append)
-    assert sorted(finished) == [1, 3, 3] and len(calls) == 3
+    model, sentences = tiny_decoder_lm("sipe"), _sentences(7)
+    for budget, released in ((2 ** 40, False), (None, True)):
+        calls, finished = [], []
+        monkeypatch.setattr(memory, "release_freed", lambda: calls.append(1) or True)
+        if budget is None:  # just above the largest batch: anything the process holds between batches passes it
+            size, src = memory.model_size(model), memory.parse_source("beam:4")
+            batches = scoring.plan(model, sentences, src, StructureOptions(workers=1), 3)
+            budget = max(memory.estimate_bytes(size, src, [sentences[i] for i in b], "hexatags") for b in batches) + 1
+            reads = []  # each read is 1 MiB more than the last: the process holds more after every batch
+            monkeypatch.setattr(memory, "resident_bytes", lambda: 10 ** 9 + 2 ** 20 * (reads.append(1) or len(reads)))
+        scoring.score_sentences(model, sentences, "beam:4", StructureOptions(workers=1, max_memory=budget), 2, 1,
+                                batch_sentences=3, progress=finished.append)
+        assert sorted(finished) == [1, 3, 3]
+        assert (len(calls) == 3) if released else not calls
 
 
 @pytest.mark.parametrize("family,source", [("sipe", "mix:4"), ("gilt", "beam:4")])
 def test_a_batch_kv_cache_is_freed_before_the_heap_is_given_back(monkeypatch, family, source):
-    """When a batch ends and its freed heap is given back, none of its KV cache's tensors is alive any more
-    (a cache held until the next batch's begin would stay resident through the trim)."""
+    """When a batch ends and its freed heap may be given back (``HeapGuard.after``), none of its KV cache's tensors
+    is alive any more (a cache held until the next batch's begin would stay resident through the trim)."""
     import weakref
 
     from conftest import tiny_decoder_lm
@@ -119,14 +144,16 @@ def test_a_batch_kv_cache_is_freed_before_the_heap_is_given_back(monkeypatch, fa
         for layer in self.policy.state.values():
             refs.extend(weakref.ref(x) for x in (layer.values() if isinstance(layer, dict) else ()) if torch.is_tensor(x))
 
-    def release():
+    def release(self):
         alive_at_release.append(sum(r() is not None for r in refs))
         refs.clear()
         return True
 
     import torch
+
+    from sipe_fairseq.structure import memory
     monkeypatch.setattr(search_module._Search, "advance", recording)
-    monkeypatch.setattr(scoring, "release_freed", release)
+    monkeypatch.setattr(memory.HeapGuard, "after", release)
     model = tiny_decoder_lm(family)
     scoring.score_sentences(model, _sentences(6), source, StructureOptions(workers=1), 2, 1, batch_sentences=3)
     assert len(alive_at_release) == 2 and all(n == 0 for n in alive_at_release), alive_at_release

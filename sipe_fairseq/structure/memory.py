@@ -29,7 +29,9 @@ sum of terms, each the tensors of one piece of code, named beside its constant:
 * the allocator: the kept heap of ``cli/allocator.py`` holds freed blocks that a larger one cannot reuse: the
   transients of the last step once more (:data:`FREED_TRANSIENTS`), and a share of the whole
   (:data:`ALLOCATOR_SLACK`), measured, not derived (docs/benchmarks.md). What a batch frees is given back to
-  the system when it ends (:func:`release_freed`), so the estimate is of one batch, not of the batches before it.
+  the system between batches when keeping it could pass the budget (:class:`HeapGuard`), so the estimate is of
+  one batch, not of the batches before it; it counts the smaller cache buffers a growing cache freed, which the
+  kept heap holds and a larger buffer cannot reuse (:data:`FREED_CACHE`).
 
 CPU tensors are plain ``malloc`` blocks (torch keeps no caching allocator on the CPU), so nothing else is held.
 
@@ -43,6 +45,7 @@ is in docs/benchmarks.md ("A memory budget that bounds", scripts/bench_memory.py
 """
 import ctypes
 import ctypes.util
+import os
 import re
 import resource
 from dataclasses import dataclass
@@ -61,6 +64,7 @@ NO_CGROUP_LIMIT = 2 ** 62  # a cgroup v1 limit this high is none (unlimited read
 CACHE_MIN_POSITIONS = 64  # modules/kv_cache.py _room: a new buffer has room for at least this many positions
 CACHE_GROWTH = 2  # kv_cache._room: a buffer that grows takes twice the positions it held
 CACHE_GENERATIONS = 2  # kv_cache: the live buffers and the spares a reorder gathers into (swapped at each reorder)
+FREED_CACHE = 1  # cli/allocator.py: the kept heap holds the smaller buffers a growing cache freed (their sum: one buffer)
 TIGHT_ROOM = 1.5  # kv_cache._tight: a reorder gathers the rows into a new buffer of 1.5 x what they need
 GATHER_ROWS = 2  # BatchEstimate._gathers: a sentence's word start reorders the cache once it has more rows than this
 SHARED_ROW_GROWTH = 1.5  # kv_cache._room: a shared cache's buffer grows its rows 1.5 x (of its two, one at a time)
@@ -296,11 +300,11 @@ class BatchEstimate:
             if self.appends:
                 made *= SHARED_ROW_GROWTH
             held = max(held, made)
-            kv = CACHE_GENERATIONS * held + (0 if tight[t] else made / (2 * self.size.layers))
+            kv = (CACHE_GENERATIONS + FREED_CACHE) * held + (0 if tight[t] else made / (2 * self.size.layers))
             if shares and t >= SHARE_FROM:
                 unit, sharing = cache_bytes(self.size, t + 1), max(sharing, r)
                 own = max(held, SHARED_ROW_GROWTH * sharing * unit)
-                kv = CACHE_GENERATIONS * own + (sharing + SHARED_ROW_GROWTH * prefixes[t]) * unit
+                kv = (CACHE_GENERATIONS + FREED_CACHE) * own + (sharing + SHARED_ROW_GROWTH * prefixes[t]) * unit
             out.append(kv)
         return out
 
@@ -484,12 +488,14 @@ def plan_batches(order: Sequence[int], sentences: Sequence, source: str, size: M
     return iter(batches)
 
 
+def resident_bytes() -> Optional[int]:
+    """This process's resident set (``VmRSS``; None where there is no ``/proc``)."""
+    return _field(_read(Path("/proc/self/status")), "VmRSS", 1024)
+
+
 def release_freed() -> bool:
-    """Give the heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing): called after every
-    batch, so that a batch starts from what the process holds, not from the pages earlier batches freed. Within a
-    batch the kept heap (``cli/allocator.py``) still reuses its blocks; across batches of changing shapes its free
-    blocks do not fit the next batch's tensors, and without this the resident size grew past the budget
-    (docs/benchmarks.md, "Where the budget does not bound"). True when the call was made."""
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing). True when the call
+    was made. :class:`HeapGuard` calls it between batches when the budget needs it."""
     if not _TRIM:
         try:
             _TRIM.append(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim)
@@ -499,6 +505,39 @@ def release_freed() -> bool:
         return False
     _TRIM[0](0)
     return True
+
+
+class HeapGuard:
+    """Between batches, gives the freed heap back (:func:`release_freed`) when keeping it could pass the budget.
+
+    The kept heap (``cli/allocator.py``) holds what a batch freed, for the next batch to reuse; across batches of
+    changing shapes its free blocks do not fit the next batch's tensors, and the resident size grew past the budget
+    (1.16-1.40x on SyntaxGym's sentences: docs/benchmarks.md, "A memory budget that bounds"). So after each batch,
+    in the process that ran it: when what the process holds above its resident set before its first batch, plus
+    the largest planned batch (``need``), is over its ``budget`` (its share: ``--max-memory / workers``), the heap
+    is given back and the next batch starts from what is live. Under a large budget (the default: half of the free
+    memory) it never is, and the kept heap's reuse costs nothing; a trim costs the next batch its page faults (10-13%
+    more CPU on SyntaxGym at 512M-1G). ``budget`` None: no bound, nothing is released."""
+
+    def __init__(self, budget: Optional[int], need: int):
+        self.budget, self.need = budget, need
+        self.base: dict = {}  # pid -> resident bytes before its first batch (forked workers each have their own)
+        self.released = 0
+
+    def before(self) -> None:
+        """Call before a batch: the first call in a process records its resident set."""
+        if self.budget is not None:
+            self.base.setdefault(os.getpid(), resident_bytes() or 0)
+
+    def after(self) -> bool:
+        """Call after a batch (its tensors freed): release the freed heap if the budget needs it; True if released."""
+        if self.budget is None:
+            return False
+        held = (resident_bytes() or 0) - self.base.get(os.getpid(), 0)
+        if held + self.need <= self.budget:
+            return False
+        self.released += 1
+        return release_freed()
 
 
 _TRIM: list = []  # glibc's malloc_trim, looked up once (None: this C library has none)

@@ -22,7 +22,7 @@ import torch
 from ..hexatag.errors import NonFiniteScoreError
 from .family import StructureOptions, masked_lm, policy_for, structure_of
 from .arcs import gold_graph
-from .memory import MemoryBudgetError, budget_from, estimate_bytes, model_size, plan_batches, release_freed
+from .memory import HeapGuard, MemoryBudgetError, budget_from, estimate_bytes, model_size, plan_batches
 from .record import SentenceScore, position_types
 from .search import _prefix_logp, plain_scores, search
 from .sentences import Sentence, max_positions, sentence_of
@@ -73,8 +73,11 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
     if observer is not None and not hasattr(observer, "merge"):
         workers = 1
 
+    guard = heap_guard(model, sentences, src, options, planned, workers, full or policy is None)
+
     def score_batch(idx: List[int]) -> Tuple[List[SentenceScore], object]:
         batch = [sentences[i] for i in idx]
+        guard.before()
         with torch.no_grad():
             if policy is None:
                 scores = plain_scores(model, batch, src, eos, pad, GIVEN_POSITIONS, observe=_plain_observer(model, observer))
@@ -83,7 +86,7 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
             else:
                 scores = search(policy, batch, src, eos, keep_trace, observe=observer.on_search if observer else None,
                                 share=share)
-        release_freed()  # the next batch starts from what is held, not from this one's freed pages
+        guard.after()  # the batch's tensors are freed: give them back if keeping them could pass the budget
         return scores, (observer.collect(idx) if observer is not None and workers > 1 else None)
 
     for idx, (scores, observed) in run_batches(score_batch, planned, workers, lambda b: sum(sentences[i].n for i in b)):
@@ -221,6 +224,20 @@ def plan_workers(model, sentences: Sequence[Sentence], source, options: Structur
         except MemoryBudgetError:
             n -= 1
     return single, 1
+
+
+def heap_guard(model, sentences: Sequence[Sentence], source, options: StructureOptions, planned: Sequence[List[int]],
+               workers: int, full: bool) -> HeapGuard:
+    """The :class:`~.memory.HeapGuard` of a search's batches: each process's share of the budget and the largest
+    planned batch's estimate (full forwards are not planned by the estimate: no bound is kept for them)."""
+    budget = budget_from(options.max_memory)
+    if budget is None or full or not planned:
+        return HeapGuard(None, 0)
+    src, size, family = parse_source(source), model_size(model), structure_of(model)
+    shared = sharing(options, src, False, sentences) is not None
+    need = max(estimate_bytes(size, src, [sentences[i] for i in b], family, options.top_pairs, options.count_beam, shared)
+               for b in planned)
+    return HeapGuard(budget // max(1, workers), need)
 
 
 def _full_batches(order, sentences):
