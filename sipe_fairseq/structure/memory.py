@@ -512,12 +512,12 @@ class HeapGuard:
 
     The kept heap (``cli/allocator.py``) holds what a batch freed, for the next batch to reuse; across batches of
     changing shapes its free blocks do not fit the next batch's tensors, and the resident size grew past the budget
-    (1.16-1.40x on SyntaxGym's sentences: docs/benchmarks.md, "A memory budget that bounds"). So after each batch,
+    (1.16-1.40x on SyntaxGym's sentences: docs/benchmarks.md, "Suites of short sentences"). So after each batch,
     in the process that ran it: when what the process holds above its resident set before its first batch, plus
     the largest planned batch (``need``), is over its ``budget`` (its share: ``--max-memory / workers``), the heap
     is given back and the next batch starts from what is live. Under a large budget (the default: half of the free
-    memory) it never is, and the kept heap's reuse costs nothing; a trim costs the next batch its page faults (10-13%
-    more CPU on SyntaxGym at 512M-1G). ``budget`` None: no bound, nothing is released."""
+    memory) it never is, and the kept heap's reuse costs nothing; a trim costs the next batch its page faults (about
+    14% more CPU on SyntaxGym at 512M-1G, where every batch needs it). ``budget`` None: no bound, nothing is released."""
 
     def __init__(self, budget: Optional[int], need: int):
         self.budget, self.need = budget, need
