@@ -131,8 +131,9 @@ def test_memory_estimate_bounds_the_measured_peak(toy_data, lm_checkpoint, tmp_p
     """The estimate against the resident-memory growth of the search in a fresh process (its high-water mark,
     reset after the model is loaded and a warm-up ran): 160 sentences, a peak of 100-600 MiB, far above the
     allocator's noise. The estimate is a bound (issue 48: the peak within it, 10% for the machine's noise) and
-    not far above the peak (4x: it counts the cache's buffers whole, 8 pairs a word and K hypotheses at
-    every word, where the toy model's sentences keep fewer; measured 3.1x for mix:16 in one batch of 160)."""
+    not far above the peak (6x: it counts the cache's buffers whole, 8 pairs a word and K hypotheses at
+    every word, where the toy model's sentences keep fewer, measured 3.1x for mix:16 in one batch of 160; and
+    since FREED_CACHE, one buffer more than the two it counted, up to 1.5x that: 4.0x measured)."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -145,7 +146,7 @@ def test_memory_estimate_bounds_the_measured_peak(toy_data, lm_checkpoint, tmp_p
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["peak"] > 32 * 2 ** 20, got  # large enough to measure
-    assert got["peak"] <= 1.1 * got["estimate"] <= 4.4 * got["peak"], got
+    assert got["peak"] <= 1.1 * got["estimate"] <= 6 * got["peak"], got
 
 
 # ------------------------------------------------------------------ 2. a checkpoint knows its data

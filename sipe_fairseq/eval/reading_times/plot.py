@@ -42,7 +42,7 @@ def plot_delta_ll(rows: Sequence[dict], out) -> str:
     ax.axhline(0.0, color="grey", linewidth=0.8, linestyle="--")
     ax.set_xscale("log")
     if xs:  # plain numbers at a few round ticks: a span under a decade gets no labelled ticks of its own
-        from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+        from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # lazy (heavy): matplotlib
         lo, hi = min(xs), max(xs)
         ticks = sorted({float(f"{lo * (hi / lo) ** (i / 4):.3g}") for i in range(5)})
         ax.xaxis.set_major_locator(FixedLocator(ticks))
@@ -52,7 +52,7 @@ def plot_delta_ll(rows: Sequence[dict], out) -> str:
     ax.set_ylabel("ΔLL of surprisal over the baseline\n(nats per word ×10⁻³, 95% interval)")
     ax.set_title("Reading times (Natural Stories)")
     if colours:  # one entry per model (colour) and per source (marker), beside the axes
-        from matplotlib.lines import Line2D
+        from matplotlib.lines import Line2D  # lazy (heavy): matplotlib
         handles = [Line2D([], [], color=c, marker="o", linestyle="none", label=g) for g, c in colours.items()]
         handles += [Line2D([], [], color="black", marker=m, linestyle="none", label=s) for s, m in markers.items()]
         ax.legend(handles=handles, fontsize="small", frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
