@@ -488,9 +488,16 @@ def plan_batches(order: Sequence[int], sentences: Sequence, source: str, size: M
     return iter(batches)
 
 
+def status_kb(field: str) -> Optional[int]:
+    """A ``/proc/self/status`` size in kB (``VmRSS``, ``VmHWM``: the resident set and its peak); None where there is
+    no such file (not Linux)."""
+    return _field(_read(Path("/proc/self/status")), field)
+
+
 def resident_bytes() -> Optional[int]:
     """This process's resident set (``VmRSS``; None where there is no ``/proc``)."""
-    return _field(_read(Path("/proc/self/status")), "VmRSS", 1024)
+    kb = status_kb("VmRSS")
+    return None if kb is None else kb * 1024
 
 
 def release_freed() -> bool:

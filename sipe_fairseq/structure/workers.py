@@ -29,6 +29,8 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
+from .memory import status_kb
+
 logger = logging.getLogger(__name__)
 _JOB: Optional[Callable[[List[int]], list]] = None  # the batch function a forked worker runs (set before the fork)
 _WARNED: List[bool] = []
@@ -89,18 +91,6 @@ def worker_count(requested: int, batches: int) -> int:
     return n
 
 
-def _status_kb(field: str) -> Optional[int]:
-    """A ``/proc/self/status`` size in kB (``VmRSS``, ``VmHWM``: the resident set and its peak); None where there is
-    no such file (not Linux)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def _reset_peak() -> Optional[int]:
     """Resets this process's resident peak to its resident set (``/proc/self/clear_refs``, ``5``) and returns that
     set in kB; None where the peak cannot be reset (it would be the parent's, inherited by the fork)."""
@@ -108,7 +98,7 @@ def _reset_peak() -> Optional[int]:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         return None
-    return _status_kb("VmRSS")
+    return status_kb("VmRSS")
 
 
 _BASE_KB: List[Optional[int]] = [None]  # a worker's resident set when it started (after the fork)
@@ -123,7 +113,7 @@ def _start() -> None:
 def _run(batch: List[int]) -> Tuple[int, Optional[int], list]:
     """``(pid, peak growth in bytes since the worker started or None, the batch's result)``."""
     result = _JOB(batch)
-    peak = _status_kb("VmHWM")
+    peak = status_kb("VmHWM")
     growth = None if peak is None or _BASE_KB[0] is None else max(0, peak - _BASE_KB[0]) * 1024
     return os.getpid(), growth, result
 
