@@ -157,3 +157,24 @@ def test_a_batch_kv_cache_is_freed_before_the_heap_is_given_back(monkeypatch, fa
     model = tiny_decoder_lm(family)
     scoring.score_sentences(model, _sentences(6), source, StructureOptions(workers=1), 2, 1, batch_sentences=3)
     assert len(alive_at_release) == 2 and all(n == 0 for n in alive_at_release), alive_at_release
+
+
+def test_the_c_library_is_looked_up_once_and_a_missing_function_is_none(monkeypatch):
+    """memory.c_function, the one lookup the allocator settings and release_freed share: a function found once is
+    the same object after (the CDLL is not loaded again), a name the C library lacks is None, and release_freed
+    then does nothing."""
+    import ctypes
+
+    from sipe_fairseq.structure import memory
+
+    monkeypatch.setattr(memory, "_C_FUNCTIONS", {})
+    loads = []
+    real = ctypes.CDLL
+    monkeypatch.setattr(memory.ctypes, "CDLL", lambda *a, **k: loads.append(a) or real(*a, **k))
+    first = memory.c_function("malloc_trim")
+    if first is None:
+        pytest.skip("this C library has no malloc_trim (not glibc)")
+    assert memory.c_function("malloc_trim") is first and len(loads) == 1
+    assert memory.c_function("sipe_no_such_function") is None and len(loads) == 2
+    memory._C_FUNCTIONS["malloc_trim"] = None
+    assert memory.release_freed() is False

@@ -13,9 +13,10 @@ first; ``SIPE_MALLOC=system`` keeps glibc's own settings. The library does not c
 owns its process (``sipe_fairseq.hub`` users may call it themselves). Elsewhere than glibc it does nothing.
 """
 import ctypes
-import ctypes.util
 import logging
 import os
+
+from sipe_fairseq.structure.memory import c_function
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +32,8 @@ def keep_freed_memory() -> bool:
     ``SIPE_MALLOC=system`` or the C library has no ``mallopt``."""
     if os.environ.get(OPT_OUT, "") == "system":
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = c_function("mallopt")
+    if mallopt is None:
         logger.debug("no mallopt in this C library: the allocator keeps its own settings")
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int

@@ -50,7 +50,7 @@ import re
 import resource
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .arcs import DEFAULT_COUNT_BEAM
 from .sources import SIPE_PAIRS, Source, parse_source  # noqa: F401  SIPE_PAIRS: re-exported
@@ -461,31 +461,53 @@ def human(n: float) -> str:
     return f"{int(n)} B"
 
 
+class BatchPlan(list):
+    """:func:`plan_batches`' batches (index lists, in the order they run) and, when planned within a budget, each
+    one's estimated peak (``peaks``, bytes; :meth:`BatchEstimate.peak`): what the workers' split and the
+    :class:`HeapGuard` read without estimating the batches again."""
+
+    def __init__(self, batches: Sequence[List[int]] = (), peaks: Sequence[int] = ()):
+        super().__init__(batches)
+        self.peaks: List[int] = list(peaks)
+
+    @property
+    def largest(self) -> Optional[int]:
+        """The largest batch's estimated peak (None: planned without a budget, no estimate made)."""
+        return max(self.peaks) if self.peaks else None
+
+
 def plan_batches(order: Sequence[int], sentences: Sequence, source: str, size: ModelSize, family: str,
                  budget: Optional[int], max_sentences: int, top_pairs: int = 0, count_beam: int = DEFAULT_COUNT_BEAM,
-                 shared: bool = False) -> Iterator[List[int]]:
+                 shared: bool = False) -> BatchPlan:
     """Consecutive index lists of ``order`` (shortest first), at most ``max_sentences`` each, whose
-    estimated peak fits ``budget`` (None: no bound). Every batch is planned before the first is yielded:
-    :class:`MemoryBudgetError` when a sentence alone does not fit, before anything is scored."""
+    estimated peak fits ``budget`` (None: no bound, and no estimate). Every batch is planned before the first is
+    scored: :class:`MemoryBudgetError` when a sentence alone does not fit, before anything is scored."""
     src = parse_source(source)
-    batches, current = [], []
+    plan, current, peak = BatchPlan(), [], 0
     batch = BatchEstimate(size, src, family, top_pairs, count_beam, shared)
     for i in order:
         load = batch.sentence(sentences[i].n, sentences[i].starts)
-        if current and (len(current) >= max_sentences or (budget is not None and batch.peak(load) > budget)):
-            batches.append(current)
+        with_it = None if budget is None else batch.peak(load)
+        if current and (len(current) >= max_sentences or (with_it is not None and with_it > budget)):
+            plan.append(current)
+            if budget is not None:
+                plan.peaks.append(peak)
             current, batch = [], BatchEstimate(size, src, family, top_pairs, count_beam, shared)
-        if not current and budget is not None and batch.peak(load) > budget:
+            with_it = None if budget is None else batch.peak(load)
+        if not current and with_it is not None and with_it > budget:
             s = sentences[i]
             raise MemoryBudgetError(
                 f"tag source {source}: one sentence of {s.n} tokens and {load.words} words needs about "
-                f"{human(batch.peak(load))} ({max(load.rows)} hypotheses), over the memory budget of {human(budget)}; "
+                f"{human(with_it)} ({max(load.rows)} hypotheses), over the memory budget of {human(budget)}; "
                 "lower K or raise --max-memory")
         batch.add(load)
         current.append(i)
+        peak = with_it
     if current:
-        batches.append(current)
-    return iter(batches)
+        plan.append(current)
+        if budget is not None:
+            plan.peaks.append(peak)
+    return plan
 
 
 def status_kb(field: str) -> Optional[int]:
@@ -500,17 +522,28 @@ def resident_bytes() -> Optional[int]:
     return None if kb is None else kb * 1024
 
 
+def c_function(name: str):
+    """The C library's function ``name`` (ctypes), looked up once per process; None where the C library has none
+    (not glibc: ``malloc_trim``, ``mallopt``). The one lookup of the C library: :func:`release_freed` and the
+    commands' allocator settings (``cli/allocator.py``) call through it."""
+    if name not in _C_FUNCTIONS:
+        try:
+            _C_FUNCTIONS[name] = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+        except (OSError, AttributeError):
+            _C_FUNCTIONS[name] = None
+    return _C_FUNCTIONS[name]
+
+
+_C_FUNCTIONS: dict = {}  # name -> the C library's function, or None
+
+
 def release_freed() -> bool:
     """Give the heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing). True when the call
     was made. :class:`HeapGuard` calls it between batches when the budget needs it."""
-    if not _TRIM:
-        try:
-            _TRIM.append(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim)
-        except (OSError, AttributeError):
-            _TRIM.append(None)
-    if _TRIM[0] is None:
+    trim = c_function("malloc_trim")
+    if trim is None:
         return False
-    _TRIM[0](0)
+    trim(0)
     return True
 
 
@@ -545,9 +578,6 @@ class HeapGuard:
             return False
         self.released += 1
         return release_freed()
-
-
-_TRIM: list = []  # glibc's malloc_trim, looked up once (None: this C library has none)
 
 
 def budget_from(max_memory: Optional[int]) -> Optional[int]:

@@ -22,7 +22,7 @@ import torch
 from ..hexatag.errors import NonFiniteScoreError
 from .family import StructureOptions, masked_lm, policy_for, structure_of
 from .arcs import gold_graph
-from .memory import HeapGuard, MemoryBudgetError, budget_from, estimate_bytes, model_size, plan_batches
+from .memory import BatchPlan, HeapGuard, MemoryBudgetError, budget_from, model_size, plan_batches
 from .record import SentenceScore, position_types
 from .search import _prefix_logp, plain_scores, search
 from .sentences import Sentence, max_positions, sentence_of
@@ -68,12 +68,12 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
     planned, workers = plan_workers(model, sentences, src, options, batch_sentences, order)
     out: List[Optional[SentenceScore]] = [None] * len(sentences)
     if full:
-        planned = list(_full_batches(order, sentences))
+        planned = BatchPlan(_full_batches(order, sentences))
         workers = worker_count(options.workers, len(planned))
     if observer is not None and not hasattr(observer, "merge"):
         workers = 1
 
-    guard = heap_guard(model, sentences, src, options, planned, workers, full or policy is None)
+    guard = heap_guard(options, planned, workers, full or policy is None)
 
     def score_batch(idx: List[int]) -> Tuple[List[SentenceScore], object]:
         batch = [sentences[i] for i in idx]
@@ -176,7 +176,7 @@ def beyond_positions(model, lengths: Sequence[int]) -> Tuple[int, Optional[int],
 
 
 def plan(model, sentences: Sequence[Sentence], source, options: Optional[StructureOptions] = None,
-         batch_sentences: int = 256, order: Optional[Sequence[int]] = None, workers: int = 1) -> List[List[int]]:
+         batch_sentences: int = 256, order: Optional[Sequence[int]] = None, workers: int = 1) -> BatchPlan:
     """The batches (sentence indices, shortest first) :func:`score_sentences` runs ``source`` in: at most
     ``batch_sentences`` each (a beam's at most :data:`BEAM_ROWS` / (8 K): the source's ``batch_cap``), each
     within the memory budget (:mod:`.memory`), or within its share when ``workers`` processes score batches at
@@ -190,8 +190,8 @@ def plan(model, sentences: Sequence[Sentence], source, options: Optional[Structu
     if budget is not None:
         budget //= max(1, workers)
     shared = sharing(options, src, False, sentences) is not None
-    return list(plan_batches(order, sentences, src, model_size(model), structure_of(model),
-                             budget, batch_sentences, options.top_pairs, options.count_beam, shared))
+    return plan_batches(order, sentences, src, model_size(model), structure_of(model), budget, batch_sentences,
+                        options.top_pairs, options.count_beam, shared)
 
 
 def plan_workers(model, sentences: Sequence[Sentence], source, options: StructureOptions, batch_sentences: int = 256,
@@ -207,14 +207,7 @@ def plan_workers(model, sentences: Sequence[Sentence], source, options: Structur
     budget = budget_from(options.max_memory)
     if n == 1 or budget is None:
         return single, n
-    size, family = model_size(model), structure_of(model)
-    shared = sharing(options, src, False, sentences) is not None  # one scan of the sentences, not one per batch
-
-    def peak(batch):
-        return estimate_bytes(size, src, [sentences[i] for i in batch], family, options.top_pairs, options.count_beam,
-                              shared)
-
-    largest = max(peak(b) for b in single)
+    largest = single.largest  # each batch's estimate, made while planning
     while n > 1:
         if largest <= budget // n:
             return single, n
@@ -226,18 +219,14 @@ def plan_workers(model, sentences: Sequence[Sentence], source, options: Structur
     return single, 1
 
 
-def heap_guard(model, sentences: Sequence[Sentence], source, options: StructureOptions, planned: Sequence[List[int]],
-               workers: int, full: bool) -> HeapGuard:
+def heap_guard(options: StructureOptions, planned: BatchPlan, workers: int, full: bool) -> HeapGuard:
     """The :class:`~.memory.HeapGuard` of a search's batches: each process's share of the budget and the largest
-    planned batch's estimate (full forwards are not planned by the estimate: no bound is kept for them)."""
+    planned batch's estimate, made while planning (full forwards are not planned by the estimate: no bound is kept
+    for them)."""
     budget = budget_from(options.max_memory)
-    if budget is None or full or not planned:
+    if budget is None or full or planned.largest is None:
         return HeapGuard(None, 0)
-    src, size, family = parse_source(source), model_size(model), structure_of(model)
-    shared = sharing(options, src, False, sentences) is not None
-    need = max(estimate_bytes(size, src, [sentences[i] for i in b], family, options.top_pairs, options.count_beam, shared)
-               for b in planned)
-    return HeapGuard(budget // max(1, workers), need)
+    return HeapGuard(budget // max(1, workers), planned.largest)
 
 
 def _full_batches(order, sentences):
