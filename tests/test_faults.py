@@ -1011,3 +1011,29 @@ def test_hub_whole_number_heads_are_taken(hub_model):
     plain, = hub_model.score([(WORDS, [2, 3, 0, 3])], tags="given")
     other, = hub_model.score([(WORDS, [2.0, np.int64(3), "0", 3])], tags="given")
     assert other.logprob == plain.logprob and other.structure["heads"] == [2, 3, 0, 3]
+
+
+def test_a_worker_killed_mid_search_ends_the_command_in_one_line(faults_env, tmp_path):
+    """sipe-surprisal --workers 2, a real interpreter, whose worker process is killed (SIGKILL, as the out-of-memory
+    killer does) when it takes the batch of the input's second sentence: one line naming that sentence and the
+    cause, exit status 1, no output file (issue 49: a worker that dies)."""
+    (tmp_path / "in.txt").write_text("the dog sleeps .\nsome owls sing .\na cat runs .\n")
+    out = tmp_path / "out.tsv"
+    kill_second = ("import os, signal, sys\n"
+                   "from sipe_fairseq.structure import workers\n"
+                   "run = workers._run\n"
+                   "workers._run = lambda b: os.kill(os.getpid(), signal.SIGKILL) if 1 in b else run(b)\n"
+                   "from sipe_fairseq.cli.surprisal import main\n"
+                   "sys.argv[0] = 'sipe-surprisal'\n"
+                   "sys.exit(main())\n")
+    proc = launcher.run([sys.executable, "-c", kill_second, "--data", faults_env["data"], "--path", faults_env["ck"],
+                         "--workers", "2", "--tags-batch-sentences", "1", "--output", str(out),
+                         str(tmp_path / "in.txt")], cwd=str(tmp_path))
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert lines[0].endswith(f"{tmp_path / 'in.txt'}: a worker process was killed by SIGKILL (what the system's "
+                             "out-of-memory killer sends: a lower --max-memory or fewer --workers may fit) while scoring "
+                             "1 sentences (sentence 2 ('some owls sing .')): the search stopped and nothing is written"), \
+        lines[0]
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]

@@ -221,3 +221,45 @@ def test_each_workers_peak_is_measured_and_logged(caplog):
     assert 96 <= sizes[0] <= 96 + 32, line  # one worker may have run both: its peak is the larger batch's
     if len(sizes) == 2:
         assert 48 <= sizes[1] <= 48 + 32, line
+
+
+def _dies_on(k, how):
+    """A job whose batch ``[k]`` ends its worker process (``how``: ``"kill"``, SIGKILL as the out-of-memory killer
+    sends it; ``"exit"``, status 3), the others returned as they are."""
+    import os
+    import signal
+
+    def job(batch):
+        if batch[0] == k:
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            os._exit(3)
+        return batch
+    return job
+
+
+@pytest.mark.parametrize("how,cause", [("kill", "was killed by SIGKILL (what the system's out-of-memory killer"),
+                                       ("exit", "exited with status 3")])
+def test_a_worker_that_dies_stops_the_search_naming_its_batch(how, cause):
+    """A worker process that ends without returning its batch (killed, or exited) stops the search with one line
+    naming that batch's sentences (1-based) and the cause, instead of waiting for the batch forever (a process pool
+    does); no worker process is left behind."""
+    import multiprocessing
+    import signal
+
+    from sipe_fairseq.hexatag.errors import EvaluationError, WorkerDiedError
+
+    def too_long(*_):
+        raise AssertionError("the search waited for a dead worker's batch")
+
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(60)
+    try:
+        with pytest.raises(WorkerDiedError) as e:
+            list(workers_module.run_batches(_dies_on(5, how), [[k] for k in range(8)], 2))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert isinstance(e.value, EvaluationError) and e.value.indices == [5] and e.value.cause.startswith(cause)
+    assert str(e.value).startswith(f"a worker process {cause}") and "scoring 1 sentences (input sentence 6)" in str(e.value)
+    assert "\n" not in str(e.value) and not multiprocessing.active_children()

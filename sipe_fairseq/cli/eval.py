@@ -24,7 +24,7 @@ from sipe_fairseq.cli.allocator import keep_freed_memory
 from sipe_fairseq.cli.eval_commands import (attention, blimp, glue, merge, reading_times, report, scale, seeds, sweep_plot,
                                             syntaxgym, tagger)
 from sipe_fairseq.cli.options import add_progress_argument, configure_progress, output_path_problem
-from sipe_fairseq.hexatag.errors import DataError, NonFiniteScoreError
+from sipe_fairseq.hexatag.errors import DataError, NonFiniteScoreError, WorkerDiedError
 from sipe_fairseq.structure.memory import MemoryBudgetError
 
 SUBCOMMANDS = {"blimp": blimp, "syntaxgym": syntaxgym, "report": report, "sweep-plot": sweep_plot,
@@ -67,7 +67,8 @@ def main(argv=None) -> int:
     except DataError as e:  # a --data directory that cannot be used (no dict.txt, a malformed line: FILE:LINE)
         logging.getLogger("sipe-eval").error("%s", e)
         return 2
-    except NonFiniteScoreError as e:  # a score that came out NaN or infinite: nothing written, no accuracy
+    except (NonFiniteScoreError, WorkerDiedError) as e:  # a score that came out NaN or infinite, a worker process
+        # killed: nothing written, no accuracy
         logging.getLogger("sipe-eval").error("%s", e)
         return 1
 

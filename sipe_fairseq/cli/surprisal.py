@@ -63,7 +63,7 @@ from sipe_fairseq.data.dictionary import data_directory_problem
 from sipe_fairseq.eval.shards import FORMAT, ShardError, fingerprint, shard_block
 from sipe_fairseq.cli.output import atomic_open
 from sipe_fairseq.hub.interface import load, surprisal_rows
-from sipe_fairseq.hexatag.errors import DataError, NonFiniteScoreError
+from sipe_fairseq.hexatag.errors import DataError, NonFiniteScoreError, WorkerDiedError
 from sipe_fairseq.hexatag.conllu_io import read_conllu_lines
 from sipe_fairseq.hexatag.lines import LineInput
 from sipe_fairseq.parsing import DEFAULT_BACKEND, BackendLoadError
@@ -464,7 +464,8 @@ def _run(args, source: LineInput, sources: Sequence[str]) -> int:
     except (CheckpointError, BackendLoadError) as e:
         logger.error(str(e))
         return CHECKPOINT_EXIT_STATUS
-    except NonFiniteScoreError as e:  # a score that came out NaN or infinite: --output not written (exit status 1)
+    except (NonFiniteScoreError, WorkerDiedError) as e:  # a score that came out NaN or infinite, a worker process
+        # killed: --output not written (exit status 1)
         logger.error(f"{source.name}: {e}")
         return 1
     except DataError as e:  # the checkpoint's own data directory (no --data) with a malformed dict.txt

@@ -32,7 +32,7 @@ from ..data.lm_dataset import task_placement
 from ..data.tag_dictionary import TAG_KINDS
 from ..data.tag_streams import load_tag_streams
 from ..hexatag.constrained import PAIRS
-from ..hexatag.errors import EvaluationError, NonFiniteScoreError
+from ..hexatag.errors import EvaluationError, NonFiniteScoreError, WorkerDiedError
 from ..structure.arcs import flat_arcs
 from ..structure.family import StructureOptions, family_named, family_of
 from ..structure.record import POSITION_TYPES, SentenceScore, joint_token_logprobs
@@ -214,6 +214,8 @@ def score_split_records(model, task, split: str, sources: Sequence[str], options
                                                     progress=bar.update) if sentences else []
         except NonFiniteScoreError as e:  # named by the split and its place there (1-based, the data's order)
             raise e.naming(f"split {split!r} sentence {indices[e.index] + 1}") from None
+        except WorkerDiedError as e:  # the batch's sentences, named as above
+            raise e.naming(lambda i: f"split {split!r} sentence {indices[i] + 1}") from None
         finally:
             bar.close()
         out["seconds"][source] = time.time() - start

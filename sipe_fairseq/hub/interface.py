@@ -28,7 +28,7 @@ from ..data.words import word_start_mask
 from ..data.lm_dataset import task_placement
 from ..hexatag import decode
 from ..hexatag.constrained import is_valid
-from ..hexatag.errors import CheckpointError, DataError, NonFiniteScoreError, TreeError
+from ..hexatag.errors import CheckpointError, DataError, NonFiniteScoreError, TreeError, WorkerDiedError
 from ..hexatag.tree import check_tree
 from ..hexatag.conllu_io import conllu_sentence, hexatag_misc, plain_deprels
 from ..parsing import DEFAULT_BACKEND, make_parser, split_words
@@ -428,6 +428,8 @@ class LanguageModel:
             if e.index is None:
                 raise
             raise e.naming(f"sentence {e.index + 1} ({_show(items[e.index][0])})") from None
+        except WorkerDiedError as e:  # the batch's sentences by their texts too
+            raise e.naming(lambda i: f"sentence {i + 1} ({_show(items[i][0])})") from None
 
     # ------------------------------------------------------------------ tokens, offsets, next words
     def _layouts(self, items) -> List[Tokenized]:

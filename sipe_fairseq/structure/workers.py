@@ -16,6 +16,9 @@ that scores it: every per-sentence total is the one-process total (tests/test_wo
   the usual refusal when even that is too small).
 * **Interrupts.** Workers ignore SIGINT; Ctrl-C stops the parent, which terminates them: the command ends
   with its one line and exit 130, and nothing partial is written.
+* **A worker that dies** (killed: the out-of-memory killer sends SIGKILL; or exited) ends the search with
+  :class:`~sipe_fairseq.hexatag.errors.WorkerDiedError`, one line naming the sentences of the batch it held and
+  the cause (a command's exit status 1, nothing written); the other workers are terminated.
 * **Platforms.** Workers need ``fork`` (Linux; the ``fork`` start method of :mod:`multiprocessing`). Where
   there is none (macOS's default ``spawn``, Windows), a search runs in one process and says so once in the
   log: a spawned worker would load the model again.
@@ -24,11 +27,13 @@ import logging
 import multiprocessing
 import os
 import signal
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..hexatag.errors import WorkerDiedError
 from .memory import status_kb
 
 logger = logging.getLogger(__name__)
@@ -140,23 +145,107 @@ def run_batches(job: Callable[[List[int]], list], batches: Sequence[List[int]], 
     """``(batch, job(batch))`` for every batch, in the order of ``batches``: in this process when ``workers`` is 1,
     else in ``workers`` forked processes (``job`` and what it reads are inherited by the fork, not pickled; its
     result is pickled back). ``cost``: the batches are handed out most costly first (so that the longest is not
-    left to run alone at the end) and their results put back in order as they come."""
+    left to run alone at the end) and their results put back in order as they come.
+
+    Each worker has its own pipe, and is handed its next batch when it returns one, so this process knows which
+    batch each holds: a worker that ends without returning it (killed, out of memory) stops the search with
+    :class:`~sipe_fairseq.hexatag.errors.WorkerDiedError` naming that batch's sentences and the cause (a pool
+    whose worker dies would wait for its batch forever). An error raised by ``job`` in a worker is raised here."""
     global _JOB
     if workers <= 1 or len(batches) <= 1:
         for b in batches:
             yield b, job(b)
         return
-    order = dealing_order(batches, cost)
+    pending = iter(dealing_order(batches, cost))
     _JOB = job
+    context = multiprocessing.get_context("fork")
+    processes, pipes = [], []
     try:
-        with multiprocessing.get_context("fork").Pool(workers, initializer=_start) as pool:
-            done, following, peaks = {}, 0, {}
-            for k, (pid, growth, result) in zip(order, pool.imap(_run, [batches[k] for k in order], chunksize=1)):
+        for _ in range(workers):
+            ours, theirs = context.Pipe()
+            process = context.Process(target=_serve, args=(theirs,), daemon=True)
+            process.start()
+            theirs.close()
+            processes.append(process)
+            pipes.append(ours)
+        holding, done, following, peaks = {}, {}, 0, {}  # holding: worker -> the batch (index) it scores
+
+        def died(w: int) -> WorkerDiedError:
+            processes[w].join(timeout=5)
+            return WorkerDiedError(batches[holding[w]], _cause(processes[w].exitcode))
+
+        def hand(w: int) -> None:
+            k = next(pending, None)
+            if k is not None:
+                holding[w] = k
+                try:
+                    pipes[w].send(batches[k])
+                except OSError:  # the process ended after its last answer
+                    raise died(w) from None
+
+        for w in range(workers):
+            hand(w)
+        while holding:
+            ready = set(wait([pipes[w] for w in holding] + [processes[w].sentinel for w in holding]))
+            for w in [w for w in holding if pipes[w] in ready or processes[w].sentinel in ready]:
+                try:  # an answer sent before the process ended is read; an end without one raises EOFError
+                    kind, pid, growth, result = pipes[w].recv() if pipes[w].poll() else _no_answer()
+                except (EOFError, OSError):
+                    raise died(w) from None
+                if kind == "error":
+                    raise result
                 peaks[pid] = growth if growth is None or peaks.get(pid) is None else max(growth, peaks[pid])
-                done[k] = result
-                while following in done:
-                    yield batches[following], done.pop(following)
-                    following += 1
+                done[holding.pop(w)] = result
+                hand(w)
+            while following in done:
+                yield batches[following], done.pop(following)
+                following += 1
+        for pipe in pipes:
+            pipe.send(None)  # the end: each worker returns
         logger.info("%s", peak_line(peaks))
     finally:
         _JOB = None
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+            process.join()
+        for pipe in pipes:
+            pipe.close()
+
+
+def _no_answer():
+    """A worker whose process ended with nothing in its pipe (:func:`run_batches`)."""
+    raise EOFError
+
+
+def _serve(pipe) -> None:
+    """A worker: batches from ``pipe`` until ``None``, each answered ``("ok", pid, peak growth, result)`` (:func:`_run`),
+    or ``("error", pid, None, the exception)`` when the job raises (a user error of a sentence: the parent raises it)."""
+    _start()
+    while True:
+        batch = pipe.recv()
+        if batch is None:
+            return
+        try:
+            pipe.send(("ok",) + _run(batch))
+        except Exception as e:  # noqa: BLE001  the parent raises it, as one process would
+            try:
+                pipe.send(("error", os.getpid(), None, e))
+            except Exception:  # noqa: BLE001  an exception that does not pickle: its line
+                pipe.send(("error", os.getpid(), None, RuntimeError(f"{type(e).__name__}: {e}")))
+
+
+def _cause(exitcode: Optional[int]) -> str:
+    """How a worker process ended, for :class:`~sipe_fairseq.hexatag.errors.WorkerDiedError`."""
+    if exitcode is None:
+        return "stopped answering"
+    if exitcode >= 0:
+        return f"exited with status {exitcode}"
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        name = f"signal {-exitcode}"
+    if -exitcode == getattr(signal, "SIGKILL", None):
+        return (f"was killed by {name} (what the system's out-of-memory killer sends: a lower --max-memory or fewer "
+                "--workers may fit)")
+    return f"was killed by {name}"
