@@ -85,54 +85,66 @@ def test_freed_heap_is_given_back_between_batches():
 
 
 def test_the_heap_is_given_back_only_when_the_budget_needs_it(monkeypatch):
-    """HeapGuard: after a batch, the freed heap is released when what the process holds above its resident set
-    before its first batch, plus the largest batch's estimate, is over the budget; not otherwise."""
+    """HeapGuard: before a batch, the freed heap is released when what the process holds above its resident set
+    before its first batch, plus this batch's estimate, is over the budget; not otherwise."""
     from sipe_fairseq.structure import memory
 
     rss, calls = [1000], []
     monkeypatch.setattr(memory, "resident_bytes", lambda: rss[0])
     monkeypatch.setattr(memory, "release_freed", lambda: calls.append(rss[0]) or True)
-    guard = memory.HeapGuard(budget=100, need=60)
-    guard.before()  # the base: 1000
-    rss[0] = 1040  # 40 held + 60 needed = the budget: kept
-    assert guard.after() is False
-    guard.before()  # a later batch does not move the base
-    rss[0] = 1041  # 41 + 60 > 100: released
-    assert guard.after() is True and calls == [1041] and guard.released == 1
-    assert memory.HeapGuard(None, 60).after() is False and len(calls) == 1  # no budget, no bound
+    guard = memory.HeapGuard(budget=100)
+    assert guard.before(100) is False  # the first batch: the base is 1000, nothing held
+    rss[0] = 1040
+    assert guard.before(60) is False  # 40 held + 60 needed = the budget: kept
+    rss[0] = 1041
+    assert guard.before(60) is True and calls == [1041]  # 41 + 60 > 100: released
+    assert guard.before(59) is False  # a smaller batch fits beside what is held (the base did not move)
+    assert guard.released == 1
+    assert memory.HeapGuard(None).before(10 ** 12) is False and len(calls) == 1  # no budget, no bound
 
 
-def test_a_search_releases_under_a_tight_budget_and_not_under_a_loose_one(monkeypatch):
-    """Through score_sentences: a budget that the batches fill releases after batches; a budget far above them never."""
+def test_a_search_releases_before_the_batches_that_need_it(monkeypatch):
+    """Through score_sentences: with the process holding ``held`` bytes after its first batch, the heap is given
+    back before exactly the later batches whose own estimate, added to it, passes the budget; a budget far above
+    every batch releases nothing."""
     from conftest import tiny_decoder_lm
     from sipe_fairseq.structure import memory, scoring
     from sipe_fairseq.structure.family import StructureOptions
     from test_memory_budget import _sentences
 
     model, sentences = tiny_decoder_lm("sipe"), _sentences(7)
-    for budget, released in ((2 ** 40, False), (None, True)):
-        calls, finished = [], []
+    src = memory.parse_source("beam:4")
+    planned = scoring.plan(model, sentences, src, StructureOptions(workers=1), 2)
+    size = memory.model_size(model)
+    peaks = [memory.estimate_bytes(size, src, [sentences[i] for i in b], "hexatags") for b in planned]
+    assert len(planned) >= 3 and len(set(peaks[1:])) > 1, peaks  # later batches of different estimates
+    budget = max(peaks) + 1
+    for held in (0, budget - min(peaks[1:]), budget):
+        calls, finished, reads = [], [], []
         monkeypatch.setattr(memory, "release_freed", lambda: calls.append(1) or True)
-        if budget is None:  # just above the largest batch: anything the process holds between batches passes it
-            size, src = memory.model_size(model), memory.parse_source("beam:4")
-            batches = scoring.plan(model, sentences, src, StructureOptions(workers=1), 3)
-            budget = max(memory.estimate_bytes(size, src, [sentences[i] for i in b], "hexatags") for b in batches) + 1
-            reads = []  # each read is 1 MiB more than the last: the process holds more after every batch
-            monkeypatch.setattr(memory, "resident_bytes", lambda: 10 ** 9 + 2 ** 20 * (reads.append(1) or len(reads)))
-        scoring.score_sentences(model, sentences, "beam:4", StructureOptions(workers=1, max_memory=budget), 2, 1,
-                                batch_sentences=3, progress=finished.append)
-        assert sorted(finished) == [1, 3, 3]
-        assert (len(calls) == 3) if released else not calls
+        # the first read is the base, every later one ``held`` above it
+        monkeypatch.setattr(memory, "resident_bytes", lambda: 10 ** 9 + (held if (reads.append(1) or len(reads)) > 1 else 0))
+        scoring.score_sentences(model, sentences, src, StructureOptions(workers=1, max_memory=budget), 2, 1,
+                                batch_sentences=2, progress=finished.append)
+        assert sum(finished) == len(sentences)
+        assert len(calls) == sum(held + p > budget for p in peaks[1:]), (held, peaks)
+    calls.clear()
+    scoring.score_sentences(model, sentences, src, StructureOptions(workers=1, max_memory=2 ** 40), 2, 1,
+                            batch_sentences=2)
+    assert not calls
 
 
 @pytest.mark.parametrize("family,source", [("sipe", "mix:4"), ("gilt", "beam:4")])
 def test_a_batch_kv_cache_is_freed_before_the_heap_is_given_back(monkeypatch, family, source):
-    """When a batch ends and its freed heap may be given back (``HeapGuard.after``), none of its KV cache's tensors
-    is alive any more (a cache held until the next batch's begin would stay resident through the trim)."""
+    """When the next batch begins and the freed heap may be given back (``HeapGuard.before``), none of the previous
+    batch's KV cache tensors is alive any more (a cache held until the next batch's begin would stay resident
+    through the trim)."""
     import weakref
 
+    import torch
+
     from conftest import tiny_decoder_lm
-    from sipe_fairseq.structure import scoring
+    from sipe_fairseq.structure import memory, scoring
     from sipe_fairseq.structure import search as search_module
     from sipe_fairseq.structure.family import StructureOptions
     from test_memory_budget import _sentences
@@ -144,19 +156,17 @@ def test_a_batch_kv_cache_is_freed_before_the_heap_is_given_back(monkeypatch, fa
         for layer in self.policy.state.values():
             refs.extend(weakref.ref(x) for x in (layer.values() if isinstance(layer, dict) else ()) if torch.is_tensor(x))
 
-    def release(self):
-        alive_at_release.append(sum(r() is not None for r in refs))
+    def release(self, need):
+        alive_at_release.append((bool(refs), sum(r() is not None for r in refs)))
         refs.clear()
         return True
 
-    import torch
-
-    from sipe_fairseq.structure import memory
     monkeypatch.setattr(search_module._Search, "advance", recording)
-    monkeypatch.setattr(memory.HeapGuard, "after", release)
+    monkeypatch.setattr(memory.HeapGuard, "before", release)
     model = tiny_decoder_lm(family)
     scoring.score_sentences(model, _sentences(6), source, StructureOptions(workers=1), 2, 1, batch_sentences=3)
-    assert len(alive_at_release) == 2 and all(n == 0 for n in alive_at_release), alive_at_release
+    # two batches: before the first nothing was cached; before the second the first's cache was, and is freed
+    assert alive_at_release == [(False, 0), (True, 0)], alive_at_release
 
 
 def test_the_c_library_is_looked_up_once_and_a_missing_function_is_none(monkeypatch):

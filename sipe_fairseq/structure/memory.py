@@ -548,33 +548,32 @@ def release_freed() -> bool:
 
 
 class HeapGuard:
-    """Between batches, gives the freed heap back (:func:`release_freed`) when keeping it could pass the budget.
+    """Before each batch, gives the freed heap back (:func:`release_freed`) when keeping it could pass the budget.
 
     The kept heap (``cli/allocator.py``) holds what a batch freed, for the next batch to reuse; across batches of
     changing shapes its free blocks do not fit the next batch's tensors, and the resident size grew past the budget
-    (1.16-1.40x on SyntaxGym's sentences: docs/benchmarks.md, "Suites of short sentences"). So after each batch,
-    in the process that ran it: when what the process holds above its resident set before its first batch, plus
-    the largest planned batch (``need``), is over its ``budget`` (its share: ``--max-memory / workers``), the heap
-    is given back and the next batch starts from what is live. Under a large budget (the default: half of the free
-    memory) it never is, and the kept heap's reuse costs nothing; a trim costs the next batch its page faults (about
-    14% more CPU on SyntaxGym at 512M-1G, where every batch needs it). ``budget`` None: no bound, nothing is released."""
+    (1.16-1.40x on SyntaxGym's sentences: docs/benchmarks.md, "Suites of short sentences"). So before each batch, in
+    the process that runs it (the previous batch's tensors freed, :meth:`~.policy.StructurePolicy.end`): when what
+    the process holds above its resident set before its first batch, plus this batch's estimate (``need``), is over
+    its ``budget`` (its share: ``--max-memory / workers``), the heap is given back and the batch starts from what is
+    live. The batch's peak is within its estimate (the planner's bound), so the process stays within its share
+    either way. Batches are dealt the largest first: the later, smaller ones fit beside the kept heap and keep its
+    reuse; a trim costs the batch after it its page faults (about 14% more CPU on SyntaxGym at 512M-1G, where every
+    batch needs one). ``budget`` None: no bound, nothing is released."""
 
-    def __init__(self, budget: Optional[int], need: int):
-        self.budget, self.need = budget, need
+    def __init__(self, budget: Optional[int]):
+        self.budget = budget
         self.base: dict = {}  # pid -> resident bytes before its first batch (forked workers each have their own)
         self.released = 0
 
-    def before(self) -> None:
-        """Call before a batch: the first call in a process records its resident set."""
-        if self.budget is not None:
-            self.base.setdefault(os.getpid(), resident_bytes() or 0)
-
-    def after(self) -> bool:
-        """Call after a batch (its tensors freed): release the freed heap if the budget needs it; True if released."""
+    def before(self, need: int) -> bool:
+        """Call before a batch whose estimated peak is ``need`` bytes: the first call in a process records its resident
+        set; a later one releases the freed heap if what is held plus ``need`` is over the budget. True if released."""
         if self.budget is None:
             return False
-        held = (resident_bytes() or 0) - self.base.get(os.getpid(), 0)
-        if held + self.need <= self.budget:
+        now = resident_bytes() or 0
+        held = now - self.base.setdefault(os.getpid(), now)
+        if held + need <= self.budget:
             return False
         self.released += 1
         return release_freed()

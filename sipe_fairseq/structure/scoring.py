@@ -73,11 +73,12 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
     if observer is not None and not hasattr(observer, "merge"):
         workers = 1
 
-    guard = heap_guard(options, planned, workers, full or policy is None)
+    guard = heap_guard(options, workers, full or policy is None)
+    needs = {b[0]: p for b, p in zip(planned, planned.peaks)}  # each batch's estimate, by its first sentence
 
     def score_batch(idx: List[int]) -> Tuple[List[SentenceScore], object]:
         batch = [sentences[i] for i in idx]
-        guard.before()
+        guard.before(needs.get(idx[0], 0))  # the previous batch's heap given back if keeping it could pass the budget
         with torch.no_grad():
             if policy is None:
                 scores = plain_scores(model, batch, src, eos, pad, GIVEN_POSITIONS, observe=_plain_observer(model, observer))
@@ -86,7 +87,6 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
             else:
                 scores = search(policy, batch, src, eos, keep_trace, observe=observer.on_search if observer else None,
                                 share=share)
-        guard.after()  # the batch's tensors are freed: give them back if keeping them could pass the budget
         return scores, (observer.collect(idx) if observer is not None and workers > 1 else None)
 
     for idx, (scores, observed) in run_batches(score_batch, planned, workers, lambda b: sum(sentences[i].n for i in b)):
@@ -219,14 +219,13 @@ def plan_workers(model, sentences: Sequence[Sentence], source, options: Structur
     return single, 1
 
 
-def heap_guard(options: StructureOptions, planned: BatchPlan, workers: int, full: bool) -> HeapGuard:
-    """The :class:`~.memory.HeapGuard` of a search's batches: each process's share of the budget and the largest
-    planned batch's estimate, made while planning (full forwards are not planned by the estimate: no bound is kept
-    for them)."""
+def heap_guard(options: StructureOptions, workers: int, full: bool) -> HeapGuard:
+    """The :class:`~.memory.HeapGuard` of a search's batches: each process's share of the budget (full forwards are
+    not planned by the estimate: no bound is kept for them)."""
     budget = budget_from(options.max_memory)
-    if budget is None or full or planned.largest is None:
-        return HeapGuard(None, 0)
-    return HeapGuard(budget // max(1, workers), planned.largest)
+    if budget is None or full:
+        return HeapGuard(None)
+    return HeapGuard(budget // max(1, workers))
 
 
 def _full_batches(order, sentences):
