@@ -188,8 +188,10 @@ def run_batches(job: Callable[[List[int]], list], batches: Sequence[List[int]], 
         while holding:
             ready = set(wait([pipes[w] for w in holding] + [processes[w].sentinel for w in holding]))
             for w in [w for w in holding if pipes[w] in ready or processes[w].sentinel in ready]:
-                try:  # an answer sent before the process ended is read; an end without one raises EOFError
-                    kind, pid, growth, result = pipes[w].recv() if pipes[w].poll() else _no_answer()
+                if not pipes[w].poll():  # the process ended with nothing in its pipe
+                    raise died(w)
+                try:  # an answer sent before the process ended is read; half of one raises EOFError
+                    kind, pid, growth, result = pipes[w].recv()
                 except (EOFError, OSError):
                     raise died(w) from None
                 if kind == "error":
@@ -211,11 +213,6 @@ def run_batches(job: Callable[[List[int]], list], batches: Sequence[List[int]], 
             process.join()
         for pipe in pipes:
             pipe.close()
-
-
-def _no_answer():
-    """A worker whose process ended with nothing in its pipe (:func:`run_batches`)."""
-    raise EOFError
 
 
 def _serve(pipe) -> None:
