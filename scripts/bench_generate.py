@@ -278,7 +278,7 @@ def main():
     p.add_argument("--score-split", default="test", help="scoring: the split of --data (default test)")
     p.add_argument("--placement", default="first_subword", help="scoring, random model: the tag head placement")
     p.add_argument("--score-batch", type=int, default=256,
-                   help="scoring: sentences per batch (default 256, as sipe-eval-lm; beam:K at most 1024/K)")
+                   help="scoring: sentences per batch (default 256, as sipe-eval-lm; beam:K and mix:K at most 512/K)")
     p.add_argument("--score-top-pairs", type=int, nargs="*", default=[2, 3],
                    help="scoring: also beam:--score-prune-k pruned to the heads' top M pairs, for each M (default 2 3)")
     p.add_argument("--score-prune-k", type=int, default=16, help="scoring: the beam width of the pruned rows")

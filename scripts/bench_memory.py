@@ -22,7 +22,7 @@ depend on the weights, but GiLT's graphs do (a hypothesis's arcs are Python list
 final hypotheses' arcs): its count head is set to prefer one or two arcs a word, as a trained one does, where
 random weights would pick counts up to ``2i - 1``. Sentences:
 synthetic, 20-40 words (uniform) of 1-3 pieces each (70/20/10%), a fixed seed; a run scores
-``2 x`` the beam's batch cap of them (``Source.batch_cap``: 8192 / (8 K) sentences, at least 2), so at least
+``2 x`` the beam's batch cap of them (``Source.batch_cap``: ``BEAM_ROWS`` / (8 K) sentences, at least 2), so at least
 two batches are planned and every batch the budget allows is full.
 
 The estimate of a refused source is the largest one-sentence estimate among its sentences (the refusal names
@@ -113,14 +113,14 @@ def child(args) -> dict:
     import torch
     from sipe_fairseq.structure import memory
     from sipe_fairseq.structure.family import StructureOptions, structure_of
-    from sipe_fairseq.structure.scoring import plan, score_sentences
+    from sipe_fairseq.structure.scoring import BEAM_ROWS, plan, score_sentences
     from sipe_fairseq.structure.sources import parse_source
 
     torch.set_num_threads(1)
     model, d = build_model(args.family, args.size)
     src = parse_source(args.source)
     budget = memory.parse_size(args.budget)
-    sentences = make_sentences(max(2, 2 * src.batch_cap(256, 8192)), len(d), args.seed)
+    sentences = make_sentences(max(2, 2 * src.batch_cap(256, BEAM_ROWS)), len(d), args.seed)
     options = StructureOptions(max_memory=budget, workers=1)
     with torch.no_grad():
         score_sentences(model, sentences[:2], "self", options, d.eos(), d.pad())  # warm-up: lazy allocations

@@ -9,6 +9,7 @@ import torch
 
 from conftest import tiny_decoder_lm
 from sipe_fairseq.hexatag import encode
+from sipe_fairseq.hexatag import pool as pool_module
 from sipe_fairseq.structure import workers as workers_module
 from sipe_fairseq.structure.arcs import gold_graph
 from sipe_fairseq.structure.family import StructureOptions
@@ -121,10 +122,10 @@ def test_cgroup_cpu_quota(tmp_path):
     quota.parent.mkdir(parents=True)
     (tmp_path / "sys/fs/cgroup/a/b").mkdir()
     (tmp_path / "sys/fs/cgroup/a/b/cpu.max").write_text("max 100000\n")
-    assert workers_module.cgroup_cpus(str(tmp_path)) is None
+    assert pool_module.cgroup_cpus(str(tmp_path)) is None
     quota.write_text("150000 100000\n")  # 1.5 CPUs above the process's group
-    assert workers_module.cgroup_cpus(str(tmp_path)) == 1.5
-    assert workers_module.available_cores(str(tmp_path)) == 1
+    assert pool_module.cgroup_cpus(str(tmp_path)) == 1.5
+    assert pool_module.available_cores(str(tmp_path)) == 1
 
 
 def test_a_workers_error_reaches_the_caller():
@@ -181,8 +182,8 @@ def test_batches_are_dealt_most_costly_first_and_come_back_in_order():
     """The batches are handed out by decreasing cost (ties in planned order), and run_batches yields the workers'
     results in the planned order."""
     batches = [[0], [1, 2], [3, 4, 5], [6], [7, 8, 9, 10]]
-    assert workers_module.dealing_order(batches, len) == [4, 2, 1, 0, 3]
-    assert workers_module.dealing_order(batches) == [0, 1, 2, 3, 4]
+    assert pool_module.dealing_order(batches, len) == [4, 2, 1, 0, 3]
+    assert pool_module.dealing_order(batches) == [0, 1, 2, 3, 4]
     got = list(workers_module.run_batches(lambda batch: [i * 10 for i in batch], batches, 2, cost=len))
     assert [b for b, _ in got] == batches and [r for _, r in got] == [[i * 10 for i in b] for b in batches]
 

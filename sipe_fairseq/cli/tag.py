@@ -10,7 +10,9 @@ one CoNLL-U block whose ``# sent_id`` is the input line number (``--segment-sent
 one of each per sentence of the line, by the backend's sentence boundaries, ``# sent_id`` LINE-K). A line that is empty
 or that the backend cannot parse gives an empty tag line and a comment-only CoNLL-U block
 (``# sipe_tag_error = ...``); it is reported on stderr with its line number and counted in the
-summary. Exit status: 0 ok, 1 some lines failed, 2 usage, input or I/O error, 3 the backend cannot be
+summary. Exit status: 0 ok, 1 some lines failed (or a ``--workers`` process died, killed or out of memory: one
+line naming its batch's lines; the output files are not written, tags to stdout stop there), 2 usage, input or I/O
+error, 3 the backend cannot be
 loaded (a hexatagger checkpoint missing, refused by torch's weights-only loading or unreadable; a
 spaCy pipeline not installed): one line naming it.
 """
@@ -25,7 +27,7 @@ import sipe_fairseq.checkpoints  # noqa: F401  registers the hexatagger backend
 from sipe_fairseq.checkpoints import CHECKPOINT_EXIT_STATUS
 from sipe_fairseq.cli.output import atomic_open
 from sipe_fairseq.hexatag import format_tags
-from sipe_fairseq.hexatag.errors import InputError, install_error_hook
+from sipe_fairseq.hexatag.errors import InputError, WorkerDiedError, install_error_hook
 from sipe_fairseq.hexatag.lines import input_name, read_lines
 from sipe_fairseq.parsing import BackendLoadError
 from sipe_fairseq.parsing.line_tagger import LineTagger, add_backend_arguments, tagged_line_conllu
@@ -118,6 +120,9 @@ def _tag(args, lines: List[str], conllu, tags) -> int:
                     tags.write((format_tags(line.tags) if line.ok else "") + "\n")
                 if conllu is not None:
                     conllu.write(tagged_line_conllu(line))
+    except WorkerDiedError as e:  # a --workers process killed (out of memory) or exited: nothing is written
+        logger.error(f"{name}: {e}")
+        return 1
     except BackendLoadError as e:  # e.g. a missing or refused hexatagger checkpoint
         logger.error(str(e))
         return CHECKPOINT_EXIT_STATUS

@@ -82,6 +82,7 @@ from ..hexatag.errors import InputError, NonFiniteScoreError
 from ..hexatag.lines import read_lines
 from ..parsing import ParseError, normalize_text, parse_each, tree_source_stats
 from ..structure.family import StructureOptions, masked_lm
+from ..structure.options import BATCH_SENTENCES
 from ..structure.scoring import score_encoded
 from ..structure.sentences import too_long
 from ..structure.sources import parse_source, source_label
@@ -285,7 +286,7 @@ def unscorable(model, prepared: Prepared) -> Dict[str, str]:
     return out
 
 
-def score_prepared(model, prepared: Prepared, dictionary, source: str = "given", batch_size: int = 64,
+def score_prepared(model, prepared: Prepared, dictionary, source: str = "given", batch_size: int = BATCH_SENTENCES,
                    joint: bool = False, options: Optional[StructureOptions] = None) -> Dict[str, float]:
     """``text -> log-likelihood`` under tag ``source`` (``--tags``) for every prepared sentence that
     ``model`` can score (not the :func:`unscorable` ones), longest first. A decoder of any family is scored
@@ -394,7 +395,7 @@ def compute_report(pairs: Sequence[BlimpPair], scores: Dict[str, Dict[str, float
 
 
 def evaluate_blimp(pairs: Sequence[BlimpPair], models, prepared: Prepared, dictionary,
-             batch_size: int = 64, joint: bool = False, placements: Optional[Dict[str, str]] = None,
+             batch_size: int = BATCH_SENTENCES, joint: bool = False, placements: Optional[Dict[str, str]] = None,
              tags: Optional[Sequence[str]] = ("given",), options: Optional[StructureOptions] = None) -> dict:
     """Score every prepared sentence under every model and tag source; the :func:`compute_report`
     tables, one column per model and source (:func:`~sipe_fairseq.structure.sources.source_label`).
@@ -409,7 +410,7 @@ def evaluate_blimp(pairs: Sequence[BlimpPair], models, prepared: Prepared, dicti
     return report
 
 
-def score_columns(models, prepared: Prepared, dictionary, batch_size: int = 64, joint: bool = False,
+def score_columns(models, prepared: Prepared, dictionary, batch_size: int = BATCH_SENTENCES, joint: bool = False,
                   placements: Optional[Dict[str, str]] = None, tags: Optional[Sequence[str]] = ("given",),
                   options: Optional[StructureOptions] = None):
     """The scoring of :func:`evaluate_blimp` (its arguments): ``(scores, unscored, seconds)``, each keyed by column

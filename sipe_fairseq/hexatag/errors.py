@@ -83,29 +83,30 @@ class NonFiniteScoreError(EvaluationError, ValueError):
 
 
 class WorkerDiedError(EvaluationError):
-    """A worker process (``--workers``, :mod:`sipe_fairseq.structure.workers`) that ended without returning its
-    batch: killed (the system's out-of-memory killer sends SIGKILL), or exited. The search stops there and nothing
-    is written; the message is one line naming the batch's sentences and the cause. ``indices``: the batch's
-    sentences (0-based, in the scorer's input), ``cause``: how the process ended, ``names``: what the message calls
+    """A worker process (:mod:`sipe_fairseq.hexatag.pool`: ``--workers``) that ended without returning its
+    item: killed (the system's out-of-memory killer sends SIGKILL), or exited. The run stops there and nothing
+    is written; the message is one line naming the item's sentences and the cause. ``indices``: the item's
+    sentences (0-based, in the caller's input), ``cause``: how the process ended, ``names``: what the message calls
     them (default ``input sentence N``, counted from 1; a caller that knows the sentences renames them:
-    :meth:`naming`). A user error (exit status 1) for a command."""
+    :meth:`naming`), ``what``: the work (``scoring``, ``parsing``). A user error (exit status 1) for a command."""
 
     SHOWN = 4  # sentences named in the message; the rest are counted
 
-    def __init__(self, indices, cause: str, names=None):
-        self.indices, self.cause = list(indices), cause
+    def __init__(self, indices, cause: str, names=None, what: str = "scoring"):
+        self.indices, self.cause, self.what = list(indices), cause, what
         self.names = list(names) if names is not None else [f"input sentence {i + 1}" for i in self.indices]
         shown = "; ".join(self.names[:self.SHOWN])
         more = f"; and {len(self.names) - self.SHOWN} more" if len(self.names) > self.SHOWN else ""
-        super().__init__(f"a worker process {cause} while scoring {len(self.indices)} sentences ({shown}{more}): the "
-                         "search stopped and nothing is written")
+        stopped = "the search stopped" if what == "scoring" else "the run stopped"
+        super().__init__(f"a worker process {cause} while {what} {len(self.indices)} sentences ({shown}{more}): "
+                         f"{stopped} and nothing is written")
 
     def naming(self, name) -> "WorkerDiedError":
         """The same error with each sentence called ``name(index)`` (e.g. ``"sentence 3 ('The dog runs.')"``)."""
-        return WorkerDiedError(self.indices, self.cause, [name(i) for i in self.indices])
+        return WorkerDiedError(self.indices, self.cause, [name(i) for i in self.indices], self.what)
 
     def __reduce__(self):
-        return type(self), (self.indices, self.cause, self.names)
+        return type(self), (self.indices, self.cause, self.names, self.what)
 
 
 class OutputError(OSError):

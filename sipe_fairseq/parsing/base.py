@@ -22,6 +22,9 @@ class ParseError(ValueError):
         super().__init__(message)
         self.index = index
 
+    def __reduce__(self):  # from a worker process (hexatag.pool) with its index
+        return type(self), (self.args[0] if self.args else "", self.index)
+
 
 class BackendLoadError(RuntimeError):
     """A parser backend that cannot be loaded (a spaCy pipeline not installed, a checkpoint that is

@@ -1,16 +1,15 @@
 """One sentence per line -> parses and hexatags with a parser backend (shared by ``sipe-tag`` and
 ``sipe-preprocess --input-format text|tokenized``).
 
-:class:`LineTagger` parses lines in batches of ``batch_size``, in this process or in ``workers``
-spawned processes that each load their own backend once, with a progress bar, and yields one
-:class:`TaggedLine` per input line, in input order (with ``segment``, one per sentence of a line, by
+:class:`LineTagger` parses lines in batches of ``batch_size``, in this process or in ``workers`` spawned
+processes (:class:`~sipe_fairseq.hexatag.pool.WorkerPool`) that each load their own backend once, with a progress
+bar, and yields one :class:`TaggedLine` per input line, in input order (with ``segment``, one per sentence of a line, by
 the backend's sentence boundaries). A line is either parsed (words, heads, the backend's labels and
 the hexatags of the tree, non-projective parses lifted) or failed with a message: an empty line,
 a sentence the backend refuses (:class:`~sipe_fairseq.parsing.base.ParseError`; a failing batch
 is redone line by line so only the bad lines fail), or a parse that cannot be hexatag-encoded.
 :func:`tagged_line_conllu` is the CoNLL-U both commands write for a line, so their outputs agree.
 """
-import multiprocessing
 import sys
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
@@ -19,7 +18,7 @@ from tqdm import tqdm
 
 from ..hexatag import HexatagError, encode_tree
 from ..hexatag.conllu_io import conllu_sentence, plain_deprels
-from ..hexatag.errors import ignore_interrupts
+from ..hexatag.pool import WorkerPool
 from .base import BackendLoadError, ParsedSentence, ParseError
 from .registry import DEFAULT_BACKEND, resolve_parser
 
@@ -87,7 +86,6 @@ def parse_batch(parser, lines: Sequence[str], pretokenized: bool, segment: bool 
 
 
 _worker_parser = None
-_worker_error: Optional[str] = None
 
 
 def _load(spec: str, factory, arg: str, threads: int):
@@ -104,18 +102,13 @@ def _load(spec: str, factory, arg: str, threads: int):
 
 
 def _init_worker(spec: str, factory, arg: str, threads: int) -> None:
-    global _worker_parser, _worker_error
-    ignore_interrupts()  # Ctrl-C: the command ends in one line and terminates the pool
-    try:
-        _worker_parser = _load(spec, factory, arg, threads)
-    except BackendLoadError as e:  # raised here, the pool would restart the worker forever
-        _worker_error = str(e)
+    """A spawned worker's backend, loaded once (a failure is raised in the command for the first batch)."""
+    global _worker_parser
+    _worker_parser = _load(spec, factory, arg, threads)
 
 
 def _work(job):
-    if _worker_error is not None:
-        raise BackendLoadError(_worker_error)
-    lines, pretokenized, segment = job
+    _, lines, pretokenized, segment = job
     return parse_batch(_worker_parser, lines, pretokenized, segment)
 
 
@@ -138,16 +131,17 @@ class LineTagger:
         factory, arg = resolve_parser(self.backend)  # ValueError for an unknown name (a usage error)
         if self.segment and not hasattr(factory, "analyze"):
             raise ValueError(f"backend {self.backend!r} cannot split sentences (no sentence boundaries)")
-        if self.workers > 1:
-            ctx = multiprocessing.get_context("spawn")
-            self._pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=(self.backend, factory, arg, self.threads))
+        if self.workers > 1:  # spawned: a backend may run torch threads, which a fork would copy mid-state
+            self._pool = WorkerPool(_work, self.workers, start=_init_worker, start_args=(self.backend, factory, arg,
+                                                                                        self.threads),
+                                    method="spawn", what="parsing")
         else:
             self._parser = _load(self.backend, factory, arg, self.threads)
         return self
 
     def __exit__(self, *exc):
         if self._pool is not None:
-            self._pool.terminate()
+            self._pool.close()
             self._pool = None
         self._parser = None
 
@@ -155,10 +149,18 @@ class LineTagger:
             linenos: Optional[Sequence[int]] = None) -> Iterator[TaggedLine]:
         """One :class:`TaggedLine` per line, in order (see the module docstring); with ``segment``,
         one per sentence of a parsed line (a failed line gives one). ``linenos``: the lines' numbers
-        in their file (default 1, 2, ..)."""
+        in their file (default 1, 2, ..). A worker process that dies raises
+        :class:`~sipe_fairseq.hexatag.errors.WorkerDiedError` naming its batch's lines."""
         batches = [lines[i:i + self.batch_size] for i in range(0, len(lines), self.batch_size)]
-        if self._pool is not None:
-            results = self._pool.imap(_work, [(b, self.pretokenized, self.segment) for b in batches])
+        if self._pool is not None:  # a worker that dies: WorkerDiedError naming its batch's lines
+            jobs = [(k * self.batch_size, b, self.pretokenized, self.segment) for k, b in enumerate(batches)]
+
+            def held(job):
+                return list(range(job[0], job[0] + len(job[1])))
+
+            def names(job):
+                return [f"line {linenos[i] if linenos is not None else i + 1}" for i in held(job)]
+            results = (r for _, r in self._pool.map(jobs, covers=held, names=names))
         elif self._parser is not None:
             results = (parse_batch(self._parser, b, self.pretokenized, self.segment) for b in batches)
         else:

@@ -13,6 +13,7 @@ from typing import Dict, List, Sequence, Tuple, Union
 from ..hexatag import read_conllu
 from .base import Parse, ParseError, normalize_text
 from .cache import CachedParser, default_cache_path
+from .parallel import ParserWorkers
 from .registry import DEFAULT_BACKEND, make_parser, registered_parsers
 from .tokenize import split_words
 
@@ -115,7 +116,9 @@ def add_tree_arguments(p, default_parser: str = DEFAULT_BACKEND) -> None:
 
 
 def tree_source_from_args(args):
-    """The tree source chosen by :func:`add_tree_arguments`'s options."""
+    """The tree source chosen by :func:`add_tree_arguments`'s options. A parser is run by the command's ``--workers``
+    processes when it has that option (:class:`~.parallel.ParserWorkers`, 0: the cores available; under the cache,
+    so that only its misses are parsed there): :func:`release_workers` ends them when the parse is done."""
     if args.trees:
         if args.cache:
             logger.warning("--cache is ignored with --trees (nothing is parsed)")
@@ -124,6 +127,9 @@ def tree_source_from_args(args):
     if spec == "none":
         return NoTrees()
     parser = make_parser(spec)
+    workers = getattr(args, "workers", None)
+    if workers is not None and workers != 1:
+        parser = ParserWorkers(parser, workers)
     path = args.cache or (None if getattr(args, "no_cache", False) else default_cache_path(parser))
     if path is None:
         return parser
@@ -134,6 +140,13 @@ def tree_source_from_args(args):
             logger.warning("no parse cache (%s: %s); parsing without one", Path(path).parent, e.strerror)
             return parser
     return CachedParser(parser, path)
+
+
+def release_workers(source) -> None:
+    """Ends the worker processes of a tree source's parser (:func:`tree_source_from_args`), if it has any."""
+    for inner in (source, getattr(source, "parser", None)):
+        if isinstance(inner, ParserWorkers):
+            inner.close()
 
 
 def tree_source_stats(source) -> Dict[str, object]:

@@ -13,6 +13,8 @@ from typing import Any, Optional, Tuple
 from ..data.lm_dataset import DEFAULT_PLACEMENT, PLACEMENTS
 from .arcs import COUNT_RULES, DEFAULT_COUNT_BEAM
 
+BATCH_SENTENCES = 256  # sentences scored together (a beam's batch is capped by its rows: scoring.BEAM_ROWS)
+
 
 def structure_option(default: Any, help: str, flag: Optional[str] = None, metavar: Optional[str] = None,
                      low: Optional[float] = None, above: Optional[float] = None, high: Optional[float] = None,
@@ -87,10 +89,10 @@ class StructureOptions:
                                              "(after --tags-top-pairs; 1: keep every pair)")
     max_sentences: Optional[int] = structure_option(None, flag="--tags-max-sentences", metavar="N", low=1,
                                                     help="score the first N sentences of the split only under --tags")
-    batch_sentences: int = structure_option(256, flag="--tags-batch-sentences", metavar="N", low=1,
+    batch_sentences: int = structure_option(BATCH_SENTENCES, flag="--tags-batch-sentences", metavar="N", low=1,
                                             help="sentences of the split scored together under a tag source: larger is faster "
                                                  "and holds a KV cache of N x (hypotheses) x (length) positions per layer; "
-                                                 "beam:K at most 1024/K")
+                                                 "beam:K and mix:K at most 512/K")
     count_beam: int = structure_option(DEFAULT_COUNT_BEAM, flag="--gilt-count-beam", metavar="C", low=1,
                                        help="GiLT checkpoints, beam:K: counts each hypothesis branches on")
     count_rule: str = structure_option(COUNT_RULES[0], flag="--gilt-count-rule", choices=COUNT_RULES,

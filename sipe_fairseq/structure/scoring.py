@@ -22,6 +22,7 @@ import torch
 from ..hexatag.errors import NonFiniteScoreError
 from .family import StructureOptions, masked_lm, policy_for, structure_of
 from .arcs import gold_graph
+from .options import BATCH_SENTENCES
 from .memory import BatchPlan, HeapGuard, MemoryBudgetError, budget_from, model_size, plan_batches
 from .record import SentenceScore, position_types
 from .search import _prefix_logp, plain_scores, search
@@ -30,12 +31,13 @@ from .sources import parse_source
 from .workers import run_batches, worker_count
 
 logger = logging.getLogger(__name__)
-BEAM_ROWS = 8192  # hypotheses a beam's batch is sized for (8 per sentence and unit of K)
+BEAM_ROWS = 4096  # hypotheses a beam's batch is sized for (8 per sentence and unit of K; 4096 ran mix:16 8-10% faster
+# than 8192 on BLiMP and EWT, docs/benchmarks.md)
 GIVEN_POSITIONS = 1024  # positions per full forward of given (small forwards are the fastest on a CPU)
 
 
 def score_sentences(model, sentences: Sequence[Sentence], source, options: Optional[StructureOptions] = None,
-                    eos: int = 2, pad: int = 1, batch_sentences: int = 256, keep_trace: bool = False,
+                    eos: int = 2, pad: int = 1, batch_sentences: int = BATCH_SENTENCES, keep_trace: bool = False,
                     force_incremental: bool = False, progress=None, observer=None) -> List[SentenceScore]:
     """The engine's entry point: every sentence scored alone under ``source`` (a spec such as ``"mix:16"`` or a
     :class:`~.sources.Source`), in input order, for every decoder family (the family is decided here, once:
@@ -176,7 +178,7 @@ def beyond_positions(model, lengths: Sequence[int]) -> Tuple[int, Optional[int],
 
 
 def plan(model, sentences: Sequence[Sentence], source, options: Optional[StructureOptions] = None,
-         batch_sentences: int = 256, order: Optional[Sequence[int]] = None, workers: int = 1) -> BatchPlan:
+         batch_sentences: int = BATCH_SENTENCES, order: Optional[Sequence[int]] = None, workers: int = 1) -> BatchPlan:
     """The batches (sentence indices, shortest first) :func:`score_sentences` runs ``source`` in: at most
     ``batch_sentences`` each (a beam's at most :data:`BEAM_ROWS` / (8 K): the source's ``batch_cap``), each
     within the memory budget (:mod:`.memory`), or within its share when ``workers`` processes score batches at
@@ -194,7 +196,7 @@ def plan(model, sentences: Sequence[Sentence], source, options: Optional[Structu
                         options.top_pairs, options.count_beam, shared)
 
 
-def plan_workers(model, sentences: Sequence[Sentence], source, options: StructureOptions, batch_sentences: int = 256,
+def plan_workers(model, sentences: Sequence[Sentence], source, options: StructureOptions, batch_sentences: int = BATCH_SENTENCES,
                  order: Optional[Sequence[int]] = None) -> Tuple[List[List[int]], int]:
     """The batches and the worker count of a search (:mod:`.workers`). The plan of one process comes first (it
     refuses a sentence that does not fit the whole budget); ``N`` workers (``options.workers``, 0: the cores
@@ -287,7 +289,7 @@ def sentences_from_encoded(encoded, dictionary, eos: int, heads=None) -> List[Se
 
 
 def score_encoded(model, encoded, source, dictionary, options: Optional[StructureOptions] = None, heads=None,
-                  batch_sentences: int = 256, **kwargs) -> List[SentenceScore]:
+                  batch_sentences: int = BATCH_SENTENCES, **kwargs) -> List[SentenceScore]:
     """:func:`score_sentences` over ``(tokens, terminals, nonterminals)`` sentences as
     :class:`~sipe_fairseq.data.encode.SentenceEncoder` encodes them (BLiMP, SyntaxGym, minimal pairs);
     ``heads``: each sentence's tree (a GiLT model's given graph), or None."""

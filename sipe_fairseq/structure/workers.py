@@ -26,54 +26,17 @@ that scores it: every per-sentence total is the one-process total (tests/test_wo
 import logging
 import multiprocessing
 import os
-import signal
-from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..hexatag.errors import WorkerDiedError
+from ..hexatag.pool import WorkerPool, available_cores
 from .memory import status_kb
 
 logger = logging.getLogger(__name__)
 _JOB: Optional[Callable[[List[int]], list]] = None  # the batch function a forked worker runs (set before the fork)
 _WARNED: List[bool] = []
-
-
-def cgroup_cpus(root: str = "/") -> Optional[float]:
-    """The CPUs a cgroup v2 ``cpu.max`` (``"QUOTA PERIOD"``) allows this process, None without a quota; read under
-    ``root`` (tests fake it): the process's own group (``/proc/self/cgroup``'s ``0::/path``) and every one above it."""
-    try:
-        line = next(x for x in Path(root, "proc/self/cgroup").read_text().splitlines() if x.startswith("0::"))
-    except (OSError, StopIteration):
-        return None
-    mount = Path(root, "sys/fs/cgroup")
-    path, out = mount / line[3:].strip().strip("/"), []
-    while True:
-        try:
-            quota, period = Path(path, "cpu.max").read_text().split()[:2]
-            if quota != "max" and int(period) > 0:
-                out.append(int(quota) / int(period))
-        except (OSError, ValueError):
-            pass
-        if path == mount or mount not in path.parents:
-            break
-        path = path.parent
-    return min(out) if out else None
-
-
-def available_cores(root: str = "/") -> int:
-    """The cores this process may use: its affinity mask (``os.sched_getaffinity``; ``os.cpu_count`` where there is
-    none), at most its cgroup's CPU quota rounded down (:func:`cgroup_cpus`), at least 1."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    quota = cgroup_cpus(root)
-    if quota is not None:
-        cores = min(cores, int(quota))
-    return max(1, cores)
 
 
 def can_fork() -> bool:
@@ -110,7 +73,6 @@ _BASE_KB: List[Optional[int]] = [None]  # a worker's resident set when it starte
 
 
 def _start() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates the workers
     torch.set_num_threads(1)
     _BASE_KB[0] = _reset_peak()
 
@@ -132,117 +94,27 @@ def peak_line(peaks: dict) -> str:
             f"{', '.join(f'{v / 2 ** 20:,.0f}' for v in sizes)} MiB (sum {sum(sizes) / 2 ** 20:,.0f} MiB)")
 
 
-def dealing_order(batches: Sequence[List[int]], cost: Optional[Callable[[List[int]], float]] = None) -> List[int]:
-    """The order the workers are handed ``batches`` in (indices): the most costly first, ties in planned order;
-    the planned order without a ``cost``."""
-    if cost is None:
-        return list(range(len(batches)))
-    return sorted(range(len(batches)), key=lambda k: -cost(batches[k]))
-
-
 def run_batches(job: Callable[[List[int]], list], batches: Sequence[List[int]], workers: int,
                 cost: Optional[Callable[[List[int]], float]] = None) -> Iterator[Tuple[List[int], list]]:
     """``(batch, job(batch))`` for every batch, in the order of ``batches``: in this process when ``workers`` is 1,
-    else in ``workers`` forked processes (``job`` and what it reads are inherited by the fork, not pickled; its
-    result is pickled back). ``cost``: the batches are handed out most costly first (so that the longest is not
-    left to run alone at the end) and their results put back in order as they come.
-
-    Each worker has its own pipe, and is handed its next batch when it returns one, so this process knows which
-    batch each holds: a worker that ends without returning it (killed, out of memory) stops the search with
-    :class:`~sipe_fairseq.hexatag.errors.WorkerDiedError` naming that batch's sentences and the cause (a pool
-    whose worker dies would wait for its batch forever). An error raised by ``job`` in a worker is raised here."""
+    else in ``workers`` forked processes (:class:`~sipe_fairseq.hexatag.pool.WorkerPool`: ``job`` and what it reads
+    are inherited by the fork, not pickled; its result is pickled back). ``cost``: the batches are handed out most
+    costly first (so that the longest is not left to run alone at the end) and their results put back in order as
+    they come. A worker that ends without returning its batch (killed, out of memory) stops the search with
+    :class:`~sipe_fairseq.hexatag.errors.WorkerDiedError` naming that batch's sentences and the cause; an error
+    raised by ``job`` in a worker is raised here."""
     global _JOB
     if workers <= 1 or len(batches) <= 1:
         for b in batches:
             yield b, job(b)
         return
-    pending = iter(dealing_order(batches, cost))
     _JOB = job
-    context = multiprocessing.get_context("fork")
-    processes, pipes = [], []
+    peaks = {}
     try:
-        for _ in range(workers):
-            ours, theirs = context.Pipe()
-            process = context.Process(target=_serve, args=(theirs,), daemon=True)
-            process.start()
-            theirs.close()
-            processes.append(process)
-            pipes.append(ours)
-        holding, done, following, peaks = {}, {}, 0, {}  # holding: worker -> the batch (index) it scores
-
-        def died(w: int) -> WorkerDiedError:
-            processes[w].join(timeout=5)
-            return WorkerDiedError(batches[holding[w]], _cause(processes[w].exitcode))
-
-        def hand(w: int) -> None:
-            k = next(pending, None)
-            if k is not None:
-                holding[w] = k
-                try:
-                    pipes[w].send(batches[k])
-                except OSError:  # the process ended after its last answer
-                    raise died(w) from None
-
-        for w in range(workers):
-            hand(w)
-        while holding:
-            ready = set(wait([pipes[w] for w in holding] + [processes[w].sentinel for w in holding]))
-            for w in [w for w in holding if pipes[w] in ready or processes[w].sentinel in ready]:
-                if not pipes[w].poll():  # the process ended with nothing in its pipe
-                    raise died(w)
-                try:  # an answer sent before the process ended is read; half of one raises EOFError
-                    kind, pid, growth, result = pipes[w].recv()
-                except (EOFError, OSError):
-                    raise died(w) from None
-                if kind == "error":
-                    raise result
+        with WorkerPool(_run, workers, start=_start, method="fork") as pool:
+            for batch, (pid, growth, result) in pool.map(batches, cost, covers=list):
                 peaks[pid] = growth if growth is None or peaks.get(pid) is None else max(growth, peaks[pid])
-                done[holding.pop(w)] = result
-                hand(w)
-            while following in done:
-                yield batches[following], done.pop(following)
-                following += 1
-        for pipe in pipes:
-            pipe.send(None)  # the end: each worker returns
+                yield batch, result
         logger.info("%s", peak_line(peaks))
     finally:
         _JOB = None
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-            process.join()
-        for pipe in pipes:
-            pipe.close()
-
-
-def _serve(pipe) -> None:
-    """A worker: batches from ``pipe`` until ``None``, each answered ``("ok", pid, peak growth, result)`` (:func:`_run`),
-    or ``("error", pid, None, the exception)`` when the job raises (a user error of a sentence: the parent raises it)."""
-    _start()
-    while True:
-        batch = pipe.recv()
-        if batch is None:
-            return
-        try:
-            pipe.send(("ok",) + _run(batch))
-        except Exception as e:  # noqa: BLE001  the parent raises it, as one process would
-            try:
-                pipe.send(("error", os.getpid(), None, e))
-            except Exception:  # noqa: BLE001  an exception that does not pickle: its line
-                pipe.send(("error", os.getpid(), None, RuntimeError(f"{type(e).__name__}: {e}")))
-
-
-def _cause(exitcode: Optional[int]) -> str:
-    """How a worker process ended, for :class:`~sipe_fairseq.hexatag.errors.WorkerDiedError`."""
-    if exitcode is None:
-        return "stopped answering"
-    if exitcode >= 0:
-        return f"exited with status {exitcode}"
-    try:
-        name = signal.Signals(-exitcode).name
-    except ValueError:
-        name = f"signal {-exitcode}"
-    if -exitcode == getattr(signal, "SIGKILL", None):
-        return (f"was killed by {name} (what the system's out-of-memory killer sends: a lower --max-memory or fewer "
-                "--workers may fit)")
-    return f"was killed by {name}"

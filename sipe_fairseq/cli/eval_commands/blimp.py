@@ -18,9 +18,9 @@ from sipe_fairseq.eval.blimp import (USAGE_ERROR, BlimpPair, add_metadata, blimp
                                      nothing_scored, prepare, read_blimp, score_columns, shard_records)
 from sipe_fairseq.eval.shards import FORMAT, fingerprint, shard_block, shard_indices
 from sipe_fairseq.hexatag.errors import NonFiniteScoreError
-from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args
+from sipe_fairseq.parsing import add_tree_arguments, release_workers, tree_source_from_args
 from sipe_fairseq.data.lm_dataset import task_placement
-from sipe_fairseq.structure.options import SUITE_WIDTH
+from sipe_fairseq.structure.options import BATCH_SENTENCES, SUITE_WIDTH
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "i.e. log p(x, tags) (encoders: of each masked word's tags given the rest)")
     add_structure_arguments(p, "given (the tree source's tags), for GiLT checkpoints self", refuse=SPLIT_ONLY,
                             defaults=SUITE_WIDTH)
-    p.add_argument("--batch-size", type=int_at_least(1), default=64,
+    p.add_argument("--batch-size", type=int_at_least(1), default=BATCH_SENTENCES,
                    help="sentences per forward pass for decoders, masked copies for encoders (one sentence's copies "
                         "are never split) (default: %(default)s)")
     p.add_argument("--json", metavar="OUT", help="write the full report (incl. every skipped pair) as JSON here")
@@ -91,7 +91,10 @@ def _run(args: argparse.Namespace, checkpoints: CheckpointSpecs, pairs: List[Bli
     logger.info("%d pairs in %d paradigms", len(pairs), len({p.uid for p in pairs}))
     source = tree_source_from_args(args)
     encoder = SentenceEncoder(args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
-    prepared = prepare(pairs, source, encoder)
+    try:
+        prepared = prepare(pairs, source, encoder)
+    finally:
+        release_workers(source)  # the parser's worker processes (--workers) end before any scoring
     src = prepared.tree_source
     logger.info("trees (%s) for %d distinct sentences in %.1fs%s%s", src["spec"], prepared.counts["sentences"], prepared.seconds,
                 f" (cache {src['cache']}: {src.get('hits', 0)} hits, {src.get('misses', 0)} misses)" if "cache" in src else "",

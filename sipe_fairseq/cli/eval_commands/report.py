@@ -11,6 +11,7 @@ from sipe_fairseq.eval.reports import report as report_engine
 from sipe_fairseq.eval.reports.report import ReportError, ReportInputs, build_report, table2_markdown
 from sipe_fairseq.eval.syntaxgym import EQUALITY_ATOL, EQUALITY_RTOL, SyntaxGymError
 from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args
+from sipe_fairseq.structure.options import BATCH_SENTENCES
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ def add_input_arguments(p: argparse.ArgumentParser, blimp_inputs: bool = True) -
                                "group (BLiMP, PPL per word and per token, SyntaxGym)")
     g.add_argument("--context-window", type=int_at_least(0), default=0, help="as sipe-eval-lm --context-window (>= 0)")
     g.add_argument("--max-tokens", type=int_at_least(1), default=4096, help="tokens per batch for the perplexities")
-    g.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences per forward pass (BLiMP, SyntaxGym)")
+    g.add_argument("--batch-size", type=int_at_least(1), default=BATCH_SENTENCES,
+                   help="sentences scored together (BLiMP, SyntaxGym; encoders: masked copies) (default: %(default)s)")
     g.add_argument("--eq-atol", type=float_at_least(0.0), default=EQUALITY_ATOL,
                    help="SyntaxGym '=' absolute tolerance (bits)")
     g.add_argument("--eq-rtol", type=float_at_least(0.0), default=EQUALITY_RTOL, help="SyntaxGym '=' relative tolerance")

@@ -22,8 +22,8 @@ from sipe_fairseq.eval.shards import FORMAT, fingerprint, shard_block, shard_ind
 from sipe_fairseq.eval.syntaxgym.shards import item_count, shard_records, share_of
 from sipe_fairseq.eval.syntaxgym.suites import find_suites
 from sipe_fairseq.hexatag.errors import NonFiniteScoreError
-from sipe_fairseq.parsing import add_tree_arguments, tree_source_from_args, tree_source_stats
-from sipe_fairseq.structure.options import SUITE_WIDTH
+from sipe_fairseq.parsing import add_tree_arguments, release_workers, tree_source_from_args, tree_source_stats
+from sipe_fairseq.structure.options import BATCH_SENTENCES, SUITE_WIDTH
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_structure_arguments(p, "given (the parser's tags; also counts the items whose prefix tags differ between "
                                "conditions), for GiLT checkpoints self; beam:K scores the running bound's per-token "
                                "increments", refuse=SPLIT_ONLY, defaults=SUITE_WIDTH)
-    p.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences per forward pass (default: %(default)s)")
+    p.add_argument("--batch-size", type=int_at_least(1), default=BATCH_SENTENCES,
+                   help="sentences scored together (default: %(default)s)")
     p.add_argument("--eq-atol", type=float_at_least(0.0), default=EQUALITY_ATOL,
                    help="'=' holds when |a-b| <= atol + rtol*|b|: absolute tolerance in bits "
                         "(default: %(default)g, as SyntaxGym)")
@@ -96,7 +97,10 @@ def _run(args: argparse.Namespace) -> int:
         logger.info("shard %d of %d: %d of %d items", args.shard_id, args.num_shards, len(indices), shard[1])
     source = tree_source_from_args(args)
     encoder = SentenceEncoder(args.data, allow_dictionary_mismatch=args.allow_dictionary_mismatch)
-    tree_and_encode(sentences, source, encoder)
+    try:
+        tree_and_encode(sentences, source, encoder)
+    finally:
+        release_workers(source)  # the parser's worker processes (--workers) end before any scoring
     d = encoder.dictionary
 
     reports = []

@@ -4,7 +4,7 @@ refused: logged with ``file:line`` and counted per reason (:data:`REFUSAL_REASON
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from multiprocessing import Pool
+from itertools import islice
 from typing import List, Optional
 
 from tqdm import tqdm
@@ -12,7 +12,8 @@ from tqdm import tqdm
 from ...hexatag import encode, encode_tree
 from ...hexatag.conllu_io import parse_sentence, sentence_blocks
 from ...hexatag.lines import iter_lines
-from ...hexatag.errors import ConlluError, HexatagError, InputError, NonProjectiveError, TreeError, ignore_interrupts
+from ...hexatag.errors import ConlluError, HexatagError, InputError, NonProjectiveError, TreeError
+from ...hexatag.pool import WorkerPool
 from ..gilt.arcs import ArcError, deps_arcs
 from ..tag_dictionary import FIRST_TAG_ID, TAG_KINDS, tag_names
 from ..words import WHITESPACE, clean_word
@@ -30,6 +31,27 @@ _TAG_IDS = {kind: {t: FIRST_TAG_ID + i for i, t in enumerate(tag_names(kind))} f
 class _Refusal:
     reason: str
     message: str
+
+
+CHUNK = 128  # blocks per worker job
+
+
+def _chunks(items, size: int):
+    it = iter(items)
+    while True:
+        chunk = list(islice(it, size))
+        if not chunk:
+            return
+        yield chunk
+
+
+def _process_chunk(chunk):
+    return [_process_block(item) for item in chunk]
+
+
+def _block_names(chunk) -> List[str]:
+    """``file:line`` of each sentence of a chunk (a document break: ``document break``)."""
+    return [f"{item[0]}:{item[1]}" if item is not None else "document break" for item in chunk]
 
 
 def _process_block(item):
@@ -95,9 +117,13 @@ def read_split(path: str, strict: bool = False, workers: int = 1, desc: str = ""
 def read_blocks(data: SplitData, items, workers: int, desc: str, progress: bool) -> None:
     """Add the sentences of ``items`` (``(path, first line, block lines, strict)``, or ``None`` for a
     document break: an empty sentence, ``</s>`` only, as fairseq-preprocess writes an empty line) to ``data``."""
-    pool = Pool(workers, initializer=ignore_interrupts) if workers > 1 else None  # Ctrl-C: one line, from the command
+    pool = WorkerPool(_process_chunk, workers, method=None, what="reading") if workers > 1 else None
     try:
-        results = pool.imap(_process_block, items, chunksize=128) if pool else map(_process_block, items)
+        if pool:  # chunks of blocks, read from the stream as the workers take them; a worker that dies names its lines
+            chunks = pool.map(_chunks(items, CHUNK), covers=lambda chunk: list(range(len(chunk))), names=_block_names)
+            results = (r for _, rs in chunks for r in rs)
+        else:
+            results = map(_process_block, items)
         for r in tqdm(results, desc=f"read {desc}".strip(), unit=" sent", disable=None if progress else True):
             if r is None:
                 for stream in (data.words, data.deprels, data.terminal, data.nonterminal):
@@ -123,11 +149,6 @@ def read_blocks(data: SplitData, items, workers: int, desc: str, progress: bool)
             st["empty_nodes_skipped"] += empty
             st["words_whitespace_replaced"] += n_ws
             st["words_empty_replaced"] += n_empty
-    except BaseException:  # Ctrl-C or an error: the rest of the file is not read
-        if pool:
-            pool.terminate()
-        raise
-    finally:
+    finally:  # Ctrl-C or an error: the rest of the file is not read, the workers are ended
         if pool:
             pool.close()
-            pool.join()

@@ -63,8 +63,9 @@ import sipe_fairseq
 from ...checkpoints import CheckpointSpecs, parse_checkpoint_specs, read_checkpoint
 from ...data.encode import SentenceEncoder
 from ...data.lm_dataset import task_placement
-from ...parsing import tree_source_stats
+from ...parsing import release_workers, tree_source_stats
 from ...structure.family import StructureOptions
+from ...structure.options import BATCH_SENTENCES
 from ...structure.sources import parse_sources as parse_tag_sources
 from ...structure.sources import source_label, split_label
 from .. import blimp, syntaxgym
@@ -103,7 +104,7 @@ class ReportInputs:
     structure: StructureOptions = field(default_factory=StructureOptions)  # how structure is chosen (--tags-*)
     context_window: int = 0
     max_tokens: int = 4096
-    batch_size: int = 64
+    batch_size: int = BATCH_SENTENCES
     eq_atol: float = EQUALITY_ATOL
     eq_rtol: float = EQUALITY_RTOL
     threads: Optional[int] = None
@@ -465,6 +466,8 @@ def _read_sentence_inputs(inputs: ReportInputs, need_blimp: bool, need_sg: bool)
     if need_sg:
         out.suites, out.sentences = syntaxgym.read_suites(inputs.suites)
         syntaxgym.tree_and_encode(out.sentences, out.source, out.encoder)
+    if out.source is not None:
+        release_workers(out.source)  # every sentence parsed: the parser's worker processes end before any scoring
     return out
 
 

@@ -5,6 +5,7 @@ import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ...hexatag.errors import NonFiniteScoreError
+from ...structure.options import BATCH_SENTENCES
 from ...structure.sentences import too_long
 from .formula import EQUALITY_ATOL, EQUALITY_RTOL, evaluate_formula
 from .suites import SuiteSentence, Suite
@@ -26,7 +27,7 @@ def region_surprisals(sentence: SuiteSentence, logprobs) -> Dict[int, float]:
 
 
 def score_regions(model, sentences: Sequence[SuiteSentence], eos: int, pad: int,
-                    batch_size: int = 32, logprob_fn: Optional[Callable] = None):
+                    batch_size: int = BATCH_SENTENCES, logprob_fn: Optional[Callable] = None):
     """Region surprisals per sentence (``None`` with a reason for those it cannot score):
     returns ``(surprisals, failures)`` as lists aligned with ``sentences``. ``logprob_fn``: the column's
     per-token log-probabilities (:func:`~sipe_fairseq.eval.syntaxgym.columns.engine_logprobs`); one with
@@ -55,7 +56,7 @@ def score_regions(model, sentences: Sequence[SuiteSentence], eos: int, pad: int,
 
 
 def evaluate_suites(suites: Sequence[Suite], sentences: Sequence[SuiteSentence], models: Dict[str, Tuple[object, int, int]],
-                    batch_size: int = 32, atol: float = EQUALITY_ATOL, rtol: float = EQUALITY_RTOL,
+                    batch_size: int = BATCH_SENTENCES, atol: float = EQUALITY_ATOL, rtol: float = EQUALITY_RTOL,
                     logprob_fn: Optional[Callable] = None) -> dict:
     """Score the (parsed, encoded) sentences under every model ``{name: (model, eos, pad)}`` (or a
     zero-argument callable returning that triple, so models are loaded one at a time; a fourth
