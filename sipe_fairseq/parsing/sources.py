@@ -153,7 +153,7 @@ def tree_source_stats(source) -> Dict[str, object]:
     """Counts to report: cache hits/misses and root fixes (from the cache or the parser)."""
     out: Dict[str, object] = {"spec": source.spec}
     stats = Counter(getattr(source, "stats", {}))
-    inner = getattr(source, "parser", None)
+    inner = source.parser if isinstance(source, CachedParser) else None
     if inner is not None:
         out["cache"] = source.path
         out["inner_parser_sentences"] = int(getattr(inner, "stats", {}).get("sentences", 0))
