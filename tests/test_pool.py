@@ -149,3 +149,55 @@ def test_a_spawned_pool_streams_in_order_and_names_a_dead_workers_item(alarm):
             list(pool.map(range(2)))
     assert e.value.indices == [3] and e.value.names == ["line 4"] and "exited with status 7" in str(e.value)
     assert str(e.value).endswith("(line 4): the run stopped and nothing is written")
+
+
+def test_sipe_tags_spawned_workers_parse_as_one_process_and_name_a_dead_workers_lines(alarm):
+    """``LineTagger`` (sipe-tag, sipe-preprocess) with 2 spawned workers: the lines come back as one process tags
+    them; a worker killed on line 5 raises WorkerDiedError naming its batch's lines as FILE:LINE and the cause."""
+    from sipe_fairseq.parsing.line_tagger import LineTagger
+    from sipe_fairseq.parsing.registry import PARSERS, register_parser
+
+    register_parser("chain_test")(Chain)
+    try:
+        lines = _sentences(9)
+        with LineTagger("chain_test", batch_size=3, workers=1, progress=False) as one:
+            alone = [(t.lineno, t.result, t.tags) for t in one.tag(lines)]
+        with LineTagger("chain_test", batch_size=3, workers=2, progress=False) as two:
+            assert [(t.lineno, t.result, t.tags) for t in two.tag(lines)] == alone
+        lines[4] = "DIE"
+        with LineTagger("chain_test", batch_size=3, workers=2, progress=False) as two:
+            with pytest.raises(WorkerDiedError) as e:
+                list(two.tag(lines, name="in.txt"))
+    finally:
+        PARSERS.pop("chain_test", None)
+    assert e.value.names == ["in.txt:4", "in.txt:5", "in.txt:6"] and "was killed by SIGKILL" in str(e.value)
+    assert "while parsing 3 sentences (in.txt:4; in.txt:5; in.txt:6): the run stopped" in str(e.value)
+
+
+def test_conllu_readers_read_as_one_process_and_name_a_dead_workers_sentences(alarm, monkeypatch):
+    """sipe-preprocess --workers 2 reads CoNLL-U blocks in forked workers (chunks of 128): the same sentences and
+    counts as one process; a worker killed on a block raises WorkerDiedError naming its chunk's blocks FILE:LINE."""
+    from sipe_fairseq.data.preprocess import conllu
+
+    def block(i):
+        words = [f"w{i}", "runs", "."]
+        return ("x.conllu", 1 + 5 * i, [f"{k + 1}\t{w}\t_\t_\t_\t_\t{2 if k != 1 else 0}\t{'root' if k == 1 else 'dep'}\t_\t_"
+                                        for k, w in enumerate(words)], True)
+
+    items = [block(i) for i in range(300)]
+    one, two = conllu.SplitData("x.conllu"), conllu.SplitData("x.conllu")
+    conllu.read_blocks(one, iter(items), 1, "x", False)
+    conllu.read_blocks(two, iter(items), 2, "x", False)
+    assert one.words == two.words and one.terminal == two.terminal and one.stats == two.stats and len(one.words) == 300
+    real = conllu._process_block
+
+    def dies_on_200(item):
+        if item[1] == 1 + 5 * 200:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(item)
+
+    monkeypatch.setattr(conllu, "_process_block", dies_on_200)  # the workers fork after it
+    with pytest.raises(WorkerDiedError) as e:
+        conllu.read_blocks(conllu.SplitData("x.conllu"), iter(items), 2, "x", False)
+    assert e.value.names[0] == "x.conllu:641" and len(e.value.names) == 128 and "x.conllu:1001" in e.value.names
+    assert "while reading 128 sentences" in str(e.value)

@@ -107,7 +107,7 @@ def _tag(args, lines: List[str], conllu, tags) -> int:
                         progress=not args.no_progress, segment=args.segment_sentences)
     try:
         with tagger:
-            for line in tagger.tag(lines):
+            for line in tagger.tag(lines, name=name):
                 stats.lines += 1
                 if line.ok:
                     stats.parsed += 1
@@ -121,7 +121,7 @@ def _tag(args, lines: List[str], conllu, tags) -> int:
                 if conllu is not None:
                     conllu.write(tagged_line_conllu(line))
     except WorkerDiedError as e:  # a --workers process killed (out of memory) or exited: nothing is written
-        logger.error(f"{name}: {e}")
+        logger.error(str(e))
         return 1
     except BackendLoadError as e:  # e.g. a missing or refused hexatagger checkpoint
         logger.error(str(e))

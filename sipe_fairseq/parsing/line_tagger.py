@@ -145,12 +145,13 @@ class LineTagger:
             self._pool = None
         self._parser = None
 
-    def tag(self, lines: Sequence[str], desc: Optional[str] = None,
-            linenos: Optional[Sequence[int]] = None) -> Iterator[TaggedLine]:
+    def tag(self, lines: Sequence[str], desc: Optional[str] = None, linenos: Optional[Sequence[int]] = None,
+            name: Optional[str] = None) -> Iterator[TaggedLine]:
         """One :class:`TaggedLine` per line, in order (see the module docstring); with ``segment``,
         one per sentence of a parsed line (a failed line gives one). ``linenos``: the lines' numbers
         in their file (default 1, 2, ..). A worker process that dies raises
-        :class:`~sipe_fairseq.hexatag.errors.WorkerDiedError` naming its batch's lines."""
+        :class:`~sipe_fairseq.hexatag.errors.WorkerDiedError` naming its batch's lines (``NAME:LINE`` with the file's
+        ``name``, else ``line LINE``)."""
         batches = [lines[i:i + self.batch_size] for i in range(0, len(lines), self.batch_size)]
         if self._pool is not None:  # a worker that dies: WorkerDiedError naming its batch's lines
             jobs = [(k * self.batch_size, b, self.pretokenized, self.segment) for k, b in enumerate(batches)]
@@ -159,7 +160,8 @@ class LineTagger:
                 return list(range(job[0], job[0] + len(job[1])))
 
             def names(job):
-                return [f"line {linenos[i] if linenos is not None else i + 1}" for i in held(job)]
+                where = f"{name}:" if name else "line "
+                return [f"{where}{linenos[i] if linenos is not None else i + 1}" for i in held(job)]
             results = (r for _, r in self._pool.map(jobs, covers=held, names=names))
         elif self._parser is not None:
             results = (parse_batch(self._parser, b, self.pretokenized, self.segment) for b in batches)

@@ -76,7 +76,7 @@ def read_text_splits(splits: Sequence[Tuple[str, str]], opts: PreprocessOptions)
                 doc_lines, lines, linenos = set(), texts[name], None
             saved_path = os.path.join(opts.save_conllu, f"{name}.conllu") if opts.save_conllu else None
             with atomic_open(saved_path) if saved_path else contextlib.nullcontext() as saved:  # kept only when whole
-                for line in tagger.tag(lines, desc=f"parse {name}", linenos=linenos):
+                for line in tagger.tag(lines, desc=f"parse {name}", linenos=linenos, name=path):
                     new_doc = line.lineno in doc_lines and line.sentence <= 1
                     if new_doc:
                         doc_lines.discard(line.lineno)
