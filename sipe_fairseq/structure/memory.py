@@ -469,11 +469,20 @@ class BatchPlan(list):
     def __init__(self, batches: Sequence[List[int]] = (), peaks: Sequence[int] = ()):
         super().__init__(batches)
         self.peaks: List[int] = list(peaks)
+        self._by_first: Optional[dict] = None  # peak_of's index, made at its first call (after planning)
 
     @property
     def largest(self) -> Optional[int]:
         """The largest batch's estimated peak (None: planned without a budget, no estimate made)."""
         return max(self.peaks) if self.peaks else None
+
+    def peak_of(self, batch: Sequence[int]) -> int:
+        """The estimated peak of one of its batches (found by its first sentence; 0 without estimates)."""
+        if not self.peaks:
+            return 0
+        if self._by_first is None:
+            self._by_first = {b[0]: p for b, p in zip(self, self.peaks)}
+        return self._by_first.get(batch[0], 0)
 
 
 def plan_batches(order: Sequence[int], sentences: Sequence, source: str, size: ModelSize, family: str,

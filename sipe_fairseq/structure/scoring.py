@@ -76,11 +76,10 @@ def score_sentences(model, sentences: Sequence[Sentence], source, options: Optio
         workers = 1
 
     guard = heap_guard(options, workers, full or policy is None)
-    needs = {b[0]: p for b, p in zip(planned, planned.peaks)}  # each batch's estimate, by its first sentence
 
     def score_batch(idx: List[int]) -> Tuple[List[SentenceScore], object]:
         batch = [sentences[i] for i in idx]
-        guard.before(needs.get(idx[0], 0))  # the previous batch's heap given back if keeping it could pass the budget
+        guard.before(planned.peak_of(idx))  # the previous batch's heap given back if keeping it could pass the budget
         with torch.no_grad():
             if policy is None:
                 scores = plain_scores(model, batch, src, eos, pad, GIVEN_POSITIONS, observe=_plain_observer(model, observer))
