@@ -17,7 +17,7 @@ from sipe_fairseq.structure.scoring import plan, plan_workers, score_sentences
 from sipe_fairseq.structure.sentences import PAIR_INDEX, Sentence
 from test_context_hub import lms  # noqa: F401
 
-pytestmark = pytest.mark.skipif(not workers_module.can_fork(), reason="workers need the fork start method")
+pytestmark = pytest.mark.skipif(not pool_module.can_fork(), reason="workers need the fork start method")
 
 
 def _sentences(count, family, seed=3):

@@ -60,6 +60,11 @@ def available_cores(root: str = "/") -> int:
     return max(1, cores)
 
 
+def can_fork() -> bool:
+    """Whether worker processes can be forked here (Linux; not Windows; macOS's default is ``spawn``)."""
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
 class WorkerPool:
     """``workers`` processes that each run ``start(*start_args)`` once, then ``job(item)`` for every item they are
     handed (:meth:`map`); a context manager (:meth:`close` on exit). ``what``: the work, for the message of a worker

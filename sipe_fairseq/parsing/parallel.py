@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from typing import List, Optional, Sequence
 
-from ..hexatag.pool import WorkerPool, available_cores
+from ..hexatag.pool import WorkerPool, available_cores, can_fork
 from .base import Parse, ParseError
 
 CHUNK = 128  # sentences per worker job: small enough that two workers finish a batch together
@@ -23,13 +23,13 @@ _PARSER = []  # the backend a forked worker parses with (set by _adopt in the wo
 
 class ParserWorkers:
     """``parser`` (a backend: ``parse_text``, ``parse_words``, ``spec``) run in ``workers`` forked processes (0: the
-    cores available); one process parses batches smaller than two chunks. Close it (:meth:`close`, or a ``with``
-    block) when the parse is done: the workers then return."""
+    cores available; one where processes cannot be forked); one process parses batches smaller than two chunks.
+    Close it (:meth:`close`, or a ``with`` block) when the parse is done: the workers then return."""
 
     def __init__(self, parser, workers: int = 0):
         self.parser = parser
         self.spec = parser.spec
-        self.workers = available_cores() if not workers else max(1, int(workers))
+        self.workers = (available_cores() if not workers else max(1, int(workers))) if can_fork() else 1
         self.stats = Counter(getattr(parser, "stats", {}))
         self.last_extra_roots: List[int] = []
         self._pool: Optional[WorkerPool] = None

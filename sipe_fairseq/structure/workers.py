@@ -31,17 +31,12 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..hexatag.pool import WorkerPool, available_cores
+from ..hexatag.pool import WorkerPool, available_cores, can_fork
 from .memory import status_kb
 
 logger = logging.getLogger(__name__)
 _JOB: Optional[Callable[[List[int]], list]] = None  # the batch function a forked worker runs (set before the fork)
 _WARNED: List[bool] = []
-
-
-def can_fork() -> bool:
-    """Whether worker processes can be forked here (module docstring, "Platforms")."""
-    return "fork" in multiprocessing.get_all_start_methods()
 
 
 def worker_count(requested: int, batches: int) -> int:
